@@ -1,0 +1,112 @@
+"""Command-line entry point: parse arguments, build a config, call the library.
+
+Each verb lives in ``lenpred.commands.<verb>`` and exposes ``HELP`` (one line), ``EXAMPLE``
+(a command line), ``add_arguments(parser)`` and ``run(args) -> int``. Verb modules are imported
+lazily so that ``lenpred --help`` stays fast and a verb's heavy imports (torch) load only when used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from lenpred import __version__
+from lenpred.errors import LenpredError
+
+# verb -> (module, one-line help, example). The table is explicit on purpose: one place lists them all.
+VERBS: dict[str, tuple[str, str, str]] = {
+    "demo": (
+        "lenpred.commands.demo",
+        "short live run on the embedded model + summary of the committed reference run",
+        "lenpred demo --prompts 6 --samples 3",
+    ),
+    "collect": (
+        "lenpred.commands.collect",
+        "sample K responses per prompt under one fixed card into a resumable run directory",
+        "lenpred collect --run data/runs/mine --model smollm2-135m --source sharegpt --prompts 64 --samples 8",
+    ),
+    "info": (
+        "lenpred.commands.info",
+        "summarise a run directory (card, progress, length statistics)",
+        "lenpred info data/runs/smollm2-sharegpt",
+    ),
+    "model": (
+        "lenpred.commands.model",
+        "prepare / inspect a model (convert the embedded GGUF into the cache, print its fingerprint)",
+        "lenpred model smollm2-135m",
+    ),
+    "bound": (
+        "lenpred.commands.bound",
+        "per-prompt length statistics, the prefill oracle bound, normal / affine / hazard analysis",
+        "lenpred bound data/runs/smollm2-sharegpt --out out/bound",
+    ),
+    "simulate": (
+        "lenpred.commands.simulate",
+        "discrete-event simulation of prefill/decode serving under length-aware policies",
+        "lenpred simulate --config experiments/sim/reproduction.json --out out/sim",
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lenpred",
+        description="Decode-length prediction for LLM serving: collect, bound, simulate.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="verbs and examples:\n"
+        + "\n".join(f"  {v:<9} {h}\n            e.g. {ex}" for v, (_, h, ex) in VERBS.items()),
+    )
+    parser.add_argument("--version", action="version", version=f"lenpred {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb, (module, help_, example) in VERBS.items():
+        p = sub.add_parser(
+            verb,
+            help=help_,
+            description=help_,
+            epilog=f"example:\n  {example}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.set_defaults(_module=module)
+        # Arguments are added lazily (see main) only for the verb being run, to keep --help fast;
+        # `lenpred VERB --help` re-parses with the verb's own arguments.
+    return parser
+
+
+def _verb_parser(verb: str) -> tuple[argparse.ArgumentParser, object]:
+    module_name, help_, example = VERBS[verb]
+    mod = importlib.import_module(module_name)
+    p = argparse.ArgumentParser(
+        prog=f"lenpred {verb}",
+        description=help_,
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mod.add_arguments(p)  # type: ignore[attr-defined]
+    return p, mod
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = build_parser()
+    if not argv or argv[0] not in VERBS:
+        args = top.parse_args(argv)  # prints help / version / a clear "invalid choice" error
+        if args.verb is None:
+            top.print_help()
+            return 2
+    verb, rest = argv[0], argv[1:]
+    parser, mod = _verb_parser(verb)
+    args = parser.parse_args(rest)
+    try:
+        return int(mod.run(args) or 0)  # type: ignore[attr-defined]
+    except LenpredError as err:
+        print(f"lenpred {verb}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"lenpred {verb}: interrupted (written shards are kept; rerun to resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
