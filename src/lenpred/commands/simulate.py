@@ -1,0 +1,149 @@
+"""`lenpred simulate`: run a simulator config (loads x policies), print the table, write JSON + plots."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+from lenpred.errors import ConfigError
+
+HELP = "discrete-event simulation of prefill/decode serving under length-aware policies"
+EXAMPLE = "lenpred simulate --config experiments/sim/reproduction.json --out out/sim"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="simulator config (JSON; see experiments/sim/*.json)")
+    p.add_argument("--out", default=None, help="output folder (default out/sim/<config name>)")
+    p.add_argument("--requests", default=None,
+                   help="a request table (CSV/Parquet/JSONL with arrival_s, prompt_tokens, output_tokens "
+                        "[, predicted_tokens, predicted_spread, repredictions]) to replay instead of the "
+                        "config's workload")
+    p.add_argument("--loads", default=None, help="comma-separated loads overriding sweep.loads")
+    p.add_argument("--n-requests", type=int, default=None, help="override workload.n_requests")
+    p.add_argument("--seed", type=int, default=None, help="override the config's seed")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+    p.add_argument("--list", action="store_true", help="list profiles, queue policies, dispatchers and exit")
+
+
+def _list() -> int:
+    from lenpred.sim.config import PREDICTION_MODELS
+    from lenpred.sim.policies import DISPATCHERS, QUEUE_POLICIES
+    from lenpred.sim.profiles import PROFILES
+
+    print("profiles:")
+    for name in PROFILES:
+        print(f"  {name:<18} {PROFILES.get(name).source}")
+    print("queue policies:   " + ", ".join(QUEUE_POLICIES.names()))
+    print("dispatchers:      " + ", ".join(DISPATCHERS.names()))
+    print("prediction models: " + ", ".join(PREDICTION_MODELS))
+    return 0
+
+
+def _parse_loads(text: str) -> tuple[float, ...]:
+    try:
+        loads = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError as e:
+        raise ConfigError(f"--loads must be comma-separated numbers, got {text!r}") from e
+    if not loads:
+        raise ConfigError("--loads is empty")
+    return loads
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """The config file with the command-line overrides applied (validated)."""
+    from lenpred.sim.config import SimConfig
+
+    if not args.config:
+        if not args.requests:
+            raise ConfigError("no config given", "pass --config FILE (e.g. experiments/sim/reproduction.json)")
+        cfg = SimConfig(name=Path(args.requests).stem)
+    else:
+        cfg = SimConfig.load(args.config)
+    if args.seed is not None:
+        cfg = cfg.replace(seed=args.seed)
+    if args.n_requests is not None:
+        cfg = cfg.replace(workload=dataclasses.replace(cfg.workload, n_requests=args.n_requests))
+    if args.loads is not None:
+        cfg = cfg.replace(sweep=dataclasses.replace(cfg.sweep, loads=_parse_loads(args.loads)))
+    return cfg
+
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 100:+.1f}%" if pct else f"{v:.3f}"
+
+
+def print_table(res: Any) -> str:
+    """Print the short-request P99 E2E table with rich; return it as Markdown too."""
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = res.table()
+    pols = res.policies()
+    cap = res.capacity_rps
+    title = (f"{res.config.name}: P99 end-to-end latency (s) of short requests "
+             f"(true output < {res.short_threshold:g} tokens = median); change vs {res.baseline}")
+    t = Table(title=title, title_justify="left")
+    header = ["load", "req/s"]
+    for p in pols:
+        header.append(p)
+        if p != res.baseline:
+            header.append(f"{p} change")
+    for h in header:
+        t.add_column(h, justify="right")
+    md = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
+    for r in rows:
+        load = "-" if r["load"] is None else (f"{r['load']:g}x" if cap else f"{r['load']:g}")
+        cells = [load, "-" if r["rate_rps"] is None else f"{r['rate_rps']:.1f}"]
+        for p in pols:
+            cells.append(_fmt(r[p]))
+            if p != res.baseline:
+                cells.append(_fmt(r[f"{p} change"], pct=True))
+        t.add_row(*cells)
+        md.append("| " + " | ".join(cells) + " |")
+    Console(width=max(100, 24 * len(header))).print(t)
+    if cap:
+        print(f"saturation throughput (probe): {cap:.1f} requests/s; loads are multiples of it")
+    return "\n".join([title, "", *md])
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list()
+    from lenpred.sim.config import PredictionConfig
+    from lenpred.sim.sweep import run_sweep
+    from lenpred.sim.workload import workload_from_table
+
+    cfg = build_config(args)
+    workload = None
+    if args.requests:
+        workload = workload_from_table(args.requests)
+        wl_cfg = dataclasses.replace(
+            cfg.workload, n_requests=workload.n,
+            arrival=dataclasses.replace(cfg.workload.arrival, process="trace"),
+        )
+        pred = PredictionConfig(model="input") if workload.given_pred is not None else cfg.prediction
+        cfg = cfg.replace(workload=wl_cfg, prediction=pred,
+                          sweep=dataclasses.replace(cfg.sweep, loads=(), load_unit="req/s"))
+    out = Path(args.out) if args.out else Path("out") / "sim" / cfg.name
+    say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    res = run_sweep(cfg, progress=say, workload=workload)
+    path = res.write(out)
+    md = print_table(res)
+    (out / "table.md").write_text(md + "\n")
+    if cfg.plots and not args.no_plots:
+        from lenpred.sim.plots import write_plots
+
+        for p in write_plots(res, out):
+            print(f"plot: {p}")
+    print(f"results: {path} ({res.wall_s:.1f} s)")
+    first = res.runs[0].summary
+    if first["n_rejected"]:
+        print(f"note: {first['n_rejected']} request(s) rejected per run (prompt + output exceed one "
+              f"instance's KV capacity of {first['kv_capacity']} tokens)")
+    return 0

@@ -1,0 +1,35 @@
+"""Serving simulator: what length predictions are worth to a scheduler.
+
+Entities (:mod:`~lenpred.sim.request`, :mod:`~lenpred.sim.instances`), events
+(:mod:`~lenpred.sim.engine`), policies (:mod:`~lenpred.sim.policies`), latency profiles
+(:mod:`~lenpred.sim.profiles`), workloads and prediction noise (:mod:`~lenpred.sim.workload`),
+metrics (:mod:`~lenpred.sim.metrics`), sweeps and plots (:mod:`~lenpred.sim.sweep`,
+:mod:`~lenpred.sim.plots`). ``lenpred simulate --config FILE --out DIR`` runs a config.
+"""
+
+from lenpred.sim.config import (
+    ArrivalConfig,
+    ClusterConfig,
+    LengthConfig,
+    MetricsConfig,
+    PolicyConfig,
+    PredictionConfig,
+    SimConfig,
+    SweepConfig,
+    WorkloadConfig,
+)
+from lenpred.sim.engine import SimResult, SimulationError, Simulator, simulate
+from lenpred.sim.metrics import summarize
+from lenpred.sim.policies import DISPATCHERS, QUEUE_POLICIES, Dispatcher, QueuePolicy
+from lenpred.sim.profiles import PROFILES, LatencyProfile, Timing, derive_profile, fit_profile, get_profile
+from lenpred.sim.request import Request
+from lenpred.sim.sweep import SweepResult, run_sweep
+from lenpred.sim.workload import Workload, build_workload, read_requests, requests_to_frame
+
+__all__ = [
+    "ArrivalConfig", "ClusterConfig", "DISPATCHERS", "Dispatcher", "LatencyProfile", "LengthConfig",
+    "MetricsConfig", "PROFILES", "PolicyConfig", "PredictionConfig", "QUEUE_POLICIES", "QueuePolicy",
+    "Request", "SimConfig", "SimResult", "SimulationError", "Simulator", "SweepConfig", "SweepResult",
+    "Timing", "Workload", "WorkloadConfig", "build_workload", "derive_profile", "fit_profile",
+    "get_profile", "read_requests", "requests_to_frame", "run_sweep", "simulate", "summarize",
+]

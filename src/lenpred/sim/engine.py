@@ -1,0 +1,283 @@
+"""The discrete-event simulator: one heap of events keyed ``(time, priority, seq)``, owned by the
+instance (no class-level state), and handlers that return new events.
+
+Events: a request arrives; a prefill batch ends; a decode step ends; a KV transfer lands; an idle
+instance is kicked. There is one event per batch step, never one per token.
+
+Usage::
+
+    sim = Simulator(requests, ClusterConfig(n_prefill=4, n_decode=8), PolicyConfig(queue="sjf"))
+    result = sim.run()          # a SimResult: per-request times + per-instance statistics
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lenpred.errors import DataError, LenpredError
+from lenpred.sim.config import ClusterConfig, PolicyConfig
+from lenpred.sim.instances import (
+    ARRIVAL,
+    KICK,
+    PREFILL_DONE,
+    PRIO,
+    STEP_DONE,
+    TRANSFER_DONE,
+    DecodeInstance,
+    Event,
+    PrefillInstance,
+)
+from lenpred.sim.policies import make_dispatcher, make_queue_policy
+from lenpred.sim.profiles import LatencyProfile, get_profile
+from lenpred.sim.request import NEED_PREFILL, NEED_TRANSFER, Request
+
+
+class SimulationError(LenpredError):
+    """The simulation ended in an inconsistent state (a bug in the engine, not in the input)."""
+
+
+@dataclass
+class SimResult:
+    """Per-request outcomes (arrays aligned by request, in arrival order) and per-instance stats.
+    Times in seconds, lengths in tokens; NaN where a stage never happened (rejected requests)."""
+
+    rid: np.ndarray
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    pred: np.ndarray
+    t_prefill_start: np.ndarray
+    t_first: np.ndarray
+    t_decode_admit: np.ndarray
+    t_finish: np.ndarray
+    n_preempt: np.ndarray
+    rejected: np.ndarray  # bool
+    mode: str
+    instances: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    n_events: int = 0
+    wall_s: float = 0.0
+    kv_capacity: int = 0
+
+    @property
+    def n(self) -> int:
+        return int(self.rid.size)
+
+    def frame(self) -> Any:
+        """The per-request table as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame({
+            "rid": self.rid, "arrival_s": self.arrival, "prompt_tokens": self.prompt,
+            "output_tokens": self.output, "predicted_tokens": self.pred,
+            "prefill_start_s": self.t_prefill_start, "first_token_s": self.t_first,
+            "decode_admit_s": self.t_decode_admit, "finish_s": self.t_finish,
+            "preemptions": self.n_preempt, "rejected": self.rejected,
+        })
+
+
+def validate_requests(requests: Sequence[Request]) -> None:
+    """Clear errors for requests no simulation can serve as given."""
+    if not requests:
+        raise DataError("no requests to simulate", "give the workload at least one request")
+    bad_prompt = [r.rid for r in requests if r.prompt <= 0]
+    bad_output = [r.rid for r in requests if r.output <= 0]
+    bad_arrival = [r.rid for r in requests if not math.isfinite(r.arrival) or r.arrival < 0]
+    bad_pred = [r.rid for r in requests if not math.isfinite(r.pred) or r.pred < 0]
+    for what, ids, fix in (
+        ("prompt length <= 0", bad_prompt, "every request needs at least one prompt token"),
+        ("output length <= 0", bad_output, "every request generates at least one token; drop empty answers"),
+        ("arrival time negative or not finite", bad_arrival, "arrival times are seconds >= 0"),
+        ("predicted length negative or not finite", bad_pred, "clip predictions to >= 0 before simulating"),
+    ):
+        if ids:
+            raise DataError(f"{len(ids)} request(s) with {what} (e.g. ids {ids[:5]})", fix)
+
+
+class Simulator:
+    """Prefill/decode (or colocated) serving of one request list under one policy."""
+
+    def __init__(
+        self,
+        requests: Sequence[Request],
+        cluster: ClusterConfig | None = None,
+        policy: PolicyConfig | None = None,
+        *,
+        profile: LatencyProfile | None = None,
+        seed: int = 0,
+        check_invariants: bool = False,
+    ) -> None:
+        cluster = cluster or ClusterConfig()
+        policy = policy or PolicyConfig()
+        validate_requests(requests)
+        base = profile if profile is not None else get_profile(cluster.profile)
+        self.profile = base.with_overrides(
+            kv_capacity_tokens=cluster.kv_capacity_tokens, max_batch=cluster.max_batch,
+            max_prefill_tokens=cluster.max_prefill_tokens,
+        )
+        self.cluster = cluster
+        self.policy = policy
+        self.requests = sorted(requests, key=lambda r: (r.arrival, r.rid))
+        for r in self.requests:
+            r.reset()
+        self._heap: list[tuple[float, int, int, int, Any]] = []
+        self._counter = itertools.count()
+        self.now = 0.0
+        self.n_done = 0
+        self.n_rejected = 0
+        rng = np.random.default_rng(seed)
+        d_rng, p_rng = rng.spawn(2)
+        cap = self.profile.kv_capacity_tokens
+        self.colocated = cluster.mode == "colocated"
+        self.decode_dispatch = make_dispatcher(policy.dispatch, d_rng)
+        self.prefill_dispatch = make_dispatcher(policy.prefill_dispatch or policy.dispatch, p_rng)
+        qpol = make_queue_policy(policy.queue, policy.aging, policy.quantile_z)
+        ppol = make_queue_policy(policy.prefill_queue or policy.queue, policy.aging, policy.quantile_z)
+        n_dec = cluster.n_instances if self.colocated else cluster.n_decode
+        self.decode = [
+            DecodeInstance(
+                i, self, self.profile, qpol, cap, colocated=self.colocated,
+                swap=cluster.preemption == "swap", watermark=cluster.watermark,
+                link_bw=cluster.link_gbps * 1e9, link_latency=cluster.link_latency_s,
+                swap_bw=cluster.swap_gbps * 1e9, check=check_invariants,
+            )
+            for i in range(n_dec)
+        ]
+        self.prefill = [] if self.colocated else [
+            PrefillInstance(i, self, self.profile, ppol, cap) for i in range(cluster.n_prefill)
+        ]
+        self._next_arrival = 0
+
+    # ---- heap
+    def _push(self, ev: Event) -> None:
+        t, prio, kind, payload = ev
+        heapq.heappush(self._heap, (t, prio, next(self._counter), kind, payload))
+
+    # ---- callbacks from instances
+    def finish(self, r: Request, t: float) -> None:
+        r.t_finish = t
+        self.n_done += 1
+
+    def to_decode(self, r: Request, t: float) -> list[Event]:
+        """A prefilled request goes to the decode instance the dispatcher picks."""
+        inst = self.decode[self.decode_dispatch.choose(self.decode, r)]
+        r.need = NEED_TRANSFER
+        return inst.enqueue(r, t)
+
+    # ---- handlers
+    def _fits(self, r: Request) -> bool:
+        # A request whose prompt + output exceeds one instance's KV can never finish: reject it at
+        # arrival (a real server rejects prompt + max_tokens > its capacity the same way).
+        return r.prompt + r.output <= self.profile.kv_capacity_tokens
+
+    def _on_arrival(self, r: Request, t: float) -> list[Event]:
+        events: list[Event] = []
+        self._next_arrival += 1
+        if self._next_arrival < len(self.requests):
+            nxt = self.requests[self._next_arrival]
+            events.append((nxt.arrival, PRIO[ARRIVAL], ARRIVAL, nxt))
+        if not self._fits(r):
+            r.rejected = True
+            self.n_rejected += 1
+            return events
+        if self.colocated:
+            inst = self.decode[self.decode_dispatch.choose(self.decode, r)]
+            r.need = NEED_PREFILL
+            events.extend(inst.enqueue(r, t))
+        else:
+            pinst = self.prefill[self.prefill_dispatch.choose(self.prefill, r)]
+            events.extend(pinst.enqueue(r, t))
+        return events
+
+    def _on_transfer_done(self, r: Request, t: float) -> list[Event]:
+        events = r.prefill_inst.release(r, t)
+        events.extend(r.decode_inst.on_transfer_done(r, t))
+        return events
+
+    def run(self) -> SimResult:
+        """Simulate until every request has finished or been rejected."""
+        t0 = time.perf_counter()
+        first = self.requests[0]
+        self._push((first.arrival, PRIO[ARRIVAL], ARRIVAL, first))
+        heap = self._heap
+        counter = self._counter
+        pop = heapq.heappop
+        push = heapq.heappush
+        n_events = 0
+        on_arrival = self._on_arrival
+        on_transfer = self._on_transfer_done
+        while heap:
+            t, _, _, kind, obj = pop(heap)
+            self.now = t
+            n_events += 1
+            if kind == STEP_DONE:
+                new = obj.on_step_done(t)
+            elif kind == ARRIVAL:
+                new = on_arrival(obj, t)
+            elif kind == TRANSFER_DONE:
+                new = on_transfer(obj, t)
+            elif kind == PREFILL_DONE:
+                new = obj.on_done(t)
+            elif kind == KICK:
+                new = obj.start_step(t) if isinstance(obj, DecodeInstance) else obj.start(t)
+            else:  # pragma: no cover
+                raise SimulationError(f"unknown event kind {kind}")
+            for ev in new:
+                push(heap, (ev[0], ev[1], next(counter), ev[2], ev[3]))
+        if self.n_done + self.n_rejected != len(self.requests):
+            stuck = [r.rid for r in self.requests if not r.rejected and not math.isfinite(r.t_finish)]
+            raise SimulationError(f"{len(stuck)} request(s) never finished (e.g. {stuck[:5]})")
+        return self._result(n_events, time.perf_counter() - t0)
+
+    def _result(self, n_events: int, wall: float) -> SimResult:
+        rs = self.requests
+        f = np.fromiter
+        n = len(rs)
+        inst: dict[str, list[dict[str, Any]]] = {
+            "decode": [
+                {"index": d.index, "busy_s": d.busy_time, "batch_time": d.batch_time, "tokens": d.tokens,
+                 "steps": d.n_steps, "preemptions": d.n_preempt, "peak_kv": d.peak_kv,
+                 "prefill_tokens": d.prefill_tokens}
+                for d in self.decode
+            ],
+            "prefill": [
+                {"index": p.index, "busy_s": p.busy_time, "batches": p.n_batches, "tokens": p.tokens,
+                 "peak_kv": p.peak_kv}
+                for p in self.prefill
+            ],
+        }
+        return SimResult(
+            rid=f((r.rid for r in rs), dtype=np.int64, count=n),
+            arrival=f((r.arrival for r in rs), dtype=np.float64, count=n),
+            prompt=f((r.prompt for r in rs), dtype=np.int64, count=n),
+            output=f((r.output for r in rs), dtype=np.int64, count=n),
+            pred=f((r.pred for r in rs), dtype=np.float64, count=n),
+            t_prefill_start=f((r.t_prefill_start for r in rs), dtype=np.float64, count=n),
+            t_first=f((r.t_first for r in rs), dtype=np.float64, count=n),
+            t_decode_admit=f((r.t_decode_admit for r in rs), dtype=np.float64, count=n),
+            t_finish=f((r.t_finish for r in rs), dtype=np.float64, count=n),
+            n_preempt=f((r.n_preempt for r in rs), dtype=np.int64, count=n),
+            rejected=f((r.rejected for r in rs), dtype=bool, count=n),
+            mode=self.cluster.mode,
+            instances=inst,
+            n_events=n_events,
+            wall_s=wall,
+            kv_capacity=self.profile.kv_capacity_tokens,
+        )
+
+
+def simulate(
+    requests: Sequence[Request],
+    cluster: ClusterConfig | None = None,
+    policy: PolicyConfig | None = None,
+    **kw: Any,
+) -> SimResult:
+    """Convenience: ``Simulator(requests, cluster, policy, **kw).run()``."""
+    return Simulator(requests, cluster, policy, **kw).run()

@@ -1,0 +1,472 @@
+"""Serving instances: a prefill instance and a decode instance (which is also the colocated one).
+
+Both are entities driven by the :class:`~lenpred.sim.engine.Simulator`; their methods take the
+current time and return new events as ``(time, priority, kind, payload)`` tuples.
+
+**Decode instance** (continuous batching under a KV-cache token budget). One event per step, none
+per token: a running request's generated count is ``gen + (step - base_step)``, the sum of KV
+entries held by the batch grows by the batch size each step, and a per-instance heap of
+*milestones* keyed by step number says when a request finishes, when its generated count passes its
+prediction, or when its next re-prediction applies. A step:
+
+1. requests whose KV transfer finished join the running batch;
+2. if the batch's KV plus one token each no longer fits, preempt the lowest-priority running
+   requests (largest queue key) until it does (recompute: they re-prefill later; swap: their KV
+   goes to host memory and comes back, both costed);
+3. if nothing was preempted, admit queued requests in policy order while KV (less a watermark)
+   and the batch limit allow: a fresh request starts its KV transfer, a preempted one rejoins now
+   (its recompute prefill or swap-in is added to this step), a colocated new request is prefilled
+   in this step and joins the batch at its end with its first token;
+4. duration = prefill time (of anything prefilled in this step) + decode time (batch, context) +
+   swap time.
+
+**Prefill instance**: batches queued prompts in policy order up to ``max_prefill_tokens`` and its
+KV budget; each prompt's KV stays there until the decode instance that will run the request has
+pulled it (DistServe's pull model), so a saturated decode pool backs up into the prefill pool.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import TYPE_CHECKING, Any
+
+from lenpred.sim.policies import QueuePolicy
+from lenpred.sim.profiles import LatencyProfile
+from lenpred.sim.request import (
+    NEED_PREFILL,
+    NEED_RECOMPUTE,
+    NEED_SWAP_IN,
+    NEED_TRANSFER,
+    Request,
+)
+
+if TYPE_CHECKING:
+    from lenpred.sim.engine import Simulator
+
+Event = tuple[float, int, int, Any]  # (time [s], priority, kind, payload)
+
+# event kinds and their priority at equal times (lower first): steps finish before transfers land,
+# transfers before arrivals, and an idle instance is kicked only after all of those.
+STEP_DONE, PREFILL_DONE, TRANSFER_DONE, ARRIVAL, KICK = range(5)
+PRIO = {STEP_DONE: 0, PREFILL_DONE: 0, TRANSFER_DONE: 1, ARRIVAL: 2, KICK: 3}
+
+# milestone kinds on a decode instance
+M_FINISH, M_CROSS, M_REPRED = 0, 1, 2
+
+
+def kv_need(r: Request) -> int:
+    """KV slots a request holds when it (re)joins a batch: prompt + generated (>= 1 after prefill)."""
+    return r.prompt + (r.gen if r.gen > 0 else 1)
+
+
+class PrefillInstance:
+    """Runs prefill batches; holds each prompt's KV until a decode instance has pulled it."""
+
+    def __init__(self, index: int, sim: Simulator, profile: LatencyProfile, policy: QueuePolicy,
+                 kv_capacity: int) -> None:
+        self.index = index
+        self.sim = sim
+        self.profile = profile
+        self.policy = policy
+        self.cap = kv_capacity  # KV slots (tokens)
+        self.max_tokens = profile.max_prefill_tokens
+        self.waiting: list[tuple[float, int, Request]] = []  # heap (key, seq, request)
+        self.waiting_tokens = 0  # sum of queued prompt tokens
+        self.kv_used = 0  # prompt KV held (in a batch, or prefilled and not yet pulled)
+        self.batch: list[Request] = []
+        self.batch_tokens = 0
+        self.busy = False
+        self.kick_pending = False
+        self._seq = 0
+        # statistics
+        self.busy_time = 0.0
+        self.n_batches = 0
+        self.tokens = 0
+        self.peak_kv = 0
+        self._started = 0.0
+
+    # ---- load, as dispatchers see it
+    def outstanding_requests(self) -> int:
+        return len(self.waiting) + len(self.batch)
+
+    def outstanding_tokens(self) -> float:
+        return float(self.waiting_tokens + self.batch_tokens)
+
+    # ---- events
+    def kick(self, t: float) -> list[Event]:
+        if self.busy or self.kick_pending:
+            return []
+        self.kick_pending = True
+        return [(t, PRIO[KICK], KICK, self)]
+
+    def enqueue(self, r: Request, t: float) -> list[Event]:
+        r.prefill_inst = self
+        self._seq += 1
+        heapq.heappush(self.waiting, (self.policy.key(r, 0), self._seq, r))
+        self.waiting_tokens += r.prompt
+        return self.kick(t)
+
+    def release(self, r: Request, t: float) -> list[Event]:
+        """The request's prompt KV left this instance (pulled, or the request finished)."""
+        self.kv_used -= r.prompt
+        if self.waiting and not self.busy:
+            return self.kick(t)
+        return []
+
+    def start(self, t: float) -> list[Event]:
+        self.kick_pending = False
+        if self.busy or not self.waiting:
+            return []
+        waiting = self.waiting
+        batch = self.batch
+        tokens = 0
+        while waiting:
+            r = waiting[0][2]
+            p = r.prompt
+            if batch and tokens + p > self.max_tokens:
+                break
+            if self.kv_used + p > self.cap:
+                break
+            heapq.heappop(waiting)
+            self.waiting_tokens -= p
+            self.kv_used += p
+            tokens += p
+            r.t_prefill_start = t
+            batch.append(r)
+        if not batch:
+            return []  # blocked on KV: a release() kicks us again
+        self.batch_tokens = tokens
+        self.busy = True
+        self._started = t
+        if self.kv_used > self.peak_kv:
+            self.peak_kv = self.kv_used
+        dt = self.profile.prefill_time([r.prompt for r in batch])
+        return [(t + dt, PRIO[PREFILL_DONE], PREFILL_DONE, self)]
+
+    def on_done(self, t: float) -> list[Event]:
+        self.busy = False
+        self.busy_time += t - self._started
+        self.n_batches += 1
+        self.tokens += self.batch_tokens
+        batch, self.batch = self.batch, []
+        self.batch_tokens = 0
+        events: list[Event] = []
+        sim = self.sim
+        for r in batch:
+            r.t_first = t  # prefill emits the first output token
+            r.gen = 1
+            if r.output <= 1:
+                self.kv_used -= r.prompt
+                sim.finish(r, t)
+            else:
+                events.extend(sim.to_decode(r, t))
+        events.extend(self.start(t))
+        return events
+
+
+class DecodeInstance:
+    """Continuous batching under a KV budget; in colocated mode it also prefills new requests."""
+
+    def __init__(self, index: int, sim: Simulator, profile: LatencyProfile, policy: QueuePolicy,
+                 kv_capacity: int, *, colocated: bool, swap: bool, watermark: float, link_bw: float,
+                 link_latency: float, swap_bw: float, check: bool = False) -> None:
+        self.index = index
+        self.sim = sim
+        self.profile = profile
+        self.policy = policy
+        self.cap = kv_capacity  # KV slots (tokens)
+        self.cap_eff = kv_capacity * (1.0 - watermark)  # admission leaves this much headroom
+        self.max_batch = profile.max_batch
+        self.max_prefill_tokens = profile.max_prefill_tokens
+        self.colocated = colocated
+        self.swap = swap
+        self.kvb = profile.kv_bytes_per_token
+        self.link_bw = link_bw  # bytes/s
+        self.link_latency = link_latency  # s
+        self.swap_bw = swap_bw  # bytes/s
+        self.check = check
+        # state
+        self.step = 0  # decode steps completed
+        self.running: dict[int, Request] = {}
+        self.n_run = 0
+        self.ctx = 0  # KV slots held by running requests: sum(prompt + generated)
+        self.kv_reserved = 0  # KV slots of admitted requests not running yet (transfer / prefill)
+        self.n_reserved = 0
+        self.reserved_pred = 0.0  # their predicted remaining tokens
+        self.waiting: list[tuple[float, int, Request]] = []  # heap (key, seq, request)
+        self.waiting_pred = 0.0  # predicted remaining tokens of queued requests
+        self.ready: list[Request] = []  # KV arrived; join at the next step start
+        self.milestones: list[tuple[int, int, int, Request, int, int]] = []  # (step, seq, kind, r, epoch, ver)
+        self.pred_sum = 0.0  # sum over running requests still under their prediction of (pred - gen)
+        self.pred_count = 0
+        self.busy = False
+        self.kick_pending = False
+        self.link_free = 0.0  # time the ingress link is free again
+        self._seq = 0
+        self._step_batch = 0
+        self._step_post: list[Request] = []
+        self._started = 0.0
+        # statistics
+        self.busy_time = 0.0
+        self.batch_time = 0.0  # integral of batch size over time
+        self.tokens = 0  # tokens generated by decode steps here
+        self.n_steps = 0
+        self.n_preempt = 0
+        self.peak_kv = 0
+        self.prefill_tokens = 0  # colocated prefill + recompute tokens
+
+    # ---- load, as dispatchers see it
+    def outstanding_requests(self) -> int:
+        return len(self.waiting) + self.n_reserved + self.n_run
+
+    def outstanding_tokens(self) -> float:
+        return self.waiting_pred + self.reserved_pred + self.pred_sum
+
+    # ---- helpers
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def gen_of(self, r: Request) -> int:
+        """Tokens generated so far by a running request."""
+        return r.gen + (self.step - r.base_step)
+
+    def _activate(self, r: Request, gen: int) -> None:
+        rem = r.pred_cur - gen
+        if rem > 0.0:
+            r.active = True
+            r.pred_version += 1
+            self.pred_sum += rem
+            self.pred_count += 1
+            heapq.heappush(self.milestones, (self.step + math.ceil(rem), self._next_seq(), M_CROSS, r,
+                                             r.epoch, r.pred_version))
+
+    def _deactivate(self, r: Request, gen: int) -> None:
+        if r.active:
+            r.active = False
+            self.pred_sum -= r.pred_cur - gen
+            self.pred_count -= 1
+
+    def _schedule_repred(self, r: Request) -> None:
+        if r.next_repred < len(r.repred):
+            g = r.repred[r.next_repred][0]
+            heapq.heappush(self.milestones, (r.base_step + (g - r.gen), self._next_seq(), M_REPRED, r,
+                                             r.epoch, 0))
+
+    def _join(self, r: Request) -> None:
+        """``r`` enters the running batch now, holding prompt + r.gen KV slots."""
+        r.base_step = self.step
+        r.decode_inst = self
+        self.running[r.rid] = r
+        self.n_run += 1
+        self.ctx += r.prompt + r.gen
+        heapq.heappush(self.milestones, (self.step + (r.output - r.gen), self._next_seq(), M_FINISH, r,
+                                         r.epoch, 0))
+        if r.repred:
+            r.apply_repredictions(r.gen)
+            self._schedule_repred(r)
+        self._activate(r, r.gen)
+
+    def _remove(self, r: Request, gen: int) -> None:
+        del self.running[r.rid]
+        self.n_run -= 1
+        self.ctx -= r.prompt + gen
+        self._deactivate(r, gen)
+        r.epoch += 1  # its pending milestones are now stale
+
+    def _reserve(self, r: Request) -> None:
+        self.kv_reserved += kv_need(r)
+        self.n_reserved += 1
+        self.reserved_pred += r.q_rem
+
+    def _unreserve(self, r: Request) -> None:
+        self.kv_reserved -= kv_need(r)
+        self.n_reserved -= 1
+        self.reserved_pred -= r.q_rem
+
+    # ---- events
+    def kick(self, t: float) -> list[Event]:
+        if self.busy or self.kick_pending:
+            return []
+        self.kick_pending = True
+        return [(t, PRIO[KICK], KICK, self)]
+
+    def enqueue(self, r: Request, t: float) -> list[Event]:
+        """Queue a request: fresh from prefill (NEED_TRANSFER), new in colocated mode
+        (NEED_PREFILL), or preempted (NEED_RECOMPUTE / NEED_SWAP_IN)."""
+        r.decode_inst = self
+        r.q_rem = r.pred_remaining(r.gen)
+        heapq.heappush(self.waiting, (self.policy.key(r, r.gen), self._next_seq(), r))
+        self.waiting_pred += r.q_rem
+        return self.kick(t)
+
+    def on_transfer_done(self, r: Request, t: float) -> list[Event]:
+        self.ready.append(r)
+        return self.kick(t)
+
+    def _preempt_one(self) -> float:
+        """Preempt the lowest-priority running request; returns the swap-out time it costs."""
+        key = self.policy.key
+        victim: Request | None = None
+        worst = -math.inf
+        for r in self.running.values():
+            k = key(r, r.gen + (self.step - r.base_step))
+            if k >= worst:  # ties: the later-joined one (dict order), as vLLM preempts the newest
+                worst = k
+                victim = r
+        assert victim is not None
+        gen = self.gen_of(victim)
+        self._remove(victim, gen)
+        victim.gen = gen
+        victim.n_preempt += 1
+        self.n_preempt += 1
+        victim.q_rem = victim.pred_remaining(gen)
+        victim.need = NEED_SWAP_IN if self.swap else NEED_RECOMPUTE
+        heapq.heappush(self.waiting, (key(victim, gen), self._next_seq(), victim))
+        self.waiting_pred += victim.q_rem
+        return (victim.prompt + gen) * self.kvb / self.swap_bw if self.swap else 0.0
+
+    def start_step(self, t: float) -> list[Event]:
+        self.kick_pending = False
+        if self.busy:
+            return []
+        events: list[Event] = []
+        extra = 0.0  # seconds of swap traffic in this step
+        prefill_lens: list[int] = []  # prefilled in this step (colocated new, recompute)
+        post: list[Request] = []  # colocated new requests: join at the end of this step
+        # 1. transfers that landed
+        if self.ready:
+            for r in self.ready:
+                self._unreserve(r)
+                self._join(r)
+            self.ready.clear()
+        # 2. make room for one more token per running request
+        cap = self.cap
+        preempted = False
+        while self.n_run and self.ctx + self.kv_reserved + self.n_run > cap:
+            extra += self._preempt_one()
+            preempted = True
+        # 3. admit queued requests in policy order (not after a preemption, as vLLM)
+        if self.waiting and not preempted:
+            extra += self._admit(t, events, prefill_lens, post)
+        batch = self.n_run
+        if batch == 0 and not prefill_lens and extra == 0.0:
+            return events  # idle until a kick
+        dt = extra
+        if prefill_lens:
+            dt += self.profile.prefill_time(prefill_lens)
+            self.prefill_tokens += sum(prefill_lens)
+        if batch:
+            dt += self.profile.decode_time(batch, self.ctx)
+        kv_after = self.ctx + batch + self.kv_reserved
+        if kv_after > self.peak_kv:
+            self.peak_kv = kv_after
+        self.busy = True
+        self._started = t
+        self._step_batch = batch
+        self._step_post = post
+        events.append((t + dt, PRIO[STEP_DONE], STEP_DONE, self))
+        return events
+
+    def _admit(self, t: float, events: list[Event], prefill_lens: list[int], post: list[Request]) -> float:
+        waiting = self.waiting
+        extra = 0.0
+        slots = self.n_run + self.n_reserved
+        pre_tokens = 0
+        while waiting and slots < self.max_batch:
+            r = waiting[0][2]
+            need = kv_need(r)
+            joins_now = r.need in (NEED_RECOMPUTE, NEED_SWAP_IN)
+            used = self.ctx + self.kv_reserved + self.n_run + need + (1 if joins_now else 0)
+            empty = slots == 0 and self.kv_reserved == 0
+            if used > self.cap_eff and not (empty and used <= self.cap):
+                break
+            if r.need in (NEED_PREFILL, NEED_RECOMPUTE):
+                n = r.prompt if r.need == NEED_PREFILL else need
+                if pre_tokens and pre_tokens + n > self.max_prefill_tokens:
+                    break
+                pre_tokens += n
+                prefill_lens.append(n)
+            heapq.heappop(waiting)
+            self.waiting_pred -= r.q_rem
+            slots += 1
+            kind = r.need
+            r.need = 0
+            if kind == NEED_TRANSFER:
+                self._reserve(r)
+                r.t_decode_admit = t
+                start = t if t > self.link_free else self.link_free
+                self.link_free = start + r.prompt * self.kvb / self.link_bw
+                events.append((self.link_free + self.link_latency, PRIO[TRANSFER_DONE], TRANSFER_DONE, r))
+            elif kind == NEED_PREFILL:
+                self._reserve(r)
+                r.t_prefill_start = t
+                post.append(r)
+            elif kind == NEED_RECOMPUTE:
+                self._join(r)
+            elif kind == NEED_SWAP_IN:
+                extra += need * self.kvb / self.swap_bw
+                self._join(r)
+            else:  # pragma: no cover - engine bug
+                raise AssertionError(f"request {r.rid} queued with need={kind}")
+        return extra
+
+    def on_step_done(self, t: float) -> list[Event]:
+        batch = self._step_batch
+        dt = t - self._started
+        self.busy = False
+        self.busy_time += dt
+        self.batch_time += batch * dt
+        self.n_steps += 1
+        self.tokens += batch
+        self.step += 1
+        self.ctx += batch
+        self.pred_sum -= self.pred_count
+        step = self.step
+        ms = self.milestones
+        while ms and ms[0][0] <= step:
+            _, _, kind, r, epoch, ver = heapq.heappop(ms)
+            if r.epoch != epoch:
+                continue  # left the batch since this was scheduled
+            if kind == M_FINISH:
+                self._remove(r, r.output)
+                r.gen = r.output
+                self.sim.finish(r, t)
+            elif kind == M_CROSS:
+                if r.active and ver == r.pred_version:
+                    self._deactivate(r, self.gen_of(r))
+            else:  # M_REPRED
+                gen = self.gen_of(r)
+                self._deactivate(r, gen)
+                r.apply_repredictions(gen)
+                self._activate(r, gen)
+                self._schedule_repred(r)
+        for r in self._step_post:  # colocated: prefilled in this step, first token now
+            self._unreserve(r)
+            r.gen = 1
+            r.t_first = t
+            if r.output <= 1:
+                self.sim.finish(r, t)
+            else:
+                self._join(r)
+        self._step_post = []
+        if self.check:
+            self.check_invariants()
+        return self.start_step(t)
+
+    def check_invariants(self) -> None:
+        """Recompute the incremental sums from scratch (tests / debugging; O(batch))."""
+        ctx = sum(r.prompt + self.gen_of(r) for r in self.running.values())
+        assert ctx == self.ctx, (ctx, self.ctx)
+        assert self.n_run == len(self.running)
+        assert self.ctx + self.kv_reserved <= self.cap, (self.ctx, self.kv_reserved, self.cap)
+        act = [r for r in self.running.values() if r.active]
+        assert len(act) == self.pred_count
+        ps = sum(r.pred_cur - self.gen_of(r) for r in act)
+        assert abs(ps - self.pred_sum) < 1e-6 * max(1.0, abs(ps)), (ps, self.pred_sum)
+        for r in self.running.values():
+            g = self.gen_of(r)
+            assert 0 < g < r.output, (r.rid, g, r.output)
+            # a request is counted exactly while it is under its (latest) prediction
+            assert r.active == (r.pred_cur - g > 0), (r.rid, r.active, r.pred_cur, g)

@@ -1,0 +1,108 @@
+"""The request entity: what a client sent, what a predictor said about it, and what happened to it.
+
+A predictor's output reaches the policies only through these fields:
+
+* ``pred``: predicted number of output tokens (at arrival, from the prompt alone);
+* ``spread``: optional predictive spread (a standard deviation, tokens);
+* ``repred``: optional re-predictions made while decoding, as ``(tokens_generated,
+  predicted_remaining)`` pairs sorted by ``tokens_generated`` (trajectory-aware predictors).
+
+``pred_total(gen)`` is the latest predicted *total* output length given ``gen`` generated tokens;
+``pred_remaining(gen)`` is that minus ``gen`` (floored at 0).
+
+State kept while simulating (``gen``/``base_step``) lets a decode instance know how many tokens a
+running request has produced without touching it at every step: ``gen + (instance.step -
+base_step)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+NAN = math.nan
+
+# What a request needs before it can run on a decode (or colocated) instance.
+NEED_TRANSFER = 1  # fresh from a prefill instance: its KV must be pulled over the link
+NEED_RECOMPUTE = 2  # preempted with recompute: prompt + generated tokens are prefilled again
+NEED_SWAP_IN = 3  # preempted with swap: its KV comes back from host memory
+NEED_PREFILL = 4  # colocated mode: a new request that has not been prefilled yet
+
+
+class Request:
+    """One request. Plain class with ``__slots__``: the engine touches these fields a lot."""
+
+    __slots__ = (
+        "rid", "arrival", "prompt", "output", "pred", "spread", "repred",
+        # live state
+        "gen", "base_step", "epoch", "pred_cur", "next_repred", "pred_version", "active",
+        "need", "q_rem", "prefill_inst", "decode_inst",
+        # outcome (seconds; NaN until it happens)
+        "t_prefill_start", "t_first", "t_decode_admit", "t_finish", "n_preempt", "rejected",
+    )
+
+    def __init__(
+        self,
+        rid: int,
+        arrival: float,
+        prompt: int,
+        output: int,
+        pred: float | None = None,
+        spread: float | None = None,
+        repred: Sequence[tuple[int, float]] = (),
+    ) -> None:
+        self.rid = rid
+        self.arrival = float(arrival)  # seconds
+        self.prompt = int(prompt)  # prompt tokens
+        self.output = int(output)  # true output tokens (including the first, made by prefill)
+        self.pred = float(output if pred is None else pred)  # predicted output tokens
+        self.spread = None if spread is None else float(spread)
+        self.repred = tuple((int(g), float(r)) for g, r in repred)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget any simulated state (so one request list can be simulated again)."""
+        self.gen = 0
+        self.base_step = 0
+        self.epoch = 0  # bumped whenever the request leaves a running batch: stale heap entries die
+        self.pred_cur = self.pred
+        self.next_repred = 0
+        self.pred_version = 0
+        self.active = False  # counted in its decode instance's predicted-remaining sum
+        self.need = 0
+        self.q_rem = 0.0  # predicted remaining recorded when queued (for instance load sums)
+        self.prefill_inst = None
+        self.decode_inst = None
+        self.t_prefill_start = NAN
+        self.t_first = NAN
+        self.t_decode_admit = NAN
+        self.t_finish = NAN
+        self.n_preempt = 0
+        self.rejected = False
+
+    def apply_repredictions(self, gen: int) -> bool:
+        """Move ``pred_cur`` to the latest re-prediction made at or before ``gen`` tokens.
+        Returns True when it changed."""
+        changed = False
+        rp = self.repred
+        i = self.next_repred
+        while i < len(rp) and rp[i][0] <= gen:
+            g, r = rp[i]
+            self.pred_cur = g + r
+            i += 1
+            changed = True
+        self.next_repred = i
+        return changed
+
+    def pred_total(self) -> float:
+        return self.pred_cur
+
+    def pred_remaining(self, gen: int) -> float:
+        r = self.pred_cur - gen
+        return r if r > 0.0 else 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(rid={self.rid}, arrival={self.arrival:.4f}, prompt={self.prompt}, "
+            f"output={self.output}, pred={self.pred:.1f})"
+        )

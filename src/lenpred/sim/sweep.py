@@ -1,0 +1,161 @@
+"""Run a config: every policy arm at every load, on one shared workload, and tabulate.
+
+With ``sweep.load_unit = "capacity"`` the loads are multiples of the cluster's measured saturation
+throughput: a probe run sends ``probe_requests`` requests at once under the baseline arm and
+counts completions per second between the 10th and 90th percentile of finish times.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lenpred.sim.config import PolicyConfig, PredictionConfig, SimConfig
+from lenpred.sim.engine import SimResult, Simulator
+from lenpred.sim.metrics import latency_arrays, steady_throughput, summarize
+from lenpred.sim.profiles import get_profile
+from lenpred.sim.workload import Workload, build_workload
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Run:
+    policy: str
+    load: float | None  # as given in the config (req/s or a multiple of capacity)
+    rate_rps: float | None
+    summary: dict[str, Any]
+    e2e: np.ndarray  # (n,) end-to-end latency per request, NaN if rejected
+    short: np.ndarray  # (n,) bool
+
+
+@dataclass
+class SweepResult:
+    config: SimConfig
+    capacity_rps: float | None
+    short_threshold: float
+    baseline: str
+    runs: list[Run] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def loads(self) -> list[float | None]:
+        out: list[float | None] = []
+        for r in self.runs:
+            if r.load not in out:
+                out.append(r.load)
+        return out
+
+    def policies(self) -> list[str]:
+        return [p.name for p in self.config.policies]
+
+    def get(self, policy: str, load: float | None) -> Run:
+        for r in self.runs:
+            if r.policy == policy and r.load == load:
+                return r
+        raise KeyError((policy, load))
+
+    def table(self, metric: str = "e2e", group: str = "short", q: str = "p99") -> list[dict[str, Any]]:
+        """One row per load: each arm's ``group`` ``metric`` ``q`` and its change vs the baseline."""
+        rows = []
+        for load in self.loads():
+            base = self.get(self.baseline, load).summary["latency"][group][metric][q]
+            row: dict[str, Any] = {"load": load, "rate_rps": self.get(self.baseline, load).rate_rps}
+            for p in self.policies():
+                v = self.get(p, load).summary["latency"][group][metric][q]
+                row[p] = v
+                if p != self.baseline:
+                    row[f"{p} change"] = (v - base) / base if (v is not None and base) else None
+            rows.append(row)
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "profile": get_profile(self.config.cluster.profile).describe(),
+            "capacity_rps": self.capacity_rps,
+            "short_threshold_tokens": self.short_threshold,
+            "baseline": self.baseline,
+            "headline": "P99 end-to-end latency of short requests (true output < short_threshold_tokens)",
+            "table_short_p99_e2e": self.table(),
+            "table_short_p99_ttft": self.table(metric="ttft"),
+            "table_all_p99_e2e": self.table(group="all"),
+            "runs": [
+                {"policy": r.policy, "load": r.load, "rate_rps": r.rate_rps, "summary": r.summary}
+                for r in self.runs
+            ],
+            "wall_s": self.wall_s,
+        }
+
+    def write(self, out: str | Path) -> Path:
+        path = Path(out)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "results.json").write_text(json.dumps(self.to_json(), indent=2, default=_json_default) + "\n")
+        (path / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+        return path / "results.json"
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def run_one(cfg: SimConfig, workload: Workload, policy: PolicyConfig, rate: float | None,
+            prediction: PredictionConfig | None = None) -> SimResult:
+    """One simulation of ``workload`` at ``rate`` requests/s under ``policy``."""
+    reqs = workload.requests(rate, prediction or cfg.prediction_for(policy), seed=cfg.seed)
+    return Simulator(reqs, cfg.cluster, policy, seed=cfg.seed).run()
+
+
+def measure_capacity(cfg: SimConfig, workload: Workload, policy: PolicyConfig) -> float:
+    """Saturation throughput (requests/s) of the cluster on this workload's lengths."""
+    n = min(cfg.sweep.probe_requests, workload.n)
+    probe = Workload(prompt=workload.prompt[:n], output=workload.output[:n], arrivals=np.zeros(n))
+    res = run_one(cfg, probe, policy, None, PredictionConfig(model="oracle"))
+    return steady_throughput(res)
+
+
+def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Workload | None = None
+              ) -> SweepResult:
+    """Simulate every arm at every load; returns the tabulated result (nothing written)."""
+    t0 = time.perf_counter()
+    say = progress or (lambda _msg: None)
+    wl = workload if workload is not None else build_workload(cfg.workload, cfg.seed)
+    thr = cfg.metrics.short_threshold
+    thr = float(np.median(wl.output)) if thr is None else float(thr)
+    baseline = cfg.sweep.baseline or cfg.policies[0].name
+    base_policy = next(p for p in cfg.policies if p.name == baseline)
+    capacity = None
+    loads: list[float | None]
+    if cfg.sweep.load_unit == "capacity":
+        capacity = measure_capacity(cfg, wl, base_policy)
+        say(f"saturation throughput: {capacity:.2f} requests/s (probe of "
+            f"{min(cfg.sweep.probe_requests, wl.n)} requests, {baseline})")
+        loads = list(cfg.sweep.loads) or [1.0]
+    elif cfg.sweep.loads:
+        loads = list(cfg.sweep.loads)
+    else:
+        loads = [None if cfg.workload.arrival.process == "burst" else cfg.workload.arrival.rate]
+    result = SweepResult(config=cfg, capacity_rps=capacity, short_threshold=thr, baseline=baseline)
+    for load in loads:
+        if load is None:
+            rate = None if cfg.workload.arrival.process in ("burst", "trace") else cfg.workload.arrival.rate
+        else:
+            rate = load * capacity if capacity is not None else load
+        for pol in cfg.policies:
+            res = run_one(cfg, wl, pol, rate)
+            summ = summarize(res, short_threshold=thr, slo_ttft_s=cfg.metrics.slo_ttft_s,
+                             slo_tpot_s=cfg.metrics.slo_tpot_s)
+            lat = latency_arrays(res)
+            result.runs.append(Run(pol.name, load, rate, summ, lat["e2e"], res.output < thr))
+            p99 = summ["latency"]["short"]["e2e"]["p99"]
+            say(f"load {load if load is not None else '-'} ({rate or 0:.1f} req/s) {pol.name}: short P99 E2E "
+                f"{p99 if p99 is not None else float('nan'):.3f} s, {summ['n_events']} events in {res.wall_s:.2f} s")
+    result.wall_s = time.perf_counter() - t0
+    return result
