@@ -121,7 +121,7 @@ def rundir_lengths(path: str, cfg: LengthConfig) -> pd.DataFrame:
 
     run = RunDir.open(path)
     prompts = run.prompts()[["prompt_id", "n_prompt_tokens"]]
-    samples = run.samples()[["prompt_id", "n_tokens", "stop_reason"]]
+    samples = run.samples(columns=["prompt_id", "sample_idx", "n_tokens", "stop_reason"])
     if not cfg.include_truncated:
         samples = samples[samples["stop_reason"] == "eos"]
     df = samples.merge(prompts, on="prompt_id", how="inner")

@@ -1,0 +1,102 @@
+"""Latency profiles: the published DistServe numbers, the first-principles derivation, fitting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lenpred.errors import ConfigError, DataError
+from lenpred.sim.profiles import (
+    H100_SXM_BF16,
+    LLAMA31_8B_BF16,
+    PROFILES,
+    LatencyProfile,
+    Timing,
+    derive_profile,
+    fit_profile,
+    get_profile,
+)
+
+
+def test_distserve_opt13b_coefficients() -> None:
+    p = get_profile("distserve-opt13b")
+    # milliseconds in DistServe's JSON -> seconds here
+    assert p.prefill[0] == pytest.approx(16.456860431694288e-3)
+    assert p.prefill_time([512]) == pytest.approx(
+        (16.456860431694288 + 0.09264750660897617 * 512 + 6.474785740229194e-06 * 512**2) * 1e-3
+    )
+    small = p.decode_time(10, 5000)
+    assert small == pytest.approx((19.934702624895458 + 0.0006269356524350583 * 5000 + 0.03850697740828398 * 10) * 1e-3)
+    large = p.decode_time(100, 50000)  # >= 95: the large-batch fit
+    assert large == pytest.approx((7.1661889468253595 + 0.0005798000403396046 * 50000 + 0.15831096191764046 * 100) * 1e-3)
+    assert p.kv_capacity_tokens == 66144
+    assert p.kv_bytes_per_token == 819_200
+
+
+def test_llama8b_first_principles_numbers() -> None:
+    p = get_profile("llama8b-h100")
+    # weights 8.03e9 * 2 B over 0.8 * 3.35 TB/s
+    assert p.decode[0] == pytest.approx(8.03e9 * 2 / (0.8 * 3.35e12))
+    assert p.decode[0] == pytest.approx(5.99e-3, rel=1e-3)
+    assert p.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert p.decode[1] == pytest.approx(131_072 / 2.68e12)
+    assert p.decode[2] == pytest.approx(2 * 8.03e9 / (0.7 * 989.4e12))
+    assert 440_000 < p.kv_capacity_tokens < 460_000
+    # a single stream decodes at ~160 tokens/s, a 1k-token prompt prefills in a few tens of ms
+    assert 1 / p.decode_time(1, 1000) == pytest.approx(163, rel=0.05)
+    assert 0.02 < p.prefill_time([1000]) < 0.05
+    fp8 = get_profile("llama8b-h100-fp8")
+    assert fp8.kv_bytes_per_token == 65_536 and fp8.decode[0] == pytest.approx(p.decode[0] / 2)
+
+
+def test_derive_rejects_a_model_that_does_not_fit() -> None:
+    from dataclasses import replace
+
+    huge = replace(LLAMA31_8B_BF16, name="huge", n_params=70e9)
+    with pytest.raises(ConfigError, match="does not fit"):
+        derive_profile(huge, H100_SXM_BF16, name="x")
+
+
+def test_fit_profile_recovers_coefficients() -> None:
+    true = LatencyProfile("t", prefill=(0.02, 3e-5, 4e-10), decode=(0.006, 5e-8, 3e-5),
+                          kv_bytes_per_token=1, kv_capacity_tokens=10)
+    rng = np.random.default_rng(0)
+    timings = []
+    for _ in range(40):
+        lens = rng.integers(16, 2048, rng.integers(1, 8)).tolist()
+        timings.append(Timing.prefill_batch(lens, true.prefill_time(lens)))
+        b = int(rng.integers(1, 256))
+        ctx = int(b * rng.integers(100, 2000))
+        timings.append(Timing.decode_step(b, ctx, true.decode_time(b, ctx)))
+    fit = fit_profile(timings, name="fit", base="llama8b-h100")
+    np.testing.assert_allclose(fit.prefill, true.prefill, rtol=1e-6)
+    np.testing.assert_allclose(fit.decode, true.decode, rtol=1e-6)
+    assert fit.kv_capacity_tokens == get_profile("llama8b-h100").kv_capacity_tokens
+    # mappings (e.g. CSV rows) work too, and noise is tolerated
+    rows = [dict(kind=t.kind, seconds=t.seconds * (1 + 0.01 * rng.standard_normal()), tokens=t.tokens,
+                 tokens_sq=t.tokens_sq, batch=t.batch, context=t.context) for t in timings]
+    noisy = fit_profile(rows)
+    assert noisy.decode[0] == pytest.approx(0.006, rel=0.1)
+    assert min(noisy.prefill + noisy.decode) >= 0
+
+
+def test_fit_profile_bad_input() -> None:
+    with pytest.raises(DataError, match=">= 3 prefill"):
+        fit_profile([Timing.decode_step(1, 10, 0.01)] * 5)
+    with pytest.raises(DataError, match="kinds"):
+        fit_profile([Timing("train", 1.0)])
+    bad = [Timing.prefill_batch([10], 0.0)] * 3 + [Timing.decode_step(1, 10, 0.01)] * 3
+    with pytest.raises(DataError, match="seconds > 0"):
+        fit_profile(bad)
+
+
+def test_profile_validation_and_registry() -> None:
+    with pytest.raises(ConfigError):
+        LatencyProfile("x", prefill=(1.0, 2.0), decode=(1.0, 1.0, 1.0), kv_bytes_per_token=1,  # type: ignore[arg-type]
+                       kv_capacity_tokens=1)
+    with pytest.raises(ConfigError):
+        LatencyProfile("x", prefill=(1.0, 1.0, 1.0), decode=(1.0, 1.0, 1.0), kv_bytes_per_token=0,
+                       kv_capacity_tokens=1)
+    assert {"distserve-opt13b", "llama8b-h100", "llama8b-h100-fp8"} <= set(PROFILES.names())
+    p = get_profile("llama8b-h100").with_overrides(kv_capacity_tokens=123, max_batch=None)
+    assert p.kv_capacity_tokens == 123 and p.max_batch == 256
