@@ -1,0 +1,1 @@
+"""Plots and human-readable reports built from lenpred's analyses."""

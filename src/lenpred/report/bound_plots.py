@@ -1,0 +1,206 @@
+"""Plots of the bound analysis (``lenpred bound``): four PNG files beside bound.json.
+
+* ``hist_grid.png``  per-prompt length histograms against the fitted normal, for prompts spread over
+  the range of mean lengths (truncated samples drawn apart, at the cap);
+* ``sd_vs_mu.png``   per-prompt sd against mean length, with the OLS and Theil-Sen affine fits and the
+  slope the segment-count CV predicts;
+* ``hazard.png``     per-token stopping probability by length (pooled and by bucket of prompt length)
+  and in normalised time t / median, each against the constant hazard with the same stops;
+* ``mae_normal.png`` per-prompt oracle MAE against its normal-law value sqrt(2/pi) * sd.
+
+Figures are built on :class:`matplotlib.figure.Figure` with the Agg canvas, never through pyplot,
+so plotting has no global state and needs no display.
+"""
+
+from __future__ import annotations
+
+import math
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from lenpred.stats.normal import NORMAL_MAE_FACTOR
+from lenpred.stats.report import BoundAnalysis
+
+DPI = 110
+EOS_COLOR, TRUNC_COLOR, FIT_COLOR, ROBUST_COLOR, REF_COLOR = (
+    "#3b75af",
+    "#e1812c",
+    "#c03d3e",
+    "#3a923a",
+    "#7f7f7f",
+)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def _pick_prompts(pp: pd.DataFrame, n: int) -> pd.DataFrame:
+    """Prompts with the most samples, spread evenly over mean length."""
+    rich = pp[pp["k"] == pp["k"].max()].sort_values("mean")
+    if len(rich) <= n:
+        return rich
+    idx = np.unique(np.round(np.linspace(0, len(rich) - 1, n)).astype(int))
+    return rich.iloc[idx]
+
+
+def plot_hist_grid(analysis: BoundAnalysis, path: Path, n: int = 16) -> Path:
+    pp = analysis.per_prompt
+    picks = _pick_prompts(pp, n)
+    cols = math.ceil(math.sqrt(len(picks)))
+    rows = math.ceil(len(picks) / cols)
+    fig = Figure(figsize=(3.0 * cols, 2.3 * rows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    samples = analysis.lengths.samples
+    cap = analysis.lengths.cap
+    for ax, (_, row) in zip(axes, picks.iterrows(), strict=False):
+        s = samples[samples["prompt_id"] == row["prompt_id"]]
+        x = s["length"].to_numpy(float)
+        trunc = s["censored"].to_numpy(bool)
+        mu, sd = float(row["mean"]), max(float(row["sd_unbiased"]), 0.5)
+        lo, hi = max(0.0, min(x.min(), mu - 3 * sd)), max(x.max(), mu + 3 * sd)  # lengths are >= 0
+        nb = max(6, min(20, len(x) // 2))
+        edges = np.linspace(lo, hi, nb + 1)
+        ax.hist(
+            [x[~trunc], np.minimum(x[trunc], cap)], bins=edges, stacked=True, color=[EOS_COLOR, TRUNC_COLOR]
+        )
+        grid = np.linspace(lo, hi, 200)
+        pdf = np.exp(-0.5 * ((grid - mu) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+        ax.plot(grid, pdf * len(x) * (edges[1] - edges[0]), color=FIT_COLOR, lw=1.5)
+        ax.set_title(f"{row['prompt_id']}  K={int(row['k'])}  mu={mu:.0f} sd={sd:.0f}", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes[len(picks) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        "Per-prompt decode lengths (blue: EOS, orange: truncated at the cap) vs fitted normal (red)",
+        fontsize=10,
+    )
+    return _save(fig, path)
+
+
+def plot_sd_vs_mu(analysis: BoundAnalysis, path: Path) -> Path:
+    pp, summ = analysis.per_prompt, analysis.summary
+    af, seg = summ["affine"], summ["segments"]
+    fig = Figure(figsize=(6.4, 4.8), layout="constrained")
+    ax = fig.subplots()
+    ax.scatter(
+        pp["mean"], pp["sd_unbiased"], s=10, alpha=0.5, color=EOS_COLOR, label="prompts (sd = s / c4(K))"
+    )
+    grid = np.linspace(0, float(pp["mean"].max()) * 1.05, 50)
+    if af.get("available"):
+        ax.plot(
+            grid,
+            af["alpha"] * grid + af["b"],
+            color=FIT_COLOR,
+            label=f"OLS: {af['alpha']:.3f} mu + {af['b']:.1f}",
+        )
+        rb = af["robust"]
+        ax.plot(
+            grid,
+            rb["alpha"] * grid + rb["b"],
+            color=ROBUST_COLOR,
+            ls="--",
+            label=f"Theil-Sen: {rb['alpha']:.3f} mu + {rb['b']:.1f}",
+        )
+        if seg.get("available"):
+            # the slope the segment model predicts, through the same centre of mass as the OLS line
+            cv = seg["cv_mean"]
+            mx, my = float(pp["mean"].mean()), float(pp["sd_unbiased"].mean())
+            ax.plot(
+                grid,
+                my + cv * (grid - mx),
+                color=REF_COLOR,
+                ls=":",
+                label=f"slope = {seg['unit']}-count CV {cv:.3f}",
+            )
+        ax.set_title(
+            f"Affine variance law (R^2 = {af['r2']:.2f}, denoised {af['r2_denoised']:.2f})", fontsize=10
+        )
+    ax.set_xlabel("mean decode length mu_i (tokens)")
+    ax.set_ylabel("sd_i (tokens)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _curve(ax: Any, table: pd.DataFrame, x: str, label: str, color: str, band: bool = False) -> None:
+    if not len(table):
+        return
+    ax.step(table[x], table["hazard"], where="post", color=color, label=label, lw=1.4)
+    if band and "lo" in table:
+        ax.fill_between(table[x], table["lo"], table["hi"], step="post", color=color, alpha=0.2)
+
+
+def plot_hazard(analysis: BoundAnalysis, path: Path) -> Path:
+    hz = analysis.hazard
+    fig = Figure(figsize=(11, 4.4), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2)
+    pooled = hz["pooled"]
+    _curve(ax1, pooled["table"], "start", "pooled", "black", band=True)
+    cmap = ["#3b75af", "#3a923a", "#e1812c", "#c03d3e", "#8c61b5", "#84584e"]
+    for i, b in enumerate(hz["buckets"]):
+        lo, hi = b["median_range"]
+        _curve(ax1, b["table"], "start", f"median {lo:.0f}-{hi:.0f}", cmap[i % len(cmap)])
+    ax1.axhline(pooled["constant_hazard"], color=REF_COLOR, ls="--", label="constant hazard (same stops)")
+    ax1.set_xlabel(f"decode step t (bins of {pooled['bin_width']} tokens)")
+    ax1.set_ylabel("P(stop at t | not stopped before t)")
+    ax1.set_title("Per-token stopping probability", fontsize=10)
+    ax1.legend(fontsize=7)
+    nh = hz.get("normalized")
+    if nh is not None and len(nh["table"]):
+        _curve(ax2, nh["table"], "u_start", "all prompts", "black")
+        ax2.axhline(
+            nh["memoryless_value"], color=REF_COLOR, ls="--", label="constant per-prompt hazard (ln 2)"
+        )
+        ax2.set_yscale("log")
+    ax2.set_xlabel("normalised time u = t / median_i")
+    ax2.set_ylabel("stops per median length")
+    ax2.set_title("Normalised time: a ramp rises, a memoryless process stays flat", fontsize=10)
+    ax2.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_mae_normal(analysis: BoundAnalysis, path: Path) -> Path:
+    pp = analysis.per_prompt
+    obs = analysis.summary["normal_law"]["observed"]
+    ref = analysis.summary["normal_law"]["if_normal"]
+    fig = Figure(figsize=(6.0, 5.4), layout="constrained")
+    ax = fig.subplots()
+    x, y = pp["mae_normal"].to_numpy(float), pp["mae_oracle"].to_numpy(float)
+    ax.scatter(x, y, s=10, alpha=0.5, color=EOS_COLOR, label="prompts")
+    top = float(np.nanmax(np.concatenate([x, y]))) * 1.05 if len(x) else 1.0
+    grid = np.linspace(0, top, 10)
+    ax.plot(grid, grid, color=FIT_COLOR, label="normal law: MAE = sqrt(2/pi) sd")
+    ax.fill_between(grid, 0.9 * grid, 1.1 * grid, color=FIT_COLOR, alpha=0.12, label="+-10%")
+    ax.set_xlabel(f"normal-law MAE_i = {NORMAL_MAE_FACTOR:.3f} * sd_i (tokens)")
+    ax.set_ylabel("empirical oracle MAE_i (tokens)")
+    ax.set_title(
+        f"sum ratio {obs['mae_ratio_aggregate']:.3f} ({ref['mae_ratio_aggregate']:.3f} if normal); "
+        f"within 10%: {obs['share_within_10pct']:.0%} ({ref['share_within_10pct']:.0%} if normal)",
+        fontsize=9,
+    )
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def write_bound_plots(analysis: BoundAnalysis, out_dir: str | PathLike[str], grid: int = 16) -> list[Path]:
+    """Write the four plots into ``out_dir``; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return [
+        plot_hist_grid(analysis, out / "hist_grid.png", grid),
+        plot_sd_vs_mu(analysis, out / "sd_vs_mu.png"),
+        plot_hazard(analysis, out / "hazard.png"),
+        plot_mae_normal(analysis, out / "mae_normal.png"),
+    ]

@@ -1,0 +1,211 @@
+"""Decode lengths of a run, checked for what the bound needs, in the three treatments of truncation.
+
+A sample with ``stop_reason == 'length'`` stopped at ``max_new_tokens`` (the cap C): it is censored,
+not a length. The analysis reports three variants side by side:
+
+``censored`` (censoring-aware, the default headline)
+    prompts with fewer than half their samples censored; censored samples are multiply imputed
+    from a per-prompt right-censored normal fit (see :mod:`lenpred.stats.censoring`).
+``eos``
+    only samples that ended with EOS. Exact for those samples but biased low: it drops exactly the
+    long ones.
+``capped``
+    every sample, a censored one counted as C. This is the exact bound for the length the engine
+    actually serves under this card (it never generates past C), and understates the latent spread.
+
+Estimators work on arrays with the samples on the last axis; prompts are grouped by their sample count
+K so each group is one dense ``(M, P, K)`` array (M imputations, P prompts), which keeps every
+estimator vectorised even while a run is still being collected and prompts have unequal K.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from os import PathLike
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lenpred.data.rundir import RunDir
+from lenpred.errors import DataError
+from lenpred.stats.censoring import impute_censored
+from lenpred.stats.config import RECOMMENDED_SAMPLES, BoundConfig
+
+VARIANT_LABELS = {
+    "censored": "censoring-aware",
+    "eos": "EOS-only",
+    "capped": "capped (served)",
+}
+
+
+@dataclass(frozen=True)
+class RunLengths:
+    """One row per sample: prompt_id, sample_idx, length, censored, text (decoded response)."""
+
+    samples: pd.DataFrame
+    cap: int
+    card: dict[str, Any]
+    card_hash: str
+    path: str
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.samples["prompt_id"].nunique())
+
+
+@dataclass(frozen=True)
+class Group:
+    """Prompts that share a sample count K. ``x`` is (M, P, K); M = 1 unless samples were imputed."""
+
+    prompt_ids: np.ndarray  # (P,)
+    x: np.ndarray  # (M, P, K)
+    n_truncated: np.ndarray  # (P,) samples of the prompt that hit the cap (imputed in the censored variant)
+    n_total: np.ndarray  # (P,) samples of the prompt in the run, kept or not
+
+    @property
+    def k(self) -> int:
+        return int(self.x.shape[-1])
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One treatment of truncation: the groups it keeps and why it dropped the others."""
+
+    name: str
+    groups: list[Group]
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return VARIANT_LABELS[self.name]
+
+    @property
+    def n_prompts(self) -> int:
+        return sum(len(g.prompt_ids) for g in self.groups)
+
+    @property
+    def n_samples(self) -> int:
+        return sum(g.x.shape[1] * g.x.shape[2] for g in self.groups)
+
+
+def _need_more_samples(path: str, k_max: int, min_samples: int) -> DataError:
+    return DataError(
+        f"{path}: no prompt has {min_samples} or more samples (the most any prompt has is {k_max}); the "
+        f"bound compares each sample with the median of the prompt's other samples, so it needs at least "
+        f"{min_samples} samples per prompt ({RECOMMENDED_SAMPLES} or more for a usable estimate)",
+        f"collect with --samples {RECOMMENDED_SAMPLES} (or more) per prompt",
+    )
+
+
+def load_run_lengths(run: RunDir | str | PathLike[str], min_samples: int = 2) -> RunLengths:
+    """Read a run directory and refuse runs the bound cannot be computed from, with a clear error.
+
+    Raises :class:`DataError` for an empty run, one with fewer than ``min_samples`` samples on every
+    prompt, or one where every sample was truncated; :class:`CardMismatchError` (from
+    :class:`RunDir`) when the directory mixes shards made under different cards.
+    """
+    rd = run if isinstance(run, RunDir) else RunDir.open(run)
+    path = str(rd.path)
+    cap = rd.card.get("sampling", {}).get("max_new_tokens")
+    if not isinstance(cap, int) or cap < 1:
+        raise DataError(f"{path}/card.json has no positive integer sampling.max_new_tokens", "fix the card")
+    df = rd.samples(columns=["prompt_id", "sample_idx", "n_tokens", "stop_reason", "text"])
+    if df.empty:
+        raise DataError(
+            f"{path} has no samples yet (no shard in samples.parquet/)",
+            "wait for `lenpred collect` to write its first shard, or check the run path",
+        )
+    samples = pd.DataFrame(
+        {
+            "prompt_id": df["prompt_id"].astype(str).to_numpy(),
+            "sample_idx": df["sample_idx"].astype(int).to_numpy(),
+            "length": df["n_tokens"].astype(int).to_numpy(),
+            "censored": (df["stop_reason"] == "length").to_numpy(),
+            "text": df["text"].fillna("").astype(str).to_numpy(),
+        }
+    )
+    if (samples["length"] < 0).any():
+        raise DataError(f"{path} has samples with a negative n_tokens", "the run is corrupt; re-collect it")
+    k = samples.groupby("prompt_id", sort=False).size()
+    if int(k.max()) < min_samples:
+        raise _need_more_samples(path, int(k.max()), min_samples)
+    if bool(samples["censored"].all()):
+        raise DataError(
+            f"{path}: all {len(samples)} samples stopped at max_new_tokens={cap}, so no length was observed",
+            "collect a new run with a larger max_new_tokens (or a lower temperature to avoid repetition loops)",
+        )
+    return RunLengths(samples=samples, cap=cap, card=rd.card, card_hash=rd.card_hash, path=path)
+
+
+_Kept = tuple[str, np.ndarray, np.ndarray, int, int]  # prompt_id, lengths, censored, n_truncated, n_total
+
+
+def _groups(
+    per_prompt: list[_Kept],
+    impute: bool,
+    cap: int,
+    n_imputations: int,
+    rng: np.random.Generator,
+) -> list[Group]:
+    """Group kept prompts by K into dense arrays, imputing the censored samples if asked."""
+    by_k: dict[int, list[_Kept]] = {}
+    for item in per_prompt:
+        by_k.setdefault(len(item[1]), []).append(item)
+    groups = []
+    for k in sorted(by_k):
+        items = by_k[k]
+        m = n_imputations if impute and any(it[2].any() for it in items) else 1
+        x = np.empty((m, len(items), k))  # (M, P, K)
+        for p, (_, lengths, cens, _, _) in enumerate(items):
+            x[:, p, :] = impute_censored(lengths, cens, cap, m, rng) if impute else lengths
+        groups.append(
+            Group(
+                prompt_ids=np.array([it[0] for it in items]),
+                x=x,
+                n_truncated=np.array([it[3] for it in items]),
+                n_total=np.array([it[4] for it in items]),
+            )
+        )
+    return groups
+
+
+def build_variant(lengths: RunLengths, name: str, config: BoundConfig, rng: np.random.Generator) -> Variant:
+    """The prompts and (possibly imputed) lengths of one variant; raises if it keeps no prompt."""
+    kept: list[_Kept] = []
+    dropped = {"too_few_samples": 0, "all_truncated": 0, "half_or_more_truncated": 0}
+    for pid, g in lengths.samples.groupby("prompt_id", sort=False):
+        x = g["length"].to_numpy(dtype=float)
+        c = g["censored"].to_numpy(dtype=bool)
+        n_eos = int((~c).sum())
+        n_trunc, n_total = int(c.sum()), len(x)
+        if name == "capped":
+            if len(x) < config.min_samples:
+                dropped["too_few_samples"] += 1
+                continue
+            kept.append((str(pid), np.minimum(x, lengths.cap), np.zeros_like(c), n_trunc, n_total))
+            continue
+        if n_eos == 0:
+            dropped["all_truncated"] += 1
+            continue
+        if n_eos < config.min_samples:
+            dropped["too_few_samples"] += 1
+            continue
+        if name == "eos":
+            kept.append((str(pid), x[~c], np.zeros(n_eos, dtype=bool), n_trunc, n_total))
+        else:  # censored: the median is identified only while fewer than half the samples are censored
+            if 2 * int(c.sum()) >= len(x):
+                dropped["half_or_more_truncated"] += 1
+                continue
+            kept.append((str(pid), x, c, n_trunc, n_total))
+    dropped = {k: v for k, v in dropped.items() if v}
+    if not kept:
+        reasons = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in dropped.items())
+        raise DataError(
+            f"{lengths.path}: the {VARIANT_LABELS[name]} variant keeps no prompt ({reasons})",
+            "collect more samples per prompt or raise max_new_tokens; or choose another --headline variant",
+        )
+    groups = _groups(
+        kept, impute=name == "censored", cap=lengths.cap, n_imputations=config.n_imputations, rng=rng
+    )
+    return Variant(name=name, groups=groups, dropped=dropped)

@@ -1,0 +1,391 @@
+"""The whole bound analysis of one run, and its written forms: ``bound.json`` and ``summary.md``.
+
+:func:`analyse_run` runs every estimator of this package on a run directory and returns a
+:class:`BoundAnalysis`; :func:`write_json` and :func:`write_markdown` write it down. The verdicts
+state plainly, with their figures, which of the theory's claims hold for this run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from lenpred import __version__
+from lenpred.data.rundir import RunDir, atomic_write_bytes, atomic_write_json
+from lenpred.errors import DataError
+from lenpred.stats.affine import fit_affine
+from lenpred.stats.bound import summarize_bound
+from lenpred.stats.config import VARIANTS, BoundConfig
+from lenpred.stats.hazard import hazard_analysis
+from lenpred.stats.lengths import VARIANT_LABELS, RunLengths, build_variant, load_run_lengths
+from lenpred.stats.normal import add_normal_columns, normal_law
+from lenpred.stats.perprompt import describe_variant
+from lenpred.stats.segments import all_units_cv, segment_cv
+
+SCHEMA = "lenpred.bound/1"
+
+
+@dataclass
+class BoundAnalysis:
+    """Everything ``lenpred bound`` reports. ``summary`` is what bound.json holds."""
+
+    summary: dict[str, Any]
+    per_prompt: pd.DataFrame  # headline variant, one row per prompt (with segment columns)
+    hazard: dict[str, Any]  # with DataFrames, for plots
+    lengths: RunLengths
+    variants_per_prompt: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+def analyse_run(run: RunDir | str | PathLike[str], config: BoundConfig | None = None) -> BoundAnalysis:
+    """Compute every figure of the bound analysis for one run directory."""
+    config = config or BoundConfig()
+    rng = np.random.default_rng(config.seed)
+    lengths = load_run_lengths(run, config.min_samples)
+
+    variants: dict[str, dict[str, Any]] = {}
+    per_variant: dict[str, pd.DataFrame] = {}
+    for name in VARIANTS:
+        try:
+            v = build_variant(lengths, name, config, rng)
+        except DataError as err:
+            if name == config.headline:
+                raise
+            variants[name] = {"label": VARIANT_LABELS[name], "available": False, "reason": err.problem}
+            continue
+        pp = add_normal_columns(describe_variant(v))
+        per_variant[name] = pp
+        variants[name] = {
+            "label": v.label,
+            "available": True,
+            "dropped_prompts": v.dropped,
+            "imputed_samples": int(pp["n_truncated"].sum()) if name == "censored" else 0,
+            **summarize_bound(pp, config.n_boot, config.ci, rng),
+        }
+
+    pp = per_variant[config.headline]
+    affine = fit_affine(
+        pp["mean"].to_numpy(),
+        pp["sd"].to_numpy(),
+        pp["k"].to_numpy(),
+        pp["skew"].to_numpy(),
+        config.n_boot,
+        config.n_boot_robust,
+        config.ci,
+        rng,
+    )
+    normal = normal_law(pp, config.n_normal_reference, config.n_boot, config.ci, rng)
+    seg, seg_table = segment_cv(
+        lengths, config.segment_unit, config.segment_regex, config.min_samples, config.n_boot, config.ci, rng
+    )
+    if len(seg_table):
+        pp = pp.merge(seg_table, on="prompt_id", how="left")
+    seg["all_units_cv_mean"] = all_units_cv(lengths, config.min_samples)
+    hazard = hazard_analysis(
+        lengths,
+        pd.Series(pp["median"].to_numpy(), index=pp["prompt_id"]),
+        config.hazard_bin,
+        config.n_buckets,
+        config.min_at_risk,
+    )
+
+    s = lengths.samples
+    k = s.groupby("prompt_id").size()
+    summary: dict[str, Any] = {
+        "schema": SCHEMA,
+        "lenpred_version": __version__,
+        "run": lengths.path,
+        "card_hash": lengths.card_hash,
+        "model": lengths.card.get("model", {}).get("id"),
+        "sampling": lengths.card.get("sampling", {}),
+        "config": config.to_dict(),
+        "counts": {
+            "prompts": lengths.n_prompts,
+            "prompts_listed": _n_listed_prompts(lengths),
+            "samples": len(s),
+            "samples_per_prompt": {"min": int(k.min()), "median": float(k.median()), "max": int(k.max())},
+            "truncated_samples": int(s["censored"].sum()),
+            "truncated_share": float(s["censored"].mean()),
+            "prompts_all_truncated": int(s.groupby("prompt_id")["censored"].all().sum()),
+            "max_new_tokens": lengths.cap,
+        },
+        "headline": config.headline,
+        "variants": variants,
+        "normal_law": normal,
+        "affine": affine,
+        "segments": seg,
+        "hazard": _hazard_json(hazard),
+    }
+    summary["alpha_vs_segment_cv"] = _alpha_vs_cv(affine, seg)
+    summary["verdicts"] = verdicts(summary)
+    return BoundAnalysis(
+        summary=summary, per_prompt=pp, hazard=hazard, lengths=lengths, variants_per_prompt=per_variant
+    )
+
+
+def _n_listed_prompts(lengths: RunLengths) -> int | None:
+    try:
+        return len(RunDir.open(lengths.path).prompts())
+    except DataError:
+        return None
+
+
+def _hazard_json(h: dict[str, Any]) -> dict[str, Any]:
+    def curve(c: dict[str, Any] | None) -> dict[str, Any] | None:
+        if c is None:
+            return None
+        return {
+            key: (val.to_dict(orient="list") if isinstance(val, pd.DataFrame) else val)
+            for key, val in c.items()
+        }
+
+    return {
+        "pooled": curve(h["pooled"]),
+        "buckets": [curve(b) for b in h["buckets"]],
+        "normalized": curve(h["normalized"]),
+    }
+
+
+def _alpha_vs_cv(affine: dict[str, Any], seg: dict[str, Any]) -> dict[str, Any]:
+    if not (affine.get("available") and seg.get("available")):
+        return {"available": False}
+    a, cv = affine["alpha"], seg["cv_mean"]
+    lo, hi = affine["alpha_ci"]
+    clo, chi = seg["cv_mean_ci"]
+    return {
+        "available": True,
+        "alpha": a,
+        "segment_cv": cv,
+        "ratio": a / cv if cv > 0 else float("nan"),
+        # the claim holds when the two intervals overlap, or the two agree within 20%
+        "agree": bool((lo <= chi and clo <= hi) or (cv > 0 and 0.8 <= a / cv <= 1.25)),
+    }
+
+
+# --------------------------------------------------------------------------------------------- verdicts
+def verdicts(summary: dict[str, Any]) -> dict[str, str]:
+    """One plain sentence per claim of the theory, with the figures that decide it."""
+    out: dict[str, str] = {}
+    nl = summary["normal_law"]
+    obs, ref = nl["observed"], nl["if_normal"]
+    r, (rlo, rhi) = obs["mae_ratio_aggregate"], obs["mae_ratio_aggregate_ci"]
+    n = max(obs["n_prompts"], 1)
+    rej, rej_ref = obs["shapiro_reject_share"], ref["shapiro_reject_share"]
+    p_shape = float(
+        stats.binomtest(
+            int(round(rej * n)), n, min(max(rej_ref, 1e-6), 1 - 1e-6), alternative="greater"
+        ).pvalue
+    )
+    agg_ok = abs(r - ref["mae_ratio_aggregate"]) <= 0.05
+    shape_ok = p_shape >= 0.01
+    detail = (
+        f"sum MAE_i / sum sqrt(2/pi) sd_i = {r:.3f} [{rlo:.3f}, {rhi:.3f}] ({ref['mae_ratio_aggregate']:.3f} if exactly "
+        f"normal); Shapiro-Wilk rejects at 5% on {rej:.0%} of prompts ({rej_ref:.0%} if normal); mean skew "
+        f"{obs['skew_mean']:+.2f}, mean excess kurtosis {obs['excess_kurtosis_mean']:+.2f}"
+    )
+    if agg_ok and shape_ok:
+        out["normal_law"] = f"HOLDS: per-prompt lengths are consistent with a normal law ({detail})."
+    elif agg_ok:
+        out["normal_law"] = (
+            f"HOLDS ON AGGREGATE ONLY: MAE_i follows the normal law, but shapes depart from it ({detail})."
+        )
+    else:
+        out["normal_law"] = f"DOES NOT HOLD: {detail}."
+
+    af = summary["affine"]
+    if af.get("available"):
+        r2d = af["r2_denoised"]
+        fig = (
+            f"alpha = {af['alpha']:.3f} [{af['alpha_ci'][0]:.3f}, {af['alpha_ci'][1]:.3f}], b = {af['b']:.1f} tokens, "
+            f"R^2 = {af['r2']:.2f} (denoised {r2d:.2f}); Theil-Sen alpha = {af['robust']['alpha']:.3f}"
+        )
+        holds = af["alpha_ci"][0] > 0 and (r2d >= 0.5 if math.isfinite(r2d) else af["r2"] >= 0.5)
+        out["affine_law"] = ("HOLDS: " if holds else "WEAK: ") + fig + "."
+    else:
+        out["affine_law"] = f"NOT TESTED: {af.get('reason')}."
+
+    avc = summary["alpha_vs_segment_cv"]
+    seg = summary["segments"]
+    if avc.get("available"):
+        fig = (
+            f"alpha = {avc['alpha']:.3f} vs CV of the {seg['unit']} count = {avc['segment_cv']:.3f} "
+            f"[{seg['cv_mean_ci'][0]:.3f}, {seg['cv_mean_ci'][1]:.3f}] (ratio {avc['ratio']:.2f})"
+        )
+        out["alpha_is_segment_cv"] = ("HOLDS: " if avc["agree"] else "DOES NOT HOLD: ") + fig + "."
+    else:
+        out["alpha_is_segment_cv"] = f"NOT TESTED: {seg.get('reason', 'affine fit unavailable')}."
+
+    hz = summary["hazard"]
+    nh = hz.get("normalized") or {}
+    ratio = nh.get("late_early_ratio", float("nan"))
+    pooled = hz["pooled"]
+    fig = (
+        f"stops per median length at u = t/median in [1.2, 1.6) vs [0.4, 0.8): ratio {ratio:.1f} (1 for a constant "
+        f"hazard); pooled per-token hazard late/early {pooled['late_early_ratio']:.1f}, Spearman rho "
+        f"{pooled['spearman_rho']:+.2f}"
+    )
+    if not math.isfinite(ratio):
+        out["hazard_ramp"] = f"UNDETERMINED: too few samples at risk ({fig})."
+    elif ratio >= 2.0:
+        out["hazard_ramp"] = f"HOLDS: the stopping probability ramps up ({fig})."
+    elif ratio >= 1 / 1.5:
+        out["hazard_ramp"] = f"DOES NOT HOLD: the hazard is roughly constant ({fig})."
+    else:
+        out["hazard_ramp"] = f"DOES NOT HOLD: the hazard falls over time ({fig})."
+    return out
+
+
+# --------------------------------------------------------------------------------------------- writing
+def _jsonable(obj: Any) -> Any:
+    """Plain JSON: NaN and infinities become null, numpy scalars and tuples become Python ones."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [_jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, np.bool_ | bool):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating):
+        return float(obj) if math.isfinite(obj) else None
+    return obj
+
+
+def write_json(analysis: BoundAnalysis, out_dir: str | PathLike[str]) -> Path:
+    path = Path(out_dir) / "bound.json"
+    atomic_write_json(path, _jsonable(analysis.summary))
+    return path
+
+
+def write_per_prompt(analysis: BoundAnalysis, out_dir: str | PathLike[str]) -> Path:
+    path = Path(out_dir) / "per_prompt.csv"
+    atomic_write_bytes(path, analysis.per_prompt.to_csv(index=False, float_format="%.6g").encode())
+    return path
+
+
+def _ci(ci: Any, fmt: str = ".1f") -> str:
+    lo, hi = ci
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return "n/a"
+    return f"[{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The human-readable summary of bound.json."""
+    c = summary["counts"]
+    lvl = round(summary["config"]["ci"] * 100)
+    lines = [
+        f"# Prefill bound: {summary['run']}",
+        "",
+        f"Model `{summary['model']}`, card `{summary['card_hash']}`, lenpred {summary['lenpred_version']}. "
+        f"{c['prompts']} prompts, {c['samples']} samples ({c['samples_per_prompt']['min']}-"
+        f"{c['samples_per_prompt']['max']} per prompt), {c['truncated_share']:.1%} truncated at "
+        f"max_new_tokens={c['max_new_tokens']}; {c['prompts_all_truncated']} prompts have every sample truncated.",
+        "",
+        "## Verdicts",
+        "",
+    ]
+    lines += [f"- **{k.replace('_', ' ')}**: {v}" for k, v in summary["verdicts"].items()]
+    lines += [
+        "",
+        f"## The bound ({lvl}% bootstrap intervals over prompts)",
+        "",
+        "| variant | prompts | oracle MAE (tok) | interval | bracket in-sample..LOO | oracle MAE / mean length | "
+        "mean abs rel. error | oracle RMSE (tok) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, v in summary["variants"].items():
+        star = " (headline)" if name == summary["headline"] else ""
+        if not v.get("available"):
+            lines.append(f"| {v['label']}{star} | 0 | n/a | | | | | {v.get('reason', '')} |")
+            continue
+        lines.append(
+            f"| {v['label']}{star} | {v['n_prompts']} | {v['oracle_mae']:.1f} | {_ci(v['oracle_mae_ci'])} | "
+            f"{v['oracle_mae_insample']:.1f}..{v['oracle_mae_loo']:.1f} | {v['relative_mae']:.3f} "
+            f"{_ci(v['relative_mae_ci'], '.3f')} | {v['mean_relative_error']:.3f} | {v['oracle_rmse']:.1f} |"
+        )
+    af = summary["affine"]
+    lines += ["", "## Affine variance law sd = alpha * mu + b", ""]
+    if af.get("available"):
+        rb = af["robust"]
+        lines += [
+            "| fit | alpha | interval | b (tok) | interval |",
+            "|---|---|---|---|---|",
+            f"| OLS (finite-K corrected) | {af['alpha']:.3f} | {_ci(af['alpha_ci'], '.3f')} | {af['b']:.1f} | {_ci(af['b_ci'])} |",
+            f"| Theil-Sen | {rb['alpha']:.3f} | {_ci(rb['alpha_ci'], '.3f')} | {rb['b']:.1f} | {_ci(rb['b_ci'])} |",
+            f"| naive OLS of s on mean | {af['uncorrected_ols']['alpha']:.3f} | | {af['uncorrected_ols']['b']:.1f} | |",
+            "",
+            f"R^2 = {af['r2']:.3f} (denoised for the sampling noise of per-prompt sd: {af['r2_denoised']:.3f}); "
+            f"reliability of the per-prompt means {af['reliability']:.3f}; {af['n_prompts']} prompts.",
+        ]
+    seg = summary["segments"]
+    lines += ["", "## Segments", ""]
+    if seg.get("available"):
+        units = ", ".join(f"{u} {v:.3f}" for u, v in seg.get("all_units_cv_mean", {}).items())
+        lines += [
+            f"CV of the {seg['unit']} count per prompt: mean {seg['cv_mean']:.3f} {_ci(seg['cv_mean_ci'], '.3f')}, "
+            f"median {seg['cv_median']:.3f}, {seg['mean_segments']:.1f} segments per response on average "
+            f"({seg['n_prompts']} prompts, EOS samples only). Mean CV by unit: {units}.",
+        ]
+    else:
+        lines.append(f"Not available: {seg.get('reason')}.")
+    nl = summary["normal_law"]
+    o, r = nl["observed"], nl["if_normal"]
+    lines += [
+        "",
+        "## Normal law",
+        "",
+        "| check | observed | if exactly normal (same K) |",
+        "|---|---|---|",
+        f"| sum MAE_i / sum sqrt(2/pi) sd_i | {o['mae_ratio_aggregate']:.3f} {_ci(o['mae_ratio_aggregate_ci'], '.3f')} | {r['mae_ratio_aggregate']:.3f} |",
+        f"| prompts with MAE_i within 5% of normal law | {o['share_within_5pct']:.1%} | {r['share_within_5pct']:.1%} |",
+        f"| prompts with MAE_i within 10% of normal law | {o['share_within_10pct']:.1%} | {r['share_within_10pct']:.1%} |",
+        f"| mean skewness | {o['skew_mean']:+.3f} | {r['skew_mean']:+.3f} |",
+        f"| mean excess kurtosis | {o['excess_kurtosis_mean']:+.3f} | {r['excess_kurtosis_mean']:+.3f} |",
+        f"| mass within +-1 sd (limit 68.3%) | {o['central_mass']:.1%} | {r['central_mass']:.1%} |",
+        f"| Shapiro-Wilk rejects at 5% | {o['shapiro_reject_share']:.1%} | {r['shapiro_reject_share']:.1%} |",
+    ]
+    hz = summary["hazard"]
+    p = hz["pooled"]
+    lines += [
+        "",
+        "## Hazard",
+        "",
+        f"Pooled per-token hazard {p['hazard_early']:.4f} between the 10th and 25th length percentiles, "
+        f"{p['hazard_late']:.4f} between the 75th and 90th (ratio {p['late_early_ratio']:.2f}); constant-hazard "
+        f"equivalent {p['constant_hazard']:.4f}; likelihood ratio vs constant G2 = {p['lr_vs_constant']['g2']:.1f} "
+        f"on {p['lr_vs_constant']['dof']} df. Bin width {p['bin_width']} tokens.",
+    ]
+    nh = hz.get("normalized")
+    if nh:
+        lines.append(
+            f"In normalised time u = t / median: {nh['hazard_early']:.3f} stops per median length for u in "
+            f"[0.4, 0.8), {nh['hazard_late']:.3f} for u in [1.2, 1.6) (ratio {nh['late_early_ratio']:.2f}; a "
+            f"constant hazard gives {nh['memoryless_value']:.3f} in both)."
+        )
+    for b in hz["buckets"]:
+        lo, hi = b["median_range"]
+        lines.append(
+            f"- prompts with median length {lo:.0f}-{hi:.0f}: late/early hazard ratio {b['late_early_ratio']:.2f}, "
+            f"Spearman rho {b['spearman_rho']:+.2f} ({b['n_samples']} samples)"
+        )
+    lines += [
+        "",
+        "Plots: hist_grid.png, sd_vs_mu.png, hazard.png, mae_normal.png. Every figure: bound.json.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_markdown(analysis: BoundAnalysis, out_dir: str | PathLike[str]) -> Path:
+    path = Path(out_dir) / "summary.md"
+    atomic_write_bytes(path, markdown(analysis.summary).encode())
+    return path
