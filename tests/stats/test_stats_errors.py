@@ -1,0 +1,123 @@
+"""Bad input: each gives one clear error from the library and a non-zero exit from the CLI."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lenpred.cli import main
+from lenpred.data.rundir import RunDir
+from lenpred.errors import CardMismatchError, ConfigError, DataError
+from lenpred.stats import BoundConfig, analyse_run
+from lenpred.stats import simulate as sim
+
+QUICK = BoundConfig(n_boot=50, n_boot_robust=5, n_normal_reference=200, n_imputations=4)
+
+
+def _run(path: Path, rows: list[tuple[str, int, int, str]], cap: int = 100) -> Path:
+    """A run from (prompt_id, sample_idx, n_tokens, stop_reason) rows."""
+    rd = RunDir.create(path, sim.synthetic_card({"name": "hand"}, cap, 0, 0))
+    pids = sorted({r[0] for r in rows})
+    rd.write_prompts(
+        pd.DataFrame({"prompt_id": pids, "idx": range(len(pids)), "text": pids, "n_prompt_tokens": 0})
+    )
+    df = pd.DataFrame(rows, columns=["prompt_id", "sample_idx", "n_tokens", "stop_reason"])
+    rd.append_samples(df.assign(text=["w " * n for n in df["n_tokens"]]))
+    return path
+
+
+def _cli_fails(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    assert (
+        main(["bound", str(path), "--out", str(path.parent / "out"), "--no-plots", "--boot", "50", *extra])
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("lenpred bound: error: ") and err.count("\n") == 1  # one line
+    return err
+
+
+def test_one_sample_per_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _run(tmp_path / "r", [(f"p{i}", 0, 10 + i, "eos") for i in range(5)])
+    with pytest.raises(DataError, match="at least 2 samples per prompt"):
+        analyse_run(path, QUICK)
+    err = _cli_fails(path, capsys)
+    assert "--samples 8" in err  # the fix names how many samples to collect
+
+
+def test_every_sample_truncated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _run(tmp_path / "r", [(f"p{i}", j, 100, "length") for i in range(3) for j in range(4)])
+    with pytest.raises(DataError, match="max_new_tokens=100"):
+        analyse_run(path, QUICK)
+    assert "larger max_new_tokens" in _cli_fails(path, capsys)
+
+
+def test_prompts_all_truncated_are_dropped_and_counted(tmp_path: Path) -> None:
+    rows = [("a", j, 100, "length") for j in range(4)]  # every sample of prompt a is truncated
+    rows += [(p, j, 20 + 7 * j + 3 * i, "eos") for i, p in enumerate("bcdefg") for j in range(4)]
+    a = analyse_run(_run(tmp_path / "r", rows), QUICK)
+    s = a.summary
+    assert s["counts"]["prompts_all_truncated"] == 1
+    assert s["variants"]["censored"]["dropped_prompts"] == {"all_truncated": 1}
+    assert s["variants"]["eos"]["n_prompts"] == 6
+    assert s["variants"]["capped"]["n_prompts"] == 7  # served lengths: prompt a is always exactly 100
+
+
+def test_headline_variant_with_no_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # each prompt has 2 of 4 samples truncated: the median is not identified, the censoring-aware variant
+    # keeps nothing, but the capped variant can still be the headline
+    rows = [(p, j, 100 if j < 2 else 30 + j, "length" if j < 2 else "eos") for p in "abc" for j in range(4)]
+    path = _run(tmp_path / "r", rows)
+    with pytest.raises(DataError, match="censoring-aware variant keeps no prompt"):
+        analyse_run(path, QUICK)
+    assert "--headline" in _cli_fails(path, capsys)
+    assert analyse_run(
+        path, BoundConfig(headline="capped", n_boot=20, n_boot_robust=5, n_normal_reference=100)
+    )
+
+
+def test_empty_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    RunDir.create(tmp_path / "r", sim.synthetic_card({"name": "empty"}, 100, 0, 8))
+    with pytest.raises(DataError, match="no samples yet"):
+        analyse_run(tmp_path / "r", QUICK)
+    _cli_fails(tmp_path / "r", capsys)
+
+
+def test_not_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "r").mkdir()
+    assert "not a lenpred run directory" in _cli_fails(tmp_path / "r", capsys)
+
+
+def test_directory_mixing_cards(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sim.write_synthetic_run(tmp_path / "a", sim.segment_sum(10, seed=0), k=4, seed=0)
+    sim.write_synthetic_run(tmp_path / "b", sim.segment_sum(10, seed=1), k=4, seed=1)
+    foreign = RunDir.open(tmp_path / "b").shard_paths()[0]
+    shutil.copy(foreign, RunDir.open(tmp_path / "a").samples_dir / "part-00099.parquet")
+    with pytest.raises(CardMismatchError):
+        analyse_run(tmp_path / "a", QUICK)
+    assert "cannot be mixed" in _cli_fails(tmp_path / "a", capsys)
+
+
+def test_bad_configuration(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError):
+        BoundConfig(min_samples=1)
+    with pytest.raises(ConfigError):
+        BoundConfig(ci=1.5)
+    with pytest.raises(ConfigError):
+        BoundConfig(segment_regex="(")
+    path = tmp_path / "r"
+    sim.write_synthetic_run(path, sim.segment_sum(10, seed=0), k=4)
+    assert "min_samples=1" in _cli_fails(path, capsys, "--min-samples", "1")
+
+
+def test_partial_run_with_unequal_sample_counts(tmp_path: Path) -> None:
+    """A run still being collected: some prompts have 3 samples, some 8, one only 1 (left out)."""
+    rows = [("solo", 0, 50, "eos")]
+    rows += [(f"p{i}", j, 40 + 5 * i + 3 * j, "eos") for i in range(12) for j in range(3 if i % 2 else 8)]
+    a = analyse_run(_run(tmp_path / "r", rows), QUICK)
+    v = a.summary["variants"]["censored"]
+    assert v["n_prompts"] == 12 and v["dropped_prompts"] == {"too_few_samples": 1}
+    assert v["samples_per_prompt"] == {"min": 3, "median": 5.5, "max": 8}
+    assert set(a.per_prompt["k"]) == {3, 8}

@@ -1,0 +1,53 @@
+"""The hazard: exact on a hand-checkable case, the ramp of a ramping process, flat for a memoryless one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lenpred.stats.hazard import hazard_curve
+
+
+def test_hand_checked_hazard_with_censoring() -> None:
+    # lengths 1, 2, 2, 3 stop by EOS; one sample is truncated at the cap 3 (at risk at 1..3, never stops)
+    length = np.array([1, 2, 2, 3, 3])
+    event = np.array([True, True, True, True, False])
+    h = hazard_curve(length, event, bin_width=1, min_at_risk=1, cap=3)
+    t = h["table"].set_index("start")
+    assert t.loc[1, "hazard"] == pytest.approx(1 / 5)  # 1 stop among 5 at risk
+    assert t.loc[2, "hazard"] == pytest.approx(2 / 4)
+    assert t.loc[3, "hazard"] == pytest.approx(1 / 2)  # the truncated sample is at risk and does not stop
+    assert t.loc[0, "hazard"] == 0.0
+    assert h["constant_hazard"] == pytest.approx(4 / (5 + 5 + 4 + 2))  # stops / sample-steps at risk (t=0..3)
+
+
+def test_ramping_hazard_matches_exact_and_ramps(ramp_run) -> None:
+    hz = ramp_run.analysis.hazard
+    exact = ramp_run.truth.pooled_hazard()
+    table = hz["pooled"]["table"]
+    at_risk = ramp_run.truth.pmf.sum(0)[::-1].cumsum()[::-1]
+    z = []
+    for _, row in table[table["stops"] >= 10].iterrows():
+        a, b = int(row["start"]), int(row["end"])
+        # the exact per-step hazard averaged with the exact at-risk weights of the bin
+        want = float((exact[a:b] * at_risk[a:b]).sum() / at_risk[a:b].sum())
+        z.append((row["hazard"] - want) / np.sqrt(want * (1 - want) / row["exposure"]))
+    z = np.array(z)
+    assert len(z) >= 15
+    assert np.abs(z).max() < 4.0 and np.mean(z**2) < 2.0  # binomial noise around the exact hazard
+    assert hz["pooled"]["late_early_ratio"] > 2.0
+    assert hz["pooled"]["spearman_rho"] > 0.8
+    assert hz["normalized"]["late_early_ratio"] > 5.0
+    assert all(b["late_early_ratio"] > 2.0 for b in hz["buckets"]) and len(hz["buckets"]) == 4
+    assert ramp_run.summary["verdicts"]["hazard_ramp"].startswith("HOLDS")
+
+
+def test_constant_hazard_is_flat(geometric_run) -> None:
+    hz = geometric_run.analysis.hazard
+    # pooled over prompts of different lengths a constant hazard *falls* (short prompts leave first) ...
+    assert hz["pooled"]["late_early_ratio"] < 1.0
+    # ... while in normalised time it is flat at ln 2 stops per median length
+    nh = hz["normalized"]
+    assert 0.67 < nh["late_early_ratio"] < 1.5
+    assert nh["constant_hazard"] == pytest.approx(np.log(2), rel=0.15)
+    assert geometric_run.summary["verdicts"]["hazard_ramp"].startswith("DOES NOT HOLD")
