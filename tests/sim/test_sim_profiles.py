@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -100,3 +102,36 @@ def test_profile_validation_and_registry() -> None:
     assert {"distserve-opt13b", "llama8b-h100", "llama8b-h100-fp8"} <= set(PROFILES.names())
     p = get_profile("llama8b-h100").with_overrides(kv_capacity_tokens=123, max_batch=None)
     assert p.kv_capacity_tokens == 123 and p.max_batch == 256
+
+
+def test_profile_json_roundtrip_and_cli_fit(tmp_path: Path) -> None:
+    import json
+
+    from lenpred.cli import main
+    from lenpred.sim.profiles import profile_from_dict
+
+    p = get_profile("distserve-opt13b")
+    assert profile_from_dict(json.loads(json.dumps(p.describe()))) == p
+    true = LatencyProfile("t", prefill=(0.02, 3e-5, 4e-10), decode=(0.006, 5e-8, 3e-5),
+                          kv_bytes_per_token=1, kv_capacity_tokens=10)
+    lines = ["kind,seconds,lengths,batch,context"]
+    for lens in ([100], [500, 20], [1000, 1000, 7], [64] * 8, [3000]):
+        lines.append(f'prefill,{true.prefill_time(lens)},"{json.dumps(lens)}",,')
+    for b, ctx in ((1, 500), (16, 9000), (64, 40000), (200, 150000), (8, 100)):
+        lines.append(f"decode,{true.decode_time(b, ctx)},,{b},{ctx}")
+    csv = tmp_path / "timings.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "fitted.json"
+    assert main(["simulate", "--fit-profile", str(csv), "--out", str(out)]) == 0
+    fitted = get_profile(str(out))
+    np.testing.assert_allclose(fitted.decode, true.decode, rtol=1e-5)
+    np.testing.assert_allclose(fitted.prefill, true.prefill, rtol=1e-5)
+    # a fitted profile file plugs into a cluster config
+    from lenpred.sim.config import ClusterConfig, PolicyConfig
+    from lenpred.sim.engine import simulate
+    from lenpred.sim.request import Request
+
+    res = simulate([Request(0, 0.0, 10, 5)], ClusterConfig(profile=str(out)), PolicyConfig())
+    assert res.t_finish[0] > 0
+    with pytest.raises(ConfigError, match="not found"):
+        get_profile(str(tmp_path / "nope.json"))

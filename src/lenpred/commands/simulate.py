@@ -27,6 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     p.add_argument("--list", action="store_true", help="list profiles, queue policies, dispatchers and exit")
+    p.add_argument("--fit-profile", default=None, metavar="CSV",
+                   help="fit a latency profile to measured step timings (columns: kind [prefill|decode], "
+                        "seconds, and lengths (JSON list) or tokens + tokens_sq for prefill, batch + context "
+                        "for decode); writes OUT/profile.json, usable as cluster.profile")
+    p.add_argument("--base-profile", default="llama8b-h100",
+                   help="profile whose KV size and batch limits a fitted profile keeps (default llama8b-h100)")
 
 
 def _list() -> int:
@@ -112,9 +118,47 @@ def print_table(res: Any) -> str:
     return "\n".join([title, "", *md])
 
 
+def _fit(args: argparse.Namespace) -> int:
+    import json
+
+    import pandas as pd
+
+    from lenpred.errors import DataError
+    from lenpred.sim.profiles import Timing, fit_profile
+
+    path = Path(args.fit_profile)
+    if not path.is_file():
+        raise DataError(f"timings file {path} not found")
+    df = pd.read_csv(path)
+    if "kind" not in df or "seconds" not in df:
+        raise DataError(f"{path} needs columns kind and seconds",
+                        "plus lengths or tokens/tokens_sq (prefill), batch and context (decode)")
+    rows = []
+    for rec in df.to_dict("records"):
+        if rec["kind"] == "prefill" and isinstance(rec.get("lengths"), str):
+            rows.append(Timing.prefill_batch(json.loads(rec["lengths"]), float(rec["seconds"])))
+        else:
+            rows.append(Timing(kind=str(rec["kind"]), seconds=float(rec["seconds"]),
+                               **{k: int(rec[k]) for k in ("tokens", "tokens_sq", "batch", "context")
+                                  if k in rec and rec[k] == rec[k]}))
+    prof = fit_profile(rows, name=path.stem, base=args.base_profile)
+    out = Path(args.out) if args.out else Path("out") / "sim" / "profiles"
+    dest = out if out.suffix == ".json" else out / f"{path.stem}.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(prof.describe(), indent=2) + "\n")
+    print(f"prefill t = {prof.prefill[0]:.4g} + {prof.prefill[1]:.4g} * sum(tokens) + "
+          f"{prof.prefill[2]:.4g} * sum(tokens^2)  [s]")
+    print(f"decode  t = {prof.decode[0]:.4g} + {prof.decode[1]:.4g} * sum(context) + "
+          f"{prof.decode[2]:.4g} * batch  [s]")
+    print(f"profile: {dest} (use it as cluster.profile)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.list:
         return _list()
+    if args.fit_profile:
+        return _fit(args)
     from lenpred.sim.config import PredictionConfig
     from lenpred.sim.sweep import run_sweep
     from lenpred.sim.workload import workload_from_table

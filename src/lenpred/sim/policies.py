@@ -164,12 +164,27 @@ class PowerOfTwoChoices(Dispatcher):
     """Sample two instances at random, send to the one with fewer outstanding requests."""
 
     name = "power-of-two"
+    _BLOCK = 4096  # random pairs drawn per numpy call (one call per request is slow)
+
+    def __init__(self, rng: np.random.Generator | None = None) -> None:
+        super().__init__(rng)
+        self._pairs: list[tuple[int, int]] = []
+        self._n = 0
+
+    def _refill(self, n: int) -> None:
+        # two distinct instances: i uniform, j = i + 1 + k (mod n) with k uniform on [0, n - 2]
+        i = self.rng.integers(0, n, self._BLOCK)
+        j = (i + 1 + self.rng.integers(0, n - 1, self._BLOCK)) % n
+        self._pairs = list(zip(i.tolist(), j.tolist(), strict=True))[::-1]
+        self._n = n
 
     def choose(self, pool: Sequence[Loaded], req: Request) -> int:
         n = len(pool)
         if n == 1:
             return 0
-        i, j = (int(x) for x in self.rng.choice(n, size=2, replace=False))
+        if not self._pairs or self._n != n:
+            self._refill(n)
+        i, j = self._pairs.pop()
         return i if pool[i].outstanding_requests() <= pool[j].outstanding_requests() else j
 
 

@@ -211,8 +211,42 @@ PROFILES.add(
 )
 
 
+def profile_from_dict(d: Mapping[str, Any]) -> LatencyProfile:
+    """Inverse of :meth:`LatencyProfile.describe` (e.g. a fitted profile saved as JSON)."""
+    try:
+        large = d.get("decode_large_s")
+        return LatencyProfile(
+            name=str(d["name"]),
+            prefill=tuple(float(x) for x in d["prefill_s"]),  # type: ignore[arg-type]
+            decode=tuple(float(x) for x in d["decode_s"]),  # type: ignore[arg-type]
+            decode_large=tuple(float(x) for x in large) if large else None,  # type: ignore[arg-type]
+            large_batch_threshold=int(d.get("large_batch_threshold", 0)),
+            kv_bytes_per_token=int(d["kv_bytes_per_token"]),
+            kv_capacity_tokens=int(d["kv_capacity_tokens"]),
+            max_batch=int(d.get("max_batch", 256)),
+            max_prefill_tokens=int(d.get("max_prefill_tokens", 8192)),
+            source=str(d.get("source", "")),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"profile JSON is missing or has a bad field ({e})",
+                          "write it with LatencyProfile.describe() / `lenpred simulate --fit-profile`") from e
+
+
 def get_profile(name: str) -> LatencyProfile:
-    """Look a profile up by name (raises UnknownKeyError listing the valid names)."""
+    """Look a profile up by name, or load it from a ``.json`` file written by :meth:`describe`
+    (raises UnknownKeyError listing the valid names)."""
+    if name.endswith(".json"):
+        import json
+        from pathlib import Path
+
+        path = Path(name)
+        if not path.is_file():
+            raise ConfigError(f"profile file {path} not found", f"use a file or one of: {', '.join(PROFILES)}")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"profile file {path} is not valid JSON ({e})") from e
+        return profile_from_dict(data)
     return PROFILES.get(name)
 
 

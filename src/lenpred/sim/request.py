@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 NAN = math.nan
 
@@ -40,6 +41,30 @@ class Request:
         # outcome (seconds; NaN until it happens)
         "t_prefill_start", "t_first", "t_decode_admit", "t_finish", "n_preempt", "rejected",
     )
+    rid: int
+    arrival: float  # seconds
+    prompt: int  # prompt tokens
+    output: int  # true output tokens
+    pred: float  # predicted output tokens (at arrival)
+    spread: float | None  # predictive standard deviation, tokens
+    repred: tuple[tuple[int, float], ...]  # (tokens generated, predicted remaining)
+    gen: int  # tokens generated as of base_step
+    base_step: int  # decode-instance step count when gen was recorded
+    epoch: int
+    pred_cur: float  # latest predicted total output tokens
+    next_repred: int  # index of the next re-prediction not yet applied
+    pred_version: int
+    active: bool
+    need: int  # NEED_* while queued
+    q_rem: float
+    prefill_inst: Any  # PrefillInstance | None
+    decode_inst: Any  # DecodeInstance | None
+    t_prefill_start: float
+    t_first: float
+    t_decode_admit: float
+    t_finish: float
+    n_preempt: int
+    rejected: bool
 
     def __init__(
         self,
