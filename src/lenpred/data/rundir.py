@@ -103,6 +103,7 @@ class RunDir:
         self.path = Path(path)
         self.card = card
         self.card_hash = card_hash(card)
+        self._done: set[tuple[str, int]] | None = None  # cache of written keys (this process appends)
 
     # ---------------------------------------------------------------- opening
     @classmethod
@@ -234,6 +235,7 @@ class RunDir:
         table = pa.Table.from_pandas(df[[f.name for f in SAMPLES_SCHEMA]], schema=SAMPLES_SCHEMA, preserve_index=False)
         path = self._next_shard_path()
         atomic_write_table(path, self._with_meta(table))
+        done.update(keys)
         return path
 
     def samples(self, columns: list[str] | None = None) -> pd.DataFrame:
@@ -255,8 +257,11 @@ class RunDir:
         return df
 
     def done_keys(self) -> set[tuple[str, int]]:
-        df = self.samples(columns=["prompt_id", "sample_idx"])
-        return set(zip(df["prompt_id"].astype(str), df["sample_idx"].astype(int), strict=True))
+        """Keys of all written samples (read once, then kept up to date by :meth:`append_samples`)."""
+        if self._done is None:
+            df = self.samples(columns=["prompt_id", "sample_idx"])
+            self._done = set(zip(df["prompt_id"].astype(str), df["sample_idx"].astype(int), strict=True))
+        return self._done
 
     # ---------------------------------------------------------------- provenance
     def _with_meta(self, table: pa.Table) -> pa.Table:

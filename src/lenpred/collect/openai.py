@@ -1,0 +1,208 @@
+"""OpenAI-compatible engine: any server speaking ``/v1/completions`` (vLLM, SGLang, llama.cpp).
+
+This is how collection scales out: point it at a vLLM deployment and ask for ``n`` samples per
+request. Prompts are sent as the *rendered* text (chat template already applied locally, so the
+card's template is the one used) to ``/v1/completions``. Per-sample token ids come from the
+server when it returns them (vLLM: ``return_token_ids``), otherwise from tokenizing the returned
+text with the run's tokenizer (the card records which, under ``engine_runtime``). ``finish_reason == "length"`` marks a censored sample.
+
+Requests run on a bounded thread pool (``concurrency``) with retries and exponential backoff on
+connection errors, 429 and 5xx; other HTTP errors stop the run with the server's message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from itertools import groupby
+from typing import Any
+
+from lenpred.collect.base import ENGINES, Job, Result, SamplingConfig
+from lenpred.errors import EngineError
+
+_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+@ENGINES.register("openai")
+class OpenAIEngine:
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_model: str,
+        sampling: SamplingConfig,
+        tokenizer: Any,
+        concurrency: int = 8,
+        n_per_request: int = 0,
+        timeout: float = 600.0,
+        retries: int = 3,
+        api_key: str | None = None,
+    ) -> None:
+        import httpx
+
+        if not base_url:
+            raise EngineError("the openai engine needs a server URL", "pass --base-url http://HOST:PORT/v1")
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.api_model = api_model
+        self.s = sampling
+        self.tok = tokenizer
+        self.concurrency = max(1, int(concurrency))
+        self.n_per_request = int(n_per_request)
+        self.retries = int(retries)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(timeout=timeout, headers=headers)
+        self.check_server()
+
+    # ---------------------------------------------------------------- glue
+    @classmethod
+    def identity_for(cls, cfg: Any, spec: Any) -> dict[str, Any]:
+        o = cfg.engine_options
+        return {"name": cls.name, "version": "v1-completions", "api_model": o.get("api_model") or cfg.model}
+
+    @classmethod
+    def runtime_for(cls, cfg: Any) -> dict[str, Any]:
+        o = cfg.engine_options
+        return {k: o.get(k) for k in ("base_url", "concurrency", "n_per_request", "timeout", "retries")}
+
+    @classmethod
+    def from_config(cls, cfg: Any, spec: Any, tokenizer: Any) -> OpenAIEngine:
+        import os
+
+        o = cfg.engine_options
+        return cls(
+            base_url=str(o.get("base_url") or ""),
+            api_model=str(o.get("api_model") or cfg.model),
+            sampling=cfg.sampling,
+            tokenizer=tokenizer,
+            concurrency=int(o.get("concurrency") or 8),
+            n_per_request=int(o.get("n_per_request") or 0),
+            timeout=float(o.get("timeout") or 600.0),
+            retries=int(o.get("retries") if o.get("retries") is not None else 3),
+            api_key=os.environ.get("OPENAI_API_KEY"),
+        )
+
+    def identity(self) -> dict[str, Any]:
+        return {"name": self.name, "version": "v1-completions", "api_model": self.api_model}
+
+    def runtime(self) -> dict[str, Any]:
+        return {"base_url": self.base_url, "concurrency": self.concurrency, "n_per_request": self.n_per_request}
+
+    # ---------------------------------------------------------------- HTTP
+    def check_server(self) -> None:
+        import httpx
+
+        try:
+            r = self.client.get(f"{self.base_url}/models", timeout=10.0)
+        except httpx.HTTPError as e:
+            raise EngineError(
+                f"cannot reach the OpenAI-compatible server at {self.base_url} ({type(e).__name__})",
+                "start the server (e.g. `vllm serve MODEL`) or fix --base-url",
+            ) from None
+        if r.status_code >= 400:
+            raise EngineError(f"{self.base_url}/models answered HTTP {r.status_code}: {r.text[:200]}", "check --base-url and the API key")
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        import httpx
+
+        delay = 1.0
+        for attempt in range(self.retries + 1):
+            try:
+                r = self.client.post(f"{self.base_url}/completions", json=body)
+            except httpx.HTTPError as e:
+                err = f"{type(e).__name__}: {e}"
+                status = None
+            else:
+                if r.status_code < 400:
+                    return r.json()
+                status, err = r.status_code, r.text[:300]
+                if status not in _RETRY_STATUS:
+                    raise EngineError(
+                        f"the server rejected a completion request (HTTP {status}: {err})",
+                        "check --api-model and the sampling parameters the server supports",
+                    )
+            if attempt == self.retries:
+                raise EngineError(
+                    f"completion request failed after {self.retries + 1} attempts ({status or ''} {err})".strip(),
+                    "check the server's health and logs, then rerun (finished samples are kept)",
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+        raise AssertionError("unreachable")
+
+    def _body(self, prompt: str, n: int, seed: int) -> dict[str, Any]:
+        s = self.s
+        body: dict[str, Any] = {
+            "model": self.api_model,
+            "prompt": prompt,
+            "n": n,
+            "max_tokens": s.max_new_tokens,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "seed": seed,
+            "return_token_ids": True,  # vLLM extension; ignored by servers that do not know it
+        }
+        # Extensions vLLM, SGLang and llama.cpp accept; sent only when they change anything.
+        if s.top_k > 0:
+            body["top_k"] = s.top_k
+        if s.min_p > 0:
+            body["min_p"] = s.min_p
+        if s.repetition_penalty != 1.0:
+            body["repetition_penalty"] = s.repetition_penalty
+            body["repeat_penalty"] = s.repetition_penalty  # llama.cpp's name
+        return body
+
+    def _run_group(self, jobs: list[Job]) -> list[Result]:
+        head = jobs[0]
+        data = self._post(self._body(head.prompt_text, len(jobs), head.seed))
+        choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
+        if len(choices) != len(jobs):
+            raise EngineError(
+                f"asked for n={len(jobs)} samples, the server returned {len(choices)}",
+                "use --n-per-request 1 for servers that ignore n",
+            )
+        out = []
+        for job, ch in zip(jobs, choices, strict=True):
+            text = ch.get("text") or ""
+            ids = ch.get("token_ids")
+            if ids is None:
+                ids = self.tok(text, add_special_tokens=False)["input_ids"]
+            ids = [int(t) for t in ids if int(t) != self.tok.eos_token_id]
+            fr = ch.get("finish_reason")
+            stop = "length" if fr == "length" else "eos"
+            if stop == "length":
+                ids = ids[: self.s.max_new_tokens]
+            out.append(Result(job.prompt_id, job.sample_idx, tuple(ids), stop, text, job.seed))
+        return out
+
+    def _groups(self, jobs: Iterator[Job]) -> Iterator[list[Job]]:
+        for _, grp in groupby(jobs, key=lambda j: j.prompt_id):
+            g = list(grp)
+            size = self.n_per_request if self.n_per_request > 0 else len(g)
+            for i in range(0, len(g), size):
+                yield g[i : i + size]
+
+    def generate(self, jobs: Iterator[Job]) -> Iterator[Result]:
+        groups = self._groups(jobs)
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            pending: set[Future[list[Result]]] = set()
+            try:
+                for g in groups:
+                    pending.add(pool.submit(self._run_group, g))
+                    if len(pending) >= self.concurrency:
+                        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                        for f in done:
+                            yield from f.result()
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        yield from f.result()
+            finally:
+                for f in pending:
+                    f.cancel()
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,138 @@
+"""`lenpred collect` end to end on the real embedded model: resume after SIGKILL, extension, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import needs_llama
+from lenpred.cli import main
+from lenpred.data.rundir import RunDir
+
+PROMPTS = [
+    "Name a color.",
+    "What is 3 + 4?",
+    "Say hello in French.",
+    "Give one word that rhymes with cat.",
+    "Name a planet.",
+    "What is the capital of Italy?",
+]
+
+
+@pytest.fixture()
+def prompt_file(tmp_path: Path) -> Path:
+    p = tmp_path / "prompts.jsonl"
+    p.write_text("".join(json.dumps({"id": f"q{i}", "prompt": t}) + "\n" for i, t in enumerate(PROMPTS)))
+    return p
+
+
+def _args(run: Path, prompts: Path, n: int, k: int, *extra: str) -> list[str]:
+    return [
+        "collect", "--run", str(run), "--source", "jsonl", "--prompts-file", str(prompts),
+        "--prompts", str(n), "--samples", str(k), "--max-new-tokens", "24", "--temperature", "1.0",
+        "--top-p", "1.0", "--min-p", "0.1", "--no-progress", *extra,
+    ]
+
+
+def _keys(run: Path) -> list[tuple[str, int]]:
+    s = RunDir.open(run).samples(columns=["prompt_id", "sample_idx"])
+    return list(zip(s.prompt_id, s.sample_idx, strict=True))
+
+
+@needs_llama
+def test_collect_extend_and_card(tmp_path, prompt_file, capsys):
+    run = tmp_path / "run"
+    assert main(_args(run, prompt_file, 2, 2, "--engine", "llamacpp", "--n-parallel", "4")) == 0
+    rd = RunDir.open(run)
+    first_two = list(rd.prompts().prompt_id)
+    assert len(first_two) == 2 and set(first_two) <= {f"q{i}" for i in range(len(PROMPTS))}
+    assert sorted(_keys(run)) == sorted((p, k) for p in first_two for k in range(2))
+    card = rd.card
+    assert card["model"]["id"] == "smollm2-135m" and card["model"]["fingerprint"].startswith("sha256:")
+    assert card["sampling"]["max_new_tokens"] == 24 and card["engine"]["name"] == "llamacpp"
+    assert card["prompts"]["dataset_sha256"] and card["model"]["chat_template_sha256"]
+    s = rd.samples()
+    assert ((s.stop_reason == "length") == (s.n_tokens == 24)).all()
+    assert (s.n_tokens == s.token_ids.map(len)).all()
+    # extend: more prompts and more samples under the same card; nothing is redone
+    first = set(_keys(run))
+    assert main(_args(run, prompt_file, 3, 3, "--engine", "llamacpp", "--n-parallel", "4")) == 0
+    keys = _keys(run)
+    assert len(keys) == len(set(keys)) == 9 and first <= set(keys)
+    assert RunDir.open(run).card["targets"] == [{"prompts": 2, "samples": 2}, {"prompts": 3, "samples": 3}]
+    # a different card on the same directory: one-line error, exit 1, nothing written
+    before = sorted(p.name for p in (run / "samples.parquet").iterdir())
+    capsys.readouterr()
+    assert main(_args(run, prompt_file, 3, 3, "--engine", "llamacpp", "--seed", "7")) == 1
+    err = capsys.readouterr().err
+    assert "another card" in err and "sampling.seed" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in (run / "samples.parquet").iterdir()) == before
+
+
+@needs_llama
+def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path, prompt_file):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "lenpred.cli", *_args(run, prompt_file, 4, 3, "--engine", "llamacpp", "--n-parallel", "2", "--shard-size", "1")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    shards = run / "samples.parquet"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if shards.is_dir() and len(list(shards.glob("part-*.parquet"))) >= 3:
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"collect ended before it could be killed: {proc.stderr.read().decode()[-500:]}")
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = _keys(run)
+    assert 3 <= len(partial) < 12 and len(set(partial)) == len(partial)
+    # restart with the same arguments
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-800:]
+    keys = _keys(run)
+    expected = {(pid, k) for pid in RunDir.open(run).prompts().prompt_id[:4] for k in range(3)}
+    assert len(keys) == 12 and set(keys) == expected
+    assert set(partial) <= set(keys)
+    assert not list(run.rglob("*.tmp"))
+
+
+def test_bad_inputs_one_line_errors(tmp_path, prompt_file, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\nnot json\n')
+    cases = [
+        (_args(tmp_path / "r1", bad, 1, 1, "--engine", "hf"), "bad.jsonl:2 is not valid JSON"),
+        (_args(tmp_path / "r2", prompt_file, 1, 1, "--model", "no-such-model"), "unknown model 'no-such-model'"),
+        (_args(tmp_path / "r3", prompt_file, 1, 1, "--model", str(tmp_path / "nowhere")), "unknown model"),
+        (_args(tmp_path / "r4", prompt_file, 1, 1, "--engine", "vllm"), "unknown engine 'vllm'"),
+        (_args(tmp_path / "r5", prompt_file, 1, 1, "--engine", "openai", "--base-url", "http://127.0.0.1:9/v1"), "cannot reach"),
+        (_args(tmp_path / "r6", prompt_file, 1, 1, "--max-new-tokens", "9000", "--max-prompt-tokens", "4096"), "exceeds the model's context"),
+        (_args(tmp_path / "r7", prompt_file, 1, 1, "--temperature", "0"), "temperature must be > 0"),
+    ]
+    for argv, needle in cases:
+        capsys.readouterr()
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err.strip()
+        assert needle in err, (needle, err)
+        assert len(err.splitlines()) == 1 and "fix:" in err or "must be" in err
+    for i in range(1, 8):
+        assert not (tmp_path / f"r{i}").exists(), f"r{i} was half-written"
+
+
+def test_help_lists_every_verb_with_example(capsys):
+    from lenpred.cli import VERBS
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for verb, (_, _, example) in VERBS.items():
+        assert verb in out and example in out
+    with pytest.raises(SystemExit):
+        main(["collect", "--help"])
+    assert "example:" in capsys.readouterr().out
