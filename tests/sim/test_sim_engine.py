@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
-from conftest import MakeRequests
 
 from lenpred.errors import ConfigError, DataError, UnknownKeyError
 from lenpred.sim.config import ClusterConfig, PolicyConfig
@@ -12,6 +13,8 @@ from lenpred.sim.engine import Simulator, simulate
 from lenpred.sim.metrics import summarize
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import Request
+
+MakeRequests = Callable[..., list[Request]]  # the make_requests fixture (tests/sim/conftest.py)
 
 CLUSTERS = [
     ClusterConfig(mode="disaggregated", n_prefill=2, n_decode=3, kv_capacity_tokens=4000),

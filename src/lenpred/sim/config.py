@@ -234,7 +234,7 @@ class SweepConfig(_FromDict):
     loads: tuple[float, ...] = ()  # empty: one run at workload.arrival.rate
     load_unit: str = "req/s"  # or "capacity": multiples of the measured saturation throughput
     baseline: str | None = None  # arm the others are compared with (default: the first)
-    probe_requests: int = 4000  # requests in the saturation probe (load_unit "capacity")
+    probe_requests: int = 4000  # requests in the saturation probe (at least 5x the decode batch slots)
 
     def __post_init__(self) -> None:
         _choice("sweep", "load_unit", self.load_unit, LOAD_UNITS)

@@ -1,8 +1,8 @@
 """Run a config: every policy arm at every load, on one shared workload, and tabulate.
 
 With ``sweep.load_unit = "capacity"`` the loads are multiples of the cluster's measured saturation
-throughput: a probe run sends ``probe_requests`` requests at once under the baseline arm and
-counts completions per second between the 10th and 90th percentile of finish times.
+throughput: a probe run sends many requests at once under the baseline arm and counts completions
+per second while the decode pool is saturated (:func:`measure_capacity`).
 """
 
 from __future__ import annotations
@@ -114,11 +114,21 @@ def run_one(cfg: SimConfig, workload: Workload, policy: PolicyConfig, rate: floa
 
 
 def measure_capacity(cfg: SimConfig, workload: Workload, policy: PolicyConfig) -> float:
-    """Saturation throughput (requests/s) of the cluster on this workload's lengths."""
-    n = min(cfg.sweep.probe_requests, workload.n)
-    probe = Workload(prompt=workload.prompt[:n], output=workload.output[:n], arrivals=np.zeros(n))
+    """Saturation throughput (requests/s) of the cluster on this workload's lengths.
+
+    Sends ``n`` requests at t = 0 (the workload's lengths, repeated if needed) and counts
+    completions per second between the 10% point and the moment fewer requests remain than the
+    decode pool has batch slots (after that the pool is draining, not saturated); ``n`` is at
+    least 5x those slots so that window is long.
+    """
+    prof = get_profile(cfg.cluster.profile).with_overrides(max_batch=cfg.cluster.max_batch)
+    n_dec = cfg.cluster.n_instances if cfg.cluster.mode == "colocated" else cfg.cluster.n_decode
+    slots = n_dec * prof.max_batch
+    n = max(cfg.sweep.probe_requests, 5 * slots)
+    probe = Workload(prompt=np.resize(workload.prompt, n), output=np.resize(workload.output, n),
+                     arrivals=np.zeros(n))
     res = run_one(cfg, probe, policy, None, PredictionConfig(model="oracle"))
-    return steady_throughput(res)
+    return steady_throughput(res, lo=0.1, hi=1.0 - slots / n)
 
 
 def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Workload | None = None
@@ -135,8 +145,7 @@ def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Worklo
     loads: list[float | None]
     if cfg.sweep.load_unit == "capacity":
         capacity = measure_capacity(cfg, wl, base_policy)
-        say(f"saturation throughput: {capacity:.2f} requests/s (probe of "
-            f"{min(cfg.sweep.probe_requests, wl.n)} requests, {baseline})")
+        say(f"saturation throughput: {capacity:.2f} requests/s (burst probe, {baseline})")
         loads = list(cfg.sweep.loads) or [1.0]
     elif cfg.sweep.loads:
         loads = list(cfg.sweep.loads)
