@@ -165,3 +165,24 @@ def test_real_profiles_run(make_requests: MakeRequests) -> None:
         assert np.isfinite(res.t_finish).all()
         ttft = res.t_first - res.arrival
         assert 0.002 < np.median(ttft) < 1.0, prof  # milliseconds for ~100-token prompts
+
+
+@pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
+def test_repredictions_keep_the_bookkeeping_exact(mode: str, toy_profile: LatencyProfile) -> None:
+    # srpt + least-predicted-tokens with re-predictions every 16 tokens and a tight KV budget:
+    # check_invariants recomputes the incremental predicted-load sums at every step.
+    from lenpred.sim.config import PredictionConfig, WorkloadConfig
+    from lenpred.sim.workload import build_workload
+
+    wl = build_workload(WorkloadConfig(n_requests=200), seed=5)
+    reqs = wl.requests(40.0, PredictionConfig(model="lognormal", rel_mae=0.5, repredict_every=16), seed=5)
+    assert sum(len(r.repred) for r in reqs) > 1000
+    cluster = ClusterConfig(mode=mode, n_prefill=1, n_decode=2, n_instances=2, kv_capacity_tokens=6000)
+    sim = Simulator(reqs, cluster, PolicyConfig(queue="srpt", dispatch="least-predicted-tokens"),
+                    profile=toy_profile, check_invariants=True)
+    res = sim.run()
+    assert np.isfinite(res.t_finish).all() and res.n_preempt.sum() > 0
+    assert all(r.gen == r.output for r in sim.requests)
+    for d in sim.decode:  # drained: nothing left in any load sum
+        assert d.n_run == d.n_reserved == d.ctx == d.kv_reserved == 0
+        assert abs(d.outstanding_tokens()) < 1e-6 and d.outstanding_requests() == 0
