@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fit-profile", default=None, metavar="CSV",
                    help="fit a latency profile to measured step timings (columns: kind [prefill|decode], "
                         "seconds, and lengths (JSON list) or tokens + tokens_sq for prefill, batch + context "
-                        "for decode); writes OUT/profile.json, usable as cluster.profile")
+                        "for decode); writes OUT (a .json path) or OUT/<csv name>.json, usable as cluster.profile")
     p.add_argument("--base-profile", default="llama8b-h100",
                    help="profile whose KV size and batch limits a fitted profile keeps (default llama8b-h100)")
 
