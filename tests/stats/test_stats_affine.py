@@ -9,6 +9,13 @@ from scipy import stats
 from lenpred.stats.affine import fit_affine
 
 
+def covers(ci: tuple[float, float], value: float, slack: float = 0.25) -> bool:
+    """``value`` inside the 95% interval widened by ``slack`` of its width on each side (~99% coverage):
+    one synthetic run is one draw, and a test must not fail on the 5% of draws a 95% interval misses."""
+    lo, hi = ci
+    return lo - slack * (hi - lo) < value < hi + slack * (hi - lo)
+
+
 def _fit(x: np.ndarray, **kw):
     return fit_affine(
         x.mean(1),
@@ -31,7 +38,7 @@ def test_exact_affine_law_normal_samples() -> None:
     f = _fit(x)
     assert f["alpha"] == pytest.approx(0.25, abs=0.012)
     assert f["b"] == pytest.approx(20.0, abs=4.0)
-    assert f["alpha_ci"][0] < 0.25 < f["alpha_ci"][1]
+    assert covers(f["alpha_ci"], 0.25)
     assert f["robust"]["alpha"] == pytest.approx(0.25, abs=0.02)
     # the naive fit of s on the sample mean is attenuated by c4(8) and by the noise in the means
     assert f["uncorrected_ols"]["alpha"] < 0.235
@@ -50,8 +57,8 @@ def test_ramping_hazard_alpha_b(ramp_run) -> None:
     assert t["alpha"] == pytest.approx(0.15, abs=0.002)  # the generator's law, up to discretisation
     assert af["alpha"] == pytest.approx(t["alpha"], abs=0.035)
     assert af["b"] == pytest.approx(t["b"], abs=10.0)
-    assert af["alpha_ci"][0] < t["alpha"] < af["alpha_ci"][1]
-    assert af["b_ci"][0] < t["b"] < af["b_ci"][1]
+    assert covers(af["alpha_ci"], t["alpha"])
+    assert covers(af["b_ci"], t["b"])
     assert af["robust"]["alpha"] == pytest.approx(t["alpha"], abs=0.04)
 
 
@@ -61,7 +68,7 @@ def test_segment_sum_alpha_is_count_cv(segment_run) -> None:
     assert t["segment_cv"] == pytest.approx(0.30, abs=0.01)
     assert t["alpha"] == pytest.approx(t["segment_cv"], abs=0.01)  # the theory's claim, exactly true here
     assert af["alpha"] == pytest.approx(t["alpha"], abs=0.045)
-    assert af["alpha_ci"][0] < t["alpha"] < af["alpha_ci"][1]
+    assert covers(af["alpha_ci"], t["alpha"])
     assert seg["cv_mean"] == pytest.approx(t["segment_cv"], abs=0.02)
     assert s["alpha_vs_segment_cv"]["agree"] is True
     assert s["verdicts"]["alpha_is_segment_cv"].startswith("HOLDS")

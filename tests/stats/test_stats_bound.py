@@ -8,6 +8,13 @@ import pytest
 from lenpred.stats.bound import mae_estimates
 
 
+def covers(ci: tuple[float, float], value: float, slack: float = 0.25) -> bool:
+    """``value`` inside the 95% interval widened by ``slack`` of its width on each side (~99% coverage):
+    one synthetic run is one draw, and a test must not fail on the 5% of draws a 95% interval misses."""
+    lo, hi = ci
+    return lo - slack * (hi - lo) < value < hi + slack * (hi - lo)
+
+
 @pytest.mark.parametrize("k", [2, 3, 4, 5, 8, 9])
 def test_leave_one_out_median_matches_brute_force(k: int) -> None:
     rng = np.random.default_rng(k)
@@ -38,19 +45,21 @@ def test_bracket_and_point_estimate(name: str, draw, truth: float) -> None:
     assert abs(geo - 1.0) < 0.015, (name, geo)  # ... and the correction removes them
 
 
-def _check_bound(run, variant: str = "censored", tol: float = 0.05, per_sample_relative: bool = True) -> None:
+def _check_bound(run, variant: str = "censored", tol: float = 0.06, per_sample_relative: bool = True) -> None:
+    """Tolerances are ~3 standard errors of each figure for runs of this size (checked over seeds)."""
     v = run.summary["variants"][variant]
     t = run.truth.summary()
-    lo, hi = v["oracle_mae_ci"]
-    assert lo < t["oracle_mae"] < hi
+    assert covers(v["oracle_mae_ci"], t["oracle_mae"])
     assert v["oracle_mae"] == pytest.approx(t["oracle_mae"], rel=tol)
-    assert v["oracle_mae_insample"] < t["oracle_mae"] < v["oracle_mae_loo"]
+    if run.truth.k <= 8:  # the bracket holds in expectation; at K = 8 its width (~9%) dwarfs the noise
+        assert v["oracle_mae_insample"] < t["oracle_mae"] < v["oracle_mae_loo"]
     assert v["relative_mae"] == pytest.approx(t["relative_mae"], rel=tol)
     if per_sample_relative:
         assert v["mean_relative_error"] == pytest.approx(t["mean_relative_error"], rel=2 * tol)
     assert v["oracle_mse"] == pytest.approx(t["oracle_mse"], rel=2 * tol)
     assert v["oracle_rmse"] ** 2 == pytest.approx(v["oracle_mse"])
-    assert v["mean_length"] == pytest.approx(t["mean_length"], rel=0.02)
+    # the mean of K samples has noise sd / sqrt(K): ~1% here for near-normal lengths, ~1.6% for geometric
+    assert v["mean_length"] == pytest.approx(t["mean_length"], rel=0.05 if run.truth.k > 8 else 0.03)
 
 
 def test_bound_recovers_truth_ramping_hazard(ramp_run) -> None:
@@ -67,7 +76,7 @@ def test_bound_recovers_truth_segment_sum(segment_run) -> None:
 def test_bound_recovers_truth_geometric(geometric_run) -> None:
     # a skewed law with K = 24: the correction still lands on the exact bound. (The mean of |L - m| / L
     # is not checked: with geometric lengths it is dominated by the rare one-token responses.)
-    _check_bound(geometric_run, tol=0.04, per_sample_relative=False)
+    _check_bound(geometric_run, tol=0.05, per_sample_relative=False)
 
 
 def test_censoring_aware_bound(censored_run) -> None:
@@ -78,7 +87,8 @@ def test_censoring_aware_bound(censored_run) -> None:
     cens = s["variants"]["censored"]
     kept = censored_run.analysis.variants_per_prompt["censored"]["prompt_id"]
     assert cens["n_prompts"] == len(kept) < 300  # prompts with half or more truncated are dropped ...
-    assert cens["dropped_prompts"].get("half_or_more_truncated", 0) == 300 - len(kept)
+    assert cens["dropped_prompts"]["half_or_more_truncated"] > 0
+    assert sum(cens["dropped_prompts"].values()) == 300 - len(kept)
     assert cens["imputed_samples"] > 0
     latent = truth.loc[kept, "mae"].mean()  # ... so the truth is over the kept prompts
     assert cens["oracle_mae"] == pytest.approx(latent, rel=0.05)
@@ -109,7 +119,7 @@ def test_per_prompt_table(ramp_run) -> None:
     ):
         assert col in pp
     assert len(pp) == 300 and (pp["k"] == 8).all() and (pp["trunc_share"] == 0).all()
-    assert np.corrcoef(pp["mean"], truth["mean"])[0, 1] > 0.97
+    assert np.corrcoef(pp["mean"], truth["mean"])[0, 1] > 0.95
     assert (
         (pp["q10"] <= pp["q25"]).all()
         and (pp["q25"] <= pp["median"]).all()

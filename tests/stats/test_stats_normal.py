@@ -8,6 +8,13 @@ import pytest
 from lenpred.stats.normal import NORMAL_CENTRAL_MASS, normal_reference
 
 
+def covers(ci: tuple[float, float], value: float, slack: float = 0.25) -> bool:
+    """``value`` inside the 95% interval widened by ``slack`` of its width on each side (~99% coverage):
+    one synthetic run is one draw, and a test must not fail on the 5% of draws a 95% interval misses."""
+    lo, hi = ci
+    return lo - slack * (hi - lo) < value < hi + slack * (hi - lo)
+
+
 def test_normal_reference_is_calibrated() -> None:
     ref = normal_reference({8: 1}, 4000, np.random.default_rng(0))
     assert ref["shapiro_reject_share"] == pytest.approx(0.05, abs=0.015)
@@ -21,9 +28,12 @@ def test_normal_reference_is_calibrated() -> None:
 def test_ramping_hazard_is_normal(ramp_run) -> None:
     nl = ramp_run.summary["normal_law"]
     obs, ref = nl["observed"], nl["if_normal"]
+    # the Weibull ramp (shape 3.6) is close to, not exactly, normal: compare with its exact ratio
+    t = ramp_run.truth.per_prompt
+    exact = float(t["mae"].sum() / (np.sqrt(2 / np.pi) * t["sd"]).sum())
+    assert exact == pytest.approx(1.0, abs=0.02)
     assert obs["mae_ratio_aggregate"] == pytest.approx(1.0, abs=0.04)
-    lo, hi = obs["mae_ratio_aggregate_ci"]
-    assert lo < 1.0 < hi
+    assert covers(obs["mae_ratio_aggregate_ci"], exact)
     assert obs["shapiro_reject_share"] < 0.1
     assert abs(obs["share_within_10pct"] - ref["share_within_10pct"]) < 0.12
     assert ramp_run.summary["verdicts"]["normal_law"].startswith("HOLDS:")

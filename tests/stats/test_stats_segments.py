@@ -8,6 +8,14 @@ from lenpred.stats import BoundConfig, analyse_run
 from lenpred.stats import simulate as sim
 from lenpred.stats.segments import count_segments
 
+
+def covers(ci: tuple[float, float], value: float, slack: float = 0.25) -> bool:
+    """``value`` inside the 95% interval widened by ``slack`` of its width on each side (~99% coverage):
+    one synthetic run is one draw, and a test must not fail on the 5% of draws a 95% interval misses."""
+    lo, hi = ci
+    return lo - slack * (hi - lo) < value < hi + slack * (hi - lo)
+
+
 TEXT = (
     "First sentence. Second one!\nA line without a stop\n\n  \n\nNew paragraph? Yes.\n- item one\n- item two"
 )
@@ -38,7 +46,7 @@ def test_segment_cv_all_units(segment_run) -> None:
     assert seg["available"] and seg["unit"] == "paragraph"
     for unit, value in seg["all_units_cv_mean"].items():
         assert value == pytest.approx(cv, abs=0.02), unit
-    assert seg["cv_mean_ci"][0] < cv < seg["cv_mean_ci"][1]
+    assert covers(seg["cv_mean_ci"], cv)
 
 
 def test_run_without_text(tmp_path) -> None:
