@@ -28,6 +28,8 @@ CARDS: dict[str, dict[str, float | int]] = {
     "t0.7-p0.9-rep1.1": {"temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.1},
     "t0.7-p0.9-rep1.2": {"temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.2},
     "t1.0-minp0.1-rep1.1": {"temperature": 1.0, "top_p": 1.0, "min_p": 0.1, "repetition_penalty": 1.1},
+    "t0.7-p0.9-freq0.5": {"temperature": 0.7, "top_p": 0.9, "frequency_penalty": 0.5},
+    "t1.0-minp0.1-freq0.3": {"temperature": 1.0, "top_p": 1.0, "min_p": 0.1, "frequency_penalty": 0.3},
 }
 
 
@@ -41,7 +43,7 @@ def main() -> None:
     ap.add_argument("--out", default="out/pilot")
     a = ap.parse_args()
     table = Table(title=f"sampling-card pilot: {a.prompts} ShareGPT prompts x {a.samples} samples, max_new_tokens={a.max_new_tokens}")
-    for col in ("card", "samples", "truncated", "mean len (EOS only)", "median len", "tok/s"):
+    for col in ("card", "samples", "truncated", "n >= 512", "mean len (EOS only)", "median len", "tok/s"):
         table.add_column(col)
     results = {}
     for name in a.cards:
@@ -59,7 +61,7 @@ def main() -> None:
         trunc = float((df.stop_reason == "length").mean())
         eos = df[df.stop_reason == "eos"].n_tokens
         results[name] = {"card": CARDS[name], "samples": len(df), "truncated": trunc, "mean_eos": float(eos.mean()) if len(eos) else None, "median": float(np.median(df.n_tokens))}
-        table.add_row(name, str(len(df)), f"{trunc:.1%}", f"{eos.mean():.0f}" if len(eos) else "-", f"{np.median(df.n_tokens):.0f}", f"{s.tokens_per_s:.0f}" if s.new_samples else "(cached)")
+        table.add_row(name, str(len(df)), f"{trunc:.1%}", f"{(df.n_tokens >= 512).mean():.1%}", f"{eos.mean():.0f}" if len(eos) else "-", f"{np.median(df.n_tokens):.0f}", f"{s.tokens_per_s:.0f}" if s.new_samples else "(cached)")
     Console().print(table)
     print(json.dumps(results, indent=1))
 

@@ -80,14 +80,15 @@ def test_collect_extend_and_card(tmp_path, prompt_file, capsys):
 def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path, prompt_file):
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "lenpred.cli", *_args(run, prompt_file, 4, 3, "--engine", "llamacpp", "--n-parallel", "2", "--shard-size", "1")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    errlog = open(tmp_path / "collect.err", "w+b")  # a file, not a pipe: a full pipe would block the child
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errlog)
     shards = run / "samples.parquet"
     deadline = time.time() + 240
     while time.time() < deadline:
         if shards.is_dir() and len(list(shards.glob("part-*.parquet"))) >= 3:
             break
         if proc.poll() is not None:
-            pytest.fail(f"collect ended before it could be killed: {proc.stderr.read().decode()[-500:]}")
+            pytest.fail(f"collect ended before it could be killed: {(tmp_path / 'collect.err').read_text()[-500:]}")
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

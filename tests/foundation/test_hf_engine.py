@@ -65,3 +65,13 @@ def test_length_cap(tiny_llama):
     s = SamplingConfig(temperature=1.0, top_k=1, max_new_tokens=1)
     res = list(HFEngine(tiny_llama, _Tok(), s, batch_size=2).generate(iter([Job("a", 0, (5, 6), "", 0)])))
     assert len(res) == 1 and len(res[0].token_ids) <= 1
+
+
+def test_frequency_penalty_breaks_greedy_loops(tiny_llama):
+    """Greedy decoding of a random tiny model loops; an output-only frequency penalty changes the picks."""
+    prompt = _prompts()[3]
+    base = SamplingConfig(temperature=1.0, top_k=1, max_new_tokens=40)
+    pen = SamplingConfig(temperature=1.0, top_k=1, max_new_tokens=40, frequency_penalty=2.0)
+    a = next(HFEngine(tiny_llama, _Tok(), base, batch_size=1).generate(iter([Job("a", 0, prompt, "", 0)])))
+    b = next(HFEngine(tiny_llama, _Tok(), pen, batch_size=1).generate(iter([Job("a", 0, prompt, "", 0)])))
+    assert len(set(b.token_ids)) > len(set(a.token_ids))

@@ -21,8 +21,13 @@ from lenpred.registry import Registry
 @dataclass(frozen=True)
 class SamplingConfig:
     """The sampling card. ``top_k=0`` means no top-k cut, ``top_p=1`` no nucleus cut, ``min_p=0`` no
-    min-p cut, ``repetition_penalty=1`` none. The order of the processors is the one transformers
-    and vLLM use: repetition penalty (over prompt + output), temperature, top-k, top-p, min-p.
+    min-p cut, ``repetition_penalty=1`` none. The order of the processors is the one vLLM uses:
+    penalties, temperature, top-k, top-p, min-p.
+
+    ``repetition_penalty`` is the multiplicative (CTRL / transformers / vLLM) penalty over prompt +
+    output tokens. With a chat template it also penalises the end-of-turn token, which occurs in the
+    prompt, so it *lengthens* answers (measured in the pilot). ``frequency_penalty`` and
+    ``presence_penalty`` are OpenAI's additive penalties over output tokens only.
     """
 
     temperature: float = 1.0
@@ -30,6 +35,8 @@ class SamplingConfig:
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
     max_new_tokens: int = 1024
     seed: int = 0
 
@@ -44,6 +51,8 @@ class SamplingConfig:
             raise ConfigError(f"min_p must be in [0, 1), got {self.min_p}")
         if not (self.repetition_penalty > 0):
             raise ConfigError(f"repetition_penalty must be > 0 (1 = off), got {self.repetition_penalty}")
+        if not (-2 <= self.frequency_penalty <= 2 and -2 <= self.presence_penalty <= 2):
+            raise ConfigError("frequency_penalty and presence_penalty must be in [-2, 2] (OpenAI's range)")
         if self.max_new_tokens <= 0:
             raise ConfigError(f"max_new_tokens must be positive, got {self.max_new_tokens}")
 

@@ -8,7 +8,8 @@ more are trimmed from the left. The padding share (row-steps without a live samp
 so the effect is measurable (see ``benchmarks/bench_collect.py``).
 
 Sampling runs per row with its own seeded ``torch.Generator``: repetition penalty over prompt +
-output, then temperature, top-k, top-p, min-p (the order transformers and vLLM use).
+output, frequency / presence penalties over the output, then temperature, top-k, top-p, min-p
+(the order vLLM uses).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class _Row:
     job: Job
     gen: Any  # torch.Generator
     seen: Any  # (V,) bool: tokens in prompt + output, for the repetition penalty
+    counts: Any  # (V,) float: output token counts, for frequency / presence penalties
     pos: int  # position id of the next token fed
     last: int  # token to feed next
     out: list[int] = field(default_factory=list)
@@ -140,12 +142,16 @@ class HFEngine:
             seen = torch.stack([r.seen for _, r in rows])  # (n, V)
             pen = torch.where(logits > 0, logits / self.s.repetition_penalty, logits * self.s.repetition_penalty)
             logits = torch.where(seen, pen, logits)
+        if self.s.frequency_penalty or self.s.presence_penalty:
+            counts = torch.stack([r.counts for _, r in rows])  # (n, V)
+            logits = logits - self.s.frequency_penalty * counts - self.s.presence_penalty * (counts > 0).float()
         logits = self.warp(None, logits)
         probs = torch.softmax(logits, dim=-1)  # (n, V)
         out = []
         for k, (_, r) in enumerate(rows):
             t = int(torch.multinomial(probs[k], 1, generator=r.gen).item())
             r.seen[t] = True
+            r.counts[t] += 1
             out.append(t)
         return out
 
@@ -181,7 +187,8 @@ class HFEngine:
                     gen = torch.Generator(device=dev).manual_seed(job.seed)
                     seen = torch.zeros(self.vocab, dtype=torch.bool, device=dev)
                     seen[ids[0]] = True
-                    r = _Row(job=job, gen=gen, seen=seen, pos=ids.shape[1], last=-1)
+                    counts = torch.zeros(self.vocab, dtype=torch.float32, device=dev)
+                    r = _Row(job=job, gen=gen, seen=seen, counts=counts, pos=ids.shape[1], last=-1)
                     t = self._sample(o.logits[:, -1, :], [(b, r)])[0]
                     if t in self.eos or max_new <= 0:
                         yield self._finish(r, "eos", "")

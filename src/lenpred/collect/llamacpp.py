@@ -148,7 +148,7 @@ class LlamaCppEngine:
 
     # ------------------------------------------------------------------ sampling
     def _new_sampler(self, job: Job) -> Any:
-        """penalty -> temperature -> top-k -> top-p -> min-p -> seeded draw (the HF / vLLM order)."""
+        """penalties -> temperature -> top-k -> top-p -> min-p -> seeded draw (the vLLM order)."""
         L, s = self.L, self.sampling
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         if s.repetition_penalty != 1.0:
@@ -159,6 +159,11 @@ class LlamaCppEngine:
             for t in job.prompt_token_ids:
                 L.llama_sampler_accept(pen, t)
             L.llama_sampler_chain_add(chain, pen)
+        if s.frequency_penalty or s.presence_penalty:  # output tokens only, as in OpenAI / vLLM
+            n_vocab = L.llama_vocab_n_tokens(self.vocab)
+            L.llama_sampler_chain_add(
+                chain, L.llama_sampler_init_penalties(n_vocab, self.per_seq_ctx, 1.0, s.frequency_penalty, s.presence_penalty)
+            )
         L.llama_sampler_chain_add(chain, L.llama_sampler_init_temp(s.temperature))
         if s.top_k > 0:
             L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_k(s.top_k))

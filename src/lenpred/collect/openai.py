@@ -146,6 +146,10 @@ class OpenAIEngine:
             "return_token_ids": True,  # vLLM extension; ignored by servers that do not know it
         }
         # Extensions vLLM, SGLang and llama.cpp accept; sent only when they change anything.
+        if s.frequency_penalty:
+            body["frequency_penalty"] = s.frequency_penalty
+        if s.presence_penalty:
+            body["presence_penalty"] = s.presence_penalty
         if s.top_k > 0:
             body["top_k"] = s.top_k
         if s.min_p > 0:

@@ -28,7 +28,9 @@ def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=d.top_p)
     g.add_argument("--top-k", type=int, default=d.top_k, help="0 = off")
     g.add_argument("--min-p", type=float, default=d.min_p, help="0 = off")
-    g.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty, help="1 = off")
+    g.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty, help="1 = off (prompt + output)")
+    g.add_argument("--frequency-penalty", type=float, default=d.frequency_penalty, help="0 = off (output only)")
+    g.add_argument("--presence-penalty", type=float, default=d.presence_penalty, help="0 = off (output only)")
     g.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     g.add_argument("--seed", type=int, default=d.seed, help="sampling seed (per-sample seeds derive from it)")
 
@@ -52,6 +54,8 @@ def sampling_config(a: argparse.Namespace) -> SamplingConfig:
         top_k=a.top_k,
         min_p=a.min_p,
         repetition_penalty=a.repetition_penalty,
+        frequency_penalty=a.frequency_penalty,
+        presence_penalty=a.presence_penalty,
         max_new_tokens=a.max_new_tokens,
         seed=a.seed,
     )
