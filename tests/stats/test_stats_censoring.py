@@ -13,7 +13,7 @@ def test_censored_fit_recovers_mean_and_sd() -> None:
     x = rng.normal(300.0, 60.0, 4000)
     cap = 340.0  # ~25% censored
     cens = x > cap
-    mu, sigma = fit_censored_normal(x[~cens], int(cens.sum()), cap)
+    mu, sigma = fit_censored_normal(x[~cens], np.full(int(cens.sum()), cap))
     assert mu == pytest.approx(300.0, abs=3.0)
     assert sigma == pytest.approx(60.0, abs=3.0)
     # ignoring the censoring would be far off
@@ -22,16 +22,25 @@ def test_censored_fit_recovers_mean_and_sd() -> None:
 
 def test_uncensored_fit_is_plain_mle() -> None:
     x = np.array([10.0, 12.0, 14.0])
-    assert fit_censored_normal(x, 0, 100.0) == pytest.approx((12.0, float(np.std(x))))
+    assert fit_censored_normal(x, np.array([])) == pytest.approx((12.0, float(np.std(x))))
 
 
 def test_imputation_keeps_observed_and_fills_beyond_cap() -> None:
     rng = np.random.default_rng(1)
     lengths = np.array([100.0, 120.0, 140.0, 200.0, 200.0])
     cens = np.array([False, False, False, True, True])
-    out = impute_censored(lengths, cens, 200.0, 12, rng)
+    out = impute_censored(lengths, cens, 12, rng)
     assert out.shape == (12, 5)
     assert (out[:, :3] == lengths[:3]).all()
     assert (out[:, 3:] >= 200.0).all() and out[:, 3:].std() > 0
-    same = impute_censored(lengths[:3], cens[:3], 200.0, 4, rng)
+    same = impute_censored(lengths[:3], cens[:3], 4, rng)
     assert (same == lengths[:3]).all()
+
+
+def test_censoring_points_may_differ() -> None:
+    """A sample cut early (say by a context limit) is imputed above its own cut, not above the cap."""
+    rng = np.random.default_rng(2)
+    lengths = np.array([100.0, 110.0, 120.0, 130.0, 90.0])
+    cens = np.array([False, False, False, False, True])
+    out = impute_censored(lengths, cens, 50, rng)
+    assert (out[:, 4] >= 90.0).all() and out[:, 4].min() < 110.0

@@ -79,6 +79,8 @@ def print_summary(summary: dict[str, Any], written: list[Path], elapsed: float) 
     from rich.console import Console
     from rich.table import Table
 
+    from lenpred.stats.report import fmt
+
     con = Console()
     if not con.is_terminal:  # piped or captured: rich would assume 80 columns and squeeze the tables
         con = Console(width=150)
@@ -148,22 +150,34 @@ def print_summary(summary: dict[str, Any], written: list[Path], elapsed: float) 
     nt.add_column("if normal", justify="right")
     nt.add_row(
         "sum MAE_i / sum sqrt(2/pi) sd_i",
-        f"{o['mae_ratio_aggregate']:.3f} {_ci(o['mae_ratio_aggregate_ci'], '.3f')}",
-        f"{r['mae_ratio_aggregate']:.3f}",
+        f"{fmt(o['mae_ratio_aggregate'], '.3f')} {_ci(o['mae_ratio_aggregate_ci'], '.3f')}",
+        f"{fmt(r['mae_ratio_aggregate'], '.3f')}",
     )
     nt.add_row(
-        "MAE_i within 5% of normal law", f"{o['share_within_5pct']:.1%}", f"{r['share_within_5pct']:.1%}"
+        "MAE_i within 5% of normal law",
+        f"{fmt(o['share_within_5pct'], '.1%')}",
+        f"{fmt(r['share_within_5pct'], '.1%')}",
     )
     nt.add_row(
-        "MAE_i within 10% of normal law", f"{o['share_within_10pct']:.1%}", f"{r['share_within_10pct']:.1%}"
+        "MAE_i within 10% of normal law",
+        f"{fmt(o['share_within_10pct'], '.1%')}",
+        f"{fmt(r['share_within_10pct'], '.1%')}",
     )
-    nt.add_row("mean skewness", f"{o['skew_mean']:+.3f}", f"{r['skew_mean']:+.3f}")
+    nt.add_row("mean skewness", f"{fmt(o['skew_mean'], '+.3f')}", f"{fmt(r['skew_mean'], '+.3f')}")
     nt.add_row(
-        "mean excess kurtosis", f"{o['excess_kurtosis_mean']:+.3f}", f"{r['excess_kurtosis_mean']:+.3f}"
+        "mean excess kurtosis",
+        f"{fmt(o['excess_kurtosis_mean'], '+.3f')}",
+        f"{fmt(r['excess_kurtosis_mean'], '+.3f')}",
     )
-    nt.add_row("mass within +-1 sd (68.3% limit)", f"{o['central_mass']:.1%}", f"{r['central_mass']:.1%}")
     nt.add_row(
-        "Shapiro-Wilk rejects at 5%", f"{o['shapiro_reject_share']:.1%}", f"{r['shapiro_reject_share']:.1%}"
+        "mass within +-1 sd (68.3% limit)",
+        f"{fmt(o['central_mass'], '.1%')}",
+        f"{fmt(r['central_mass'], '.1%')}",
+    )
+    nt.add_row(
+        "Shapiro-Wilk rejects at 5%",
+        f"{fmt(o['shapiro_reject_share'], '.1%')}",
+        f"{fmt(r['shapiro_reject_share'], '.1%')}",
     )
     con.print(nt)
 

@@ -165,7 +165,8 @@ def plot_hazard(analysis: BoundAnalysis, path: Path) -> Path:
     ax2.set_xlabel("normalised time u = t / median_i")
     ax2.set_ylabel("stops per median length")
     ax2.set_title("Normalised time: a ramp rises, a memoryless process stays flat", fontsize=10)
-    ax2.legend(fontsize=7)
+    if ax2.get_legend_handles_labels()[0]:  # nothing to label when too few samples were at risk
+        ax2.legend(fontsize=7)
     return _save(fig, path)
 
 

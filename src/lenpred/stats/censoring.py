@@ -14,6 +14,8 @@ likelihood with right-censoring (a Tobit fit: density for the observed lengths, 
 the censored ones). Each censored sample is then drawn from that normal truncated to (C, inf), M times
 (multiple imputation), and every estimator is averaged over the M completed samples. Observed
 lengths are never changed, so a prompt without censoring is analysed exactly as it was collected.
+A sample cut before the cap (an engine's context limit, say) is handled the same way, censored at
+its own length.
 """
 
 from __future__ import annotations
@@ -25,29 +27,32 @@ from scipy import optimize, stats
 MIN_SIGMA = 0.5
 
 
-def fit_censored_normal(observed: np.ndarray, n_censored: int, cap: float) -> tuple[float, float]:
-    """Maximum-likelihood (mu, sigma) of a normal from ``observed`` lengths and ``n_censored`` at ``cap``.
+def fit_censored_normal(observed: np.ndarray, censored_at: np.ndarray) -> tuple[float, float]:
+    """Maximum-likelihood (mu, sigma) of a normal from ``observed`` lengths and lengths censored at
+    ``censored_at`` (known only to exceed those values; normally all equal to max_new_tokens).
 
     ``observed`` must hold at least one value. Without censoring this is the plain MLE (mean, sd with
     ddof=0); the caller applies small-sample corrections where it needs them.
     """
     obs = np.asarray(observed, dtype=float)
+    cens = np.asarray(censored_at, dtype=float)
     if obs.size == 0:
         raise ValueError("a censored normal fit needs at least one observed length")
     mu0 = float(obs.mean())
     sd0 = max(float(obs.std()), MIN_SIGMA)
-    if n_censored == 0:
+    if cens.size == 0:
         return mu0, sd0
+    cap = float(cens.max())
 
     def nll(theta: np.ndarray) -> float:
         mu, log_sigma = theta
         sigma = np.exp(log_sigma)
-        ll = stats.norm.logpdf(obs, mu, sigma).sum() + n_censored * stats.norm.logsf(cap, mu, sigma)
+        ll = stats.norm.logpdf(obs, mu, sigma).sum() + stats.norm.logsf(cens, mu, sigma).sum()
         return -float(ll)
 
     # Start above the observed mean: censored samples pull the mean up. Nelder-Mead is robust to the
     # flat likelihood that a prompt with few observed samples can have.
-    start = np.array([max(mu0, cap - sd0), np.log(sd0 * 1.5)])
+    start = np.array([max(mu0, float(cens.mean()) - sd0), np.log(sd0 * 1.5)])
     res = optimize.minimize(nll, start, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-6})
     mu, log_sigma = res.x
     sigma = float(np.exp(log_sigma))
@@ -58,11 +63,12 @@ def fit_censored_normal(observed: np.ndarray, n_censored: int, cap: float) -> tu
 
 
 def impute_censored(
-    lengths: np.ndarray, censored: np.ndarray, cap: float, n_imputations: int, rng: np.random.Generator
+    lengths: np.ndarray, censored: np.ndarray, n_imputations: int, rng: np.random.Generator
 ) -> np.ndarray:
     """(M, K) completed copies of one prompt's K lengths; censored entries drawn from the fitted tail.
 
-    ``lengths`` (K,) holds the observed lengths (censored ones equal ``cap``); ``censored`` (K,) bool.
+    ``lengths`` (K,) holds the observed lengths; a censored one is where the sample was cut (the cap),
+    and its imputed values lie above it. ``censored`` (K,) bool.
     """
     x = np.asarray(lengths, dtype=float)
     c = np.asarray(censored, dtype=bool)
@@ -70,9 +76,10 @@ def impute_censored(
     n_c = int(c.sum())
     if n_c == 0:
         return out
-    mu, sigma = fit_censored_normal(x[~c], n_c, cap)
-    a = (cap - mu) / sigma
+    at = x[c]  # (C,) where each censored sample was cut
+    mu, sigma = fit_censored_normal(x[~c], at)
+    a = (at - mu) / sigma
     draws = stats.truncnorm.rvs(a, np.inf, loc=mu, scale=sigma, size=(n_imputations, n_c), random_state=rng)
-    # truncnorm can return values a hair below the bound when a is far in the tail; keep L > cap.
-    out[:, c] = np.maximum(draws, cap)
+    # truncnorm can return values a hair below the bound when a is far in the tail; keep L > cut.
+    out[:, c] = np.maximum(draws, at)
     return out

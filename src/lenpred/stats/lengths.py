@@ -144,7 +144,6 @@ _Kept = tuple[str, np.ndarray, np.ndarray, int, int]  # prompt_id, lengths, cens
 def _groups(
     per_prompt: list[_Kept],
     impute: bool,
-    cap: int,
     n_imputations: int,
     rng: np.random.Generator,
 ) -> list[Group]:
@@ -158,7 +157,7 @@ def _groups(
         m = n_imputations if impute and any(it[2].any() for it in items) else 1
         x = np.empty((m, len(items), k))  # (M, P, K)
         for p, (_, lengths, cens, _, _) in enumerate(items):
-            x[:, p, :] = impute_censored(lengths, cens, cap, m, rng) if impute else lengths
+            x[:, p, :] = impute_censored(lengths, cens, m, rng) if impute else lengths
         groups.append(
             Group(
                 prompt_ids=np.array([it[0] for it in items]),
@@ -205,7 +204,5 @@ def build_variant(lengths: RunLengths, name: str, config: BoundConfig, rng: np.r
             f"{lengths.path}: the {VARIANT_LABELS[name]} variant keeps no prompt ({reasons})",
             "collect more samples per prompt or raise max_new_tokens; or choose another --headline variant",
         )
-    groups = _groups(
-        kept, impute=name == "censored", cap=lengths.cap, n_imputations=config.n_imputations, rng=rng
-    )
+    groups = _groups(kept, impute=name == "censored", n_imputations=config.n_imputations, rng=rng)
     return Variant(name=name, groups=groups, dropped=dropped)

@@ -32,22 +32,31 @@ def add_normal_columns(pp: pd.DataFrame) -> pd.DataFrame:
     return pp
 
 
+def _nan_stat(fn: Any, x: Any) -> float:
+    """``fn`` over the finite values of ``x``; NaN when there are none (shape needs K >= 3 or 4)."""
+    v = np.asarray(x, dtype=float)
+    v = v[np.isfinite(v)]
+    return float(fn(v)) if v.size else float("nan")
+
+
 def _metrics(pp: pd.DataFrame) -> dict[str, float]:
     ratio = pp["mae_ratio"].to_numpy(float)
     ok = np.isfinite(ratio)
     dev = np.abs(ratio[ok] - 1.0)
+    den = float(pp["mae_normal"][ok].sum())
     return {
         "n_prompts": int(ok.sum()),
-        "mae_ratio_aggregate": float(pp["mae_oracle"][ok].sum() / pp["mae_normal"][ok].sum()),
-        "mae_ratio_median": float(np.median(ratio[ok])),
-        "share_within_5pct": float((dev <= 0.05).mean()),
-        "share_within_10pct": float((dev <= 0.10).mean()),
-        "skew_mean": float(np.nanmean(pp["skew"])),
-        "skew_median": float(np.nanmedian(pp["skew"])),
-        "excess_kurtosis_mean": float(np.nanmean(pp["excess_kurtosis"])),
-        "excess_kurtosis_median": float(np.nanmedian(pp["excess_kurtosis"])),
-        "central_mass": float(np.nanmean(pp["central_mass"])),
-        "shapiro_reject_share": float(np.nanmean(pp["shapiro_reject"])),
+        "mae_ratio_aggregate": float(pp["mae_oracle"][ok].sum()) / den if den > 0 else float("nan"),
+        "mae_ratio_median": _nan_stat(np.median, ratio),
+        "share_within_5pct": _nan_stat(np.mean, dev <= 0.05),
+        "share_within_10pct": _nan_stat(np.mean, dev <= 0.10),
+        "skew_mean": _nan_stat(np.mean, pp["skew"]),
+        "skew_median": _nan_stat(np.median, pp["skew"]),
+        "excess_kurtosis_mean": _nan_stat(np.mean, pp["excess_kurtosis"]),
+        "excess_kurtosis_median": _nan_stat(np.median, pp["excess_kurtosis"]),
+        "central_mass": _nan_stat(np.mean, pp["central_mass"]),
+        "shapiro_reject_share": _nan_stat(np.mean, pp["shapiro_reject"]),
+        "n_prompts_shape": int(np.isfinite(pp["shapiro_reject"].to_numpy(float)).sum()),
     }
 
 

@@ -158,13 +158,16 @@ def _alpha_vs_cv(affine: dict[str, Any], seg: dict[str, Any]) -> dict[str, Any]:
     a, cv = affine["alpha"], seg["cv_mean"]
     lo, hi = affine["alpha_ci"]
     clo, chi = seg["cv_mean_ci"]
+    # an interval wider than the value itself cannot confirm or refute anything
+    determined = bool(a > 0 and cv > 0 and (hi - lo) <= a and (chi - clo) <= cv)
     return {
         "available": True,
         "alpha": a,
         "segment_cv": cv,
         "ratio": a / cv if cv > 0 else float("nan"),
+        "determined": determined,
         # the claim holds when the two intervals overlap, or the two agree within 20%
-        "agree": bool((lo <= chi and clo <= hi) or (cv > 0 and 0.8 <= a / cv <= 1.25)),
+        "agree": bool(determined and ((lo <= chi and clo <= hi) or 0.8 <= a / cv <= 1.25)),
     }
 
 
@@ -175,21 +178,35 @@ def verdicts(summary: dict[str, Any]) -> dict[str, str]:
     nl = summary["normal_law"]
     obs, ref = nl["observed"], nl["if_normal"]
     r, (rlo, rhi) = obs["mae_ratio_aggregate"], obs["mae_ratio_aggregate_ci"]
-    n = max(obs["n_prompts"], 1)
     rej, rej_ref = obs["shapiro_reject_share"], ref["shapiro_reject_share"]
-    p_shape = float(
-        stats.binomtest(
-            int(round(rej * n)), n, min(max(rej_ref, 1e-6), 1 - 1e-6), alternative="greater"
-        ).pvalue
-    )
-    agg_ok = abs(r - ref["mae_ratio_aggregate"]) <= 0.05
-    shape_ok = p_shape >= 0.01
+    n_shape = obs["n_prompts_shape"]
+    agg_ok = math.isfinite(r) and abs(r - ref["mae_ratio_aggregate"]) <= 0.05
     detail = (
-        f"sum MAE_i / sum sqrt(2/pi) sd_i = {r:.3f} [{rlo:.3f}, {rhi:.3f}] ({ref['mae_ratio_aggregate']:.3f} if exactly "
-        f"normal); Shapiro-Wilk rejects at 5% on {rej:.0%} of prompts ({rej_ref:.0%} if normal); mean skew "
-        f"{obs['skew_mean']:+.2f}, mean excess kurtosis {obs['excess_kurtosis_mean']:+.2f}"
+        f"sum MAE_i / sum sqrt(2/pi) sd_i = {r:.3f} [{rlo:.3f}, {rhi:.3f}] ({ref['mae_ratio_aggregate']:.3f} if "
+        f"exactly normal)"
     )
-    if agg_ok and shape_ok:
+    if n_shape and math.isfinite(rej) and math.isfinite(rej_ref):
+        # is the Shapiro-Wilk rejection rate above what exactly normal prompts with the same K give?
+        p_shape = float(
+            stats.binomtest(
+                int(round(rej * n_shape)), n_shape, min(max(rej_ref, 1e-6), 1 - 1e-6), alternative="greater"
+            ).pvalue
+        )
+        shape_ok: bool | None = p_shape >= 0.01
+        detail += (
+            f"; Shapiro-Wilk rejects at 5% on {rej:.0%} of prompts ({rej_ref:.0%} if normal); mean skew "
+            f"{obs['skew_mean']:+.2f}, mean excess kurtosis {obs['excess_kurtosis_mean']:+.2f}"
+        )
+    else:
+        shape_ok = None
+        detail += "; shape checks need 3 or more samples per prompt"
+    if not math.isfinite(r):
+        out["normal_law"] = f"NOT TESTED: no prompt has a positive spread ({detail})."
+    elif shape_ok is None:
+        # with K = 2 the geometric-mean MAE is |L1 - L2| / sqrt(2), which is exactly sqrt(2/pi) * s / c4(2):
+        # the ratio is 1 by construction and tells nothing
+        out["normal_law"] = "NOT TESTED: the normal-law checks need 3 or more samples per prompt."
+    elif agg_ok and shape_ok:
         out["normal_law"] = f"HOLDS: per-prompt lengths are consistent with a normal law ({detail})."
     elif agg_ok:
         out["normal_law"] = (
@@ -217,7 +234,10 @@ def verdicts(summary: dict[str, Any]) -> dict[str, str]:
             f"alpha = {avc['alpha']:.3f} vs CV of the {seg['unit']} count = {avc['segment_cv']:.3f} "
             f"[{seg['cv_mean_ci'][0]:.3f}, {seg['cv_mean_ci'][1]:.3f}] (ratio {avc['ratio']:.2f})"
         )
-        out["alpha_is_segment_cv"] = ("HOLDS: " if avc["agree"] else "DOES NOT HOLD: ") + fig + "."
+        if not avc["determined"]:
+            out["alpha_is_segment_cv"] = f"UNDETERMINED: intervals too wide ({fig})."
+        else:
+            out["alpha_is_segment_cv"] = ("HOLDS: " if avc["agree"] else "DOES NOT HOLD: ") + fig + "."
     else:
         out["alpha_is_segment_cv"] = f"NOT TESTED: {seg.get('reason', 'affine fit unavailable')}."
 
@@ -269,6 +289,13 @@ def write_per_prompt(analysis: BoundAnalysis, out_dir: str | PathLike[str]) -> P
     path = Path(out_dir) / "per_prompt.csv"
     atomic_write_bytes(path, analysis.per_prompt.to_csv(index=False, float_format="%.6g").encode())
     return path
+
+
+def fmt(x: Any, spec: str) -> str:
+    """``format(x, spec)``, or "n/a" for a missing or non-finite figure."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return format(x, spec)
 
 
 def _ci(ci: Any, fmt: str = ".1f") -> str:
@@ -345,13 +372,13 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
         "| check | observed | if exactly normal (same K) |",
         "|---|---|---|",
-        f"| sum MAE_i / sum sqrt(2/pi) sd_i | {o['mae_ratio_aggregate']:.3f} {_ci(o['mae_ratio_aggregate_ci'], '.3f')} | {r['mae_ratio_aggregate']:.3f} |",
-        f"| prompts with MAE_i within 5% of normal law | {o['share_within_5pct']:.1%} | {r['share_within_5pct']:.1%} |",
-        f"| prompts with MAE_i within 10% of normal law | {o['share_within_10pct']:.1%} | {r['share_within_10pct']:.1%} |",
-        f"| mean skewness | {o['skew_mean']:+.3f} | {r['skew_mean']:+.3f} |",
-        f"| mean excess kurtosis | {o['excess_kurtosis_mean']:+.3f} | {r['excess_kurtosis_mean']:+.3f} |",
-        f"| mass within +-1 sd (limit 68.3%) | {o['central_mass']:.1%} | {r['central_mass']:.1%} |",
-        f"| Shapiro-Wilk rejects at 5% | {o['shapiro_reject_share']:.1%} | {r['shapiro_reject_share']:.1%} |",
+        f"| sum MAE_i / sum sqrt(2/pi) sd_i | {fmt(o['mae_ratio_aggregate'], '.3f')} {_ci(o['mae_ratio_aggregate_ci'], '.3f')} | {fmt(r['mae_ratio_aggregate'], '.3f')} |",
+        f"| prompts with MAE_i within 5% of normal law | {fmt(o['share_within_5pct'], '.1%')} | {fmt(r['share_within_5pct'], '.1%')} |",
+        f"| prompts with MAE_i within 10% of normal law | {fmt(o['share_within_10pct'], '.1%')} | {fmt(r['share_within_10pct'], '.1%')} |",
+        f"| mean skewness | {fmt(o['skew_mean'], '+.3f')} | {fmt(r['skew_mean'], '+.3f')} |",
+        f"| mean excess kurtosis | {fmt(o['excess_kurtosis_mean'], '+.3f')} | {fmt(r['excess_kurtosis_mean'], '+.3f')} |",
+        f"| mass within +-1 sd (limit 68.3%) | {fmt(o['central_mass'], '.1%')} | {fmt(r['central_mass'], '.1%')} |",
+        f"| Shapiro-Wilk rejects at 5% | {fmt(o['shapiro_reject_share'], '.1%')} | {fmt(r['shapiro_reject_share'], '.1%')} |",
     ]
     hz = summary["hazard"]
     p = hz["pooled"]
