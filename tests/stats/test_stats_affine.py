@@ -73,3 +73,12 @@ def test_segment_sum_alpha_is_count_cv(segment_run) -> None:
     assert s["alpha_vs_segment_cv"]["agree"] is True
     assert s["verdicts"]["alpha_is_segment_cv"].startswith("HOLDS")
     assert s["verdicts"]["affine_law"].startswith("HOLDS")
+
+
+def test_noisy_means_are_flagged(geometric_run) -> None:
+    """Geometric lengths with K = 24: the means' own noise (sd / sqrt(K) ~ 46 tokens) exceeds their spread
+    across prompts (mu in 150..300), so no slope correction is trustworthy and the verdict says so."""
+    af = geometric_run.summary["affine"]
+    assert af["reliability_floored"] is True
+    assert geometric_run.summary["verdicts"]["affine_law"].startswith("UNRELIABLE")
+    assert geometric_run.summary["alpha_vs_segment_cv"]["determined"] is False

@@ -14,11 +14,12 @@ it has to be estimated, and the two obvious estimators miss in opposite directio
 So ``E[in-sample] <= oracle <= E[LOO]`` holds for any length law. The point estimate is their
 geometric mean per prompt. The reason: for errors about the *mean*, the two biases are exactly
 reciprocal under normality (factors sqrt((K-1)/K) and sqrt(K/(K-1))), so the geometric mean is
-unbiased; for the median we checked by simulation (docs/bound.md) that it stays within ~1% of the
-truth for normal, uniform, geometric, log-normal and Poisson lengths at K >= 4 (it is exact in
-expectation for normal lengths at K = 2) and within ~3.5% for a bimodal law at K = 8, while its
-variance is *lower* than LOO's. A Richardson extrapolation of the held-out error over the subsample
-size was the alternative; it was less accurate and 1.5-2x noisier at K = 8.
+unbiased; for the median we checked by simulation (table in docs/bound.md) that it stays within 1%
+of the truth at K = 8 for normal, uniform, exponential, geometric, log-normal and Poisson lengths
+(within 3% at K = 4; exact in expectation for normal lengths at K = 2) and 3.4% low for a strongly
+bimodal law at K = 8, while its variance is lower than LOO's. A Richardson extrapolation of the
+held-out error over the subsample size was the alternative; it was less accurate and 1.5-2x noisier
+at K = 8.
 
 For squared error the oracle is the per-prompt mean and its error the per-prompt variance; the
 unbiased sample variance (ddof = 1) estimates that exactly, so no correction is needed.

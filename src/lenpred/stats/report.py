@@ -159,7 +159,9 @@ def _alpha_vs_cv(affine: dict[str, Any], seg: dict[str, Any]) -> dict[str, Any]:
     lo, hi = affine["alpha_ci"]
     clo, chi = seg["cv_mean_ci"]
     # an interval wider than the value itself cannot confirm or refute anything
-    determined = bool(a > 0 and cv > 0 and (hi - lo) <= a and (chi - clo) <= cv)
+    determined = bool(
+        a > 0 and cv > 0 and (hi - lo) <= a and (chi - clo) <= cv and not affine.get("reliability_floored")
+    )
     return {
         "available": True,
         "alpha": a,
@@ -223,7 +225,13 @@ def verdicts(summary: dict[str, Any]) -> dict[str, str]:
             f"R^2 = {af['r2']:.2f} (denoised {r2d:.2f}); Theil-Sen alpha = {af['robust']['alpha']:.3f}"
         )
         holds = af["alpha_ci"][0] > 0 and (r2d >= 0.5 if math.isfinite(r2d) else af["r2"] >= 0.5)
-        out["affine_law"] = ("HOLDS: " if holds else "WEAK: ") + fig + "."
+        if af["reliability_floored"]:
+            out["affine_law"] = (
+                "UNRELIABLE: per-prompt means vary less across prompts than their own sampling noise "
+                f"(reliability < 0.5), so the slope cannot be corrected; collect more samples per prompt ({fig})."
+            )
+        else:
+            out["affine_law"] = ("HOLDS: " if holds else "WEAK: ") + fig + "."
     else:
         out["affine_law"] = f"NOT TESTED: {af.get('reason')}."
 
