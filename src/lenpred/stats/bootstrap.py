@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-# Resampled sums are formed as (count matrix) @ (values); blocks bound the memory of that matrix.
-_BLOCK = 256
+# Resamples are drawn in blocks of about this many index cells, to bound memory on large runs.
+_BLOCK_CELLS = 1 << 20
 
 
 def resampled_sums(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
@@ -21,10 +21,11 @@ def resampled_sums(values: np.ndarray, n_boot: int, rng: np.random.Generator) ->
         v = v[:, None]
     n = v.shape[0]
     out = np.empty((n_boot, v.shape[1]))
-    for start in range(0, n_boot, _BLOCK):
-        b = min(_BLOCK, n_boot - start)
-        counts = rng.multinomial(n, np.full(n, 1.0 / n), size=b)  # (b, N): times each prompt is drawn
-        out[start : start + b] = counts @ v
+    block = max(1, _BLOCK_CELLS // max(n, 1))
+    for start in range(0, n_boot, block):
+        b = min(block, n_boot - start)
+        idx = rng.integers(0, n, (b, n))  # (b, N) rows drawn with replacement
+        out[start : start + b] = v[idx].sum(1)
     return out
 
 
