@@ -120,4 +120,5 @@ def test_partial_run_with_unequal_sample_counts(tmp_path: Path) -> None:
     v = a.summary["variants"]["censored"]
     assert v["n_prompts"] == 12 and v["dropped_prompts"] == {"too_few_samples": 1}
     assert v["samples_per_prompt"] == {"min": 3, "median": 5.5, "max": 8}
+    assert {k: b["n_prompts"] for k, b in v["by_k"].items()} == {"3": 6, "8": 6}
     assert set(a.per_prompt["k"]) == {3, 8}

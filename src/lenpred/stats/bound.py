@@ -113,4 +113,15 @@ def summarize_bound(
         "oracle_rmse_ci": (float(np.sqrt(mse_ci[0])), float(np.sqrt(mse_ci[1]))),
         "ci_level": ci,
     }
+    if pp["k"].nunique() > 1:
+        # prompts with more samples have sharper per-prompt estimates; agreement across K is a check that
+        # the finite-K correction works on this run (the prompt sets differ, so only roughly)
+        out["by_k"] = {
+            str(int(k)): {
+                "n_prompts": len(g),
+                "oracle_mae": float(g["mae_oracle"].mean()),
+                "mean_length": float(g["mean"].mean()),
+            }
+            for k, g in pp.groupby("k")
+        }
     return out
