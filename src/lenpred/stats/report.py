@@ -347,6 +347,13 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{v['oracle_mae_insample']:.1f}..{v['oracle_mae_loo']:.1f} | {v['relative_mae']:.3f} "
             f"{_ci(v['relative_mae_ci'], '.3f')} | {v['mean_relative_error']:.3f} | {v['oracle_rmse']:.1f} |"
         )
+    head = summary["variants"][summary["headline"]]
+    if head.get("by_k"):
+        parts = ", ".join(
+            f"K={k}: {b['oracle_mae']:.1f} tok over {b['n_prompts']} prompts (mean length {b['mean_length']:.0f})"
+            for k, b in head["by_k"].items()
+        )
+        lines += ["", f"Headline oracle MAE by samples per prompt: {parts}."]
     af = summary["affine"]
     lines += ["", "## Affine variance law sd = alpha * mu + b", ""]
     if af.get("available"):
