@@ -53,7 +53,7 @@ def print_run_summary(run: RunDir) -> None:
     t.add_row("model / engine", f"{s['model']} / {s['engine']}")
     t.add_row(
         "sampling card",
-        ", ".join(f"{k}={samp[k]}" for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens", "seed") if k in samp),
+        ", ".join(f"{k}={v}" for k, v in samp.items()),
     )
     t.add_row("targets", "; ".join(f"{x['prompts']} prompts x {x['samples']}" for x in s["targets"]) or "-")
     t.add_row("prompts / samples / shards", f"{s['prompts']} / {s['samples']} / {s['shards']}")
