@@ -119,6 +119,7 @@ def test_per_prompt_table(ramp_run) -> None:
     ):
         assert col in pp
     assert len(pp) == 300 and (pp["k"] == 8).all() and (pp["trunc_share"] == 0).all()
+    assert ramp_run.summary["cautions"] == []  # complete run, enough prompts and samples, no truncation
     assert np.corrcoef(pp["mean"], truth["mean"])[0, 1] > 0.95
     assert (
         (pp["q10"] <= pp["q25"]).all()

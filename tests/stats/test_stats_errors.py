@@ -122,3 +122,7 @@ def test_partial_run_with_unequal_sample_counts(tmp_path: Path) -> None:
     assert v["samples_per_prompt"] == {"min": 3, "median": 5.5, "max": 8}
     assert {k: b["n_prompts"] for k, b in v["by_k"].items()} == {"3": 6, "8": 6}
     assert set(a.per_prompt["k"]) == {3, 8}
+    cautions = " ".join(a.summary["cautions"])
+    assert (
+        "only 12 prompts" in cautions and "incomplete: 12 of 13" not in cautions
+    )  # all 13 listed have samples

@@ -183,6 +183,8 @@ def print_summary(summary: dict[str, Any], written: list[Path], elapsed: float) 
 
     for claim, text in summary["verdicts"].items():
         con.print(f"[bold]{claim.replace('_', ' ')}[/bold]: {text}", highlight=False)
+    for text in summary.get("cautions", []):
+        con.print(f"[yellow]caution[/yellow]: {text}", highlight=False)
     con.print(f"wrote {', '.join(p.name for p in written)} to {written[0].parent} ({elapsed:.1f} s)")
 
 

@@ -124,6 +124,7 @@ def analyse_run(run: RunDir | str | PathLike[str], config: BoundConfig | None = 
     }
     summary["alpha_vs_segment_cv"] = _alpha_vs_cv(affine, seg)
     summary["verdicts"] = verdicts(summary)
+    summary["cautions"] = cautions(summary)
     return BoundAnalysis(
         summary=summary, per_prompt=pp, hazard=hazard, lengths=lengths, variants_per_prompt=per_variant
     )
@@ -269,6 +270,32 @@ def verdicts(summary: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def cautions(summary: dict[str, Any]) -> list[str]:
+    """Conditions under which the figures should be read with care (printed with them)."""
+    out = []
+    c = summary["counts"]
+    head = summary["variants"][summary["headline"]]
+    if head["n_prompts"] < 30:
+        out.append(
+            f"only {head['n_prompts']} prompts: bootstrap intervals over prompts are unreliable below ~30 "
+            "and the across-prompt fits (affine law) are weak"
+        )
+    if c["samples_per_prompt"]["median"] < 8:
+        out.append(
+            f"median {c['samples_per_prompt']['median']:.0f} samples per prompt: 8 or more are recommended"
+        )
+    if c["truncated_share"] > 0.10:
+        out.append(
+            f"{c['truncated_share']:.0%} of samples were truncated: the censoring-aware figures rest on a normal "
+            "tail beyond max_new_tokens; compare with the capped and EOS-only variants"
+        )
+    if c["prompts_listed"] and c["prompts"] < c["prompts_listed"]:
+        out.append(
+            f"the run is incomplete: {c['prompts']} of {c['prompts_listed']} listed prompts have samples"
+        )
+    return out
+
+
 # --------------------------------------------------------------------------------------------- writing
 def _jsonable(obj: Any) -> Any:
     """Plain JSON: NaN and infinities become null, numpy scalars and tuples become Python ones."""
@@ -329,6 +356,8 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
     ]
     lines += [f"- **{k.replace('_', ' ')}**: {v}" for k, v in summary["verdicts"].items()]
+    if summary.get("cautions"):
+        lines += ["", "Read with care:", ""] + [f"- {c}" for c in summary["cautions"]]
     lines += [
         "",
         f"## The bound ({lvl}% bootstrap intervals over prompts)",
