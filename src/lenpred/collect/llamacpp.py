@@ -72,6 +72,7 @@ class LlamaCppEngine:
         max_prompt_tokens: int = 1024,
         n_threads: int | None = None,
         detokenize: Any = None,
+        kv_unified: bool = False,
     ) -> None:
         self.L = _import_llama()
         self.gguf_path = Path(gguf_path)
@@ -98,7 +99,10 @@ class LlamaCppEngine:
         cp.n_seq_max = self.n_parallel
         cp.n_threads = self.n_threads
         cp.n_threads_batch = self.n_threads
-        cp.kv_unified = True  # one shared pool of cells: short answers leave room for long ones
+        # Per-sequence KV streams (the default) keep each token's attention over its own sequence;
+        # a unified pool makes every token attend over all sequences' cells (masked), which costs
+        # O(batch x all cells) per step and measured slower here.
+        cp.kv_unified = bool(kv_unified)
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             raise EngineError("llama.cpp could not create a context", "lower --n-parallel or --max-new-tokens")
