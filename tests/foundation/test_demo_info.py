@@ -1,0 +1,30 @@
+"""The README's main job (`lenpred demo`) and the small verbs, on the real embedded model."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import needs_llama
+from lenpred.cli import main
+
+
+@needs_llama
+def test_demo_runs_live_and_summarises_reference(tmp_path, capsys):
+    run = tmp_path / "demo"
+    assert main(["demo", "--prompts", "2", "--samples", "2", "--max-new-tokens", "16", "--run", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "per-prompt decode lengths" in out and "the committed reference run" in out
+    # the live run is a real run directory under the reference card (capped shorter)
+    card = json.loads((run / "card.json").read_text())
+    assert card["sampling"]["max_new_tokens"] == 16 and card["model"]["id"] == "smollm2-135m"
+    assert main(["info", str(run), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["samples"] == 4 and info["prompts"] == 2 and info["samples_per_prompt"] == {"2": 2}
+
+
+def test_model_verb_prints_fingerprint(capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # CI has no hub: an unknown id must fail fast, not time out
+    assert main(["model", "smollm2-135m"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["fingerprint"].startswith("sha256:") and d["upstream"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert main(["model", "not/a-real-model-xyz"]) == 1
