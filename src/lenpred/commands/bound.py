@@ -75,11 +75,54 @@ def _ci(ci: Any, fmt: str) -> str:
     return f"[{lo:{fmt}}, {hi:{fmt}}]"
 
 
+def _print_normal_table(con: Any, nl: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from lenpred.stats.report import fmt
+
+    o, r = nl["observed"], nl["if_normal"]
+    nt = Table(title="Normal law (reference: same estimators on exactly normal prompts with the same K)")
+    nt.add_column("check")
+    nt.add_column("observed", justify="right")
+    nt.add_column("if normal", justify="right")
+    nt.add_row(
+        "sum MAE_i / sum sqrt(2/pi) sd_i",
+        f"{fmt(o['mae_ratio_aggregate'], '.3f')} {_ci(o['mae_ratio_aggregate_ci'], '.3f')}",
+        f"{fmt(r['mae_ratio_aggregate'], '.3f')}",
+    )
+    nt.add_row(
+        "MAE_i within 5% of normal law",
+        f"{fmt(o['share_within_5pct'], '.1%')}",
+        f"{fmt(r['share_within_5pct'], '.1%')}",
+    )
+    nt.add_row(
+        "MAE_i within 10% of normal law",
+        f"{fmt(o['share_within_10pct'], '.1%')}",
+        f"{fmt(r['share_within_10pct'], '.1%')}",
+    )
+    nt.add_row("mean skewness", f"{fmt(o['skew_mean'], '+.3f')}", f"{fmt(r['skew_mean'], '+.3f')}")
+    nt.add_row(
+        "mean excess kurtosis",
+        f"{fmt(o['excess_kurtosis_mean'], '+.3f')}",
+        f"{fmt(r['excess_kurtosis_mean'], '+.3f')}",
+    )
+    nt.add_row(
+        "mass within +-1 sd (68.3% limit)",
+        f"{fmt(o['central_mass'], '.1%')}",
+        f"{fmt(r['central_mass'], '.1%')}",
+    )
+    nt.add_row(
+        "Shapiro-Wilk rejects at 5%",
+        f"{fmt(o['shapiro_reject_share'], '.1%')}",
+        f"{fmt(r['shapiro_reject_share'], '.1%')}",
+    )
+    con.print(nt)
+
+
 def print_summary(summary: dict[str, Any], written: list[Path], elapsed: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from lenpred.stats.report import fmt
 
     con = Console()
     if not con.is_terminal:  # piped or captured: rich would assume 80 columns and squeeze the tables
@@ -143,43 +186,11 @@ def print_summary(summary: dict[str, Any], written: list[Path], elapsed: float) 
         law.add_row("segment-count CV", "n/a", seg.get("reason", ""))
     con.print(law)
 
-    o, r = summary["normal_law"]["observed"], summary["normal_law"]["if_normal"]
-    nt = Table(title="Normal law (reference: same estimators on exactly normal prompts with the same K)")
-    nt.add_column("check")
-    nt.add_column("observed", justify="right")
-    nt.add_column("if normal", justify="right")
-    nt.add_row(
-        "sum MAE_i / sum sqrt(2/pi) sd_i",
-        f"{fmt(o['mae_ratio_aggregate'], '.3f')} {_ci(o['mae_ratio_aggregate_ci'], '.3f')}",
-        f"{fmt(r['mae_ratio_aggregate'], '.3f')}",
-    )
-    nt.add_row(
-        "MAE_i within 5% of normal law",
-        f"{fmt(o['share_within_5pct'], '.1%')}",
-        f"{fmt(r['share_within_5pct'], '.1%')}",
-    )
-    nt.add_row(
-        "MAE_i within 10% of normal law",
-        f"{fmt(o['share_within_10pct'], '.1%')}",
-        f"{fmt(r['share_within_10pct'], '.1%')}",
-    )
-    nt.add_row("mean skewness", f"{fmt(o['skew_mean'], '+.3f')}", f"{fmt(r['skew_mean'], '+.3f')}")
-    nt.add_row(
-        "mean excess kurtosis",
-        f"{fmt(o['excess_kurtosis_mean'], '+.3f')}",
-        f"{fmt(r['excess_kurtosis_mean'], '+.3f')}",
-    )
-    nt.add_row(
-        "mass within +-1 sd (68.3% limit)",
-        f"{fmt(o['central_mass'], '.1%')}",
-        f"{fmt(r['central_mass'], '.1%')}",
-    )
-    nt.add_row(
-        "Shapiro-Wilk rejects at 5%",
-        f"{fmt(o['shapiro_reject_share'], '.1%')}",
-        f"{fmt(r['shapiro_reject_share'], '.1%')}",
-    )
-    con.print(nt)
+    nl = summary["normal_law"]
+    if nl.get("available"):
+        _print_normal_table(con, nl)
+    else:
+        con.print(f"normal law: not available ({nl.get('reason')})")
 
     for claim, text in summary["verdicts"].items():
         con.print(f"[bold]{claim.replace('_', ' ')}[/bold]: {text}", highlight=False)

@@ -172,8 +172,6 @@ def plot_hazard(analysis: BoundAnalysis, path: Path) -> Path:
 
 def plot_mae_normal(analysis: BoundAnalysis, path: Path) -> Path:
     pp = analysis.per_prompt
-    obs = analysis.summary["normal_law"]["observed"]
-    ref = analysis.summary["normal_law"]["if_normal"]
     fig = Figure(figsize=(6.0, 5.4), layout="constrained")
     ax = fig.subplots()
     x, y = pp["mae_normal"].to_numpy(float), pp["mae_oracle"].to_numpy(float)
@@ -184,11 +182,16 @@ def plot_mae_normal(analysis: BoundAnalysis, path: Path) -> Path:
     ax.fill_between(grid, 0.9 * grid, 1.1 * grid, color=FIT_COLOR, alpha=0.12, label="+-10%")
     ax.set_xlabel(f"normal-law MAE_i = {NORMAL_MAE_FACTOR:.3f} * sd_i (tokens)")
     ax.set_ylabel("empirical oracle MAE_i (tokens)")
-    ax.set_title(
-        f"sum ratio {obs['mae_ratio_aggregate']:.3f} ({ref['mae_ratio_aggregate']:.3f} if normal); "
-        f"within 10%: {obs['share_within_10pct']:.0%} ({ref['share_within_10pct']:.0%} if normal)",
-        fontsize=9,
-    )
+    nl = analysis.summary["normal_law"]
+    if nl.get("available"):
+        obs, ref = nl["observed"], nl["if_normal"]
+        ax.set_title(
+            f"sum ratio {obs['mae_ratio_aggregate']:.3f} ({ref['mae_ratio_aggregate']:.3f} if normal); "
+            f"within 10%: {obs['share_within_10pct']:.0%} ({ref['share_within_10pct']:.0%} if normal)",
+            fontsize=9,
+        )
+    else:
+        ax.set_title(f"normal law not tested: {nl.get('reason')}", fontsize=9)
     ax.set_xlim(0, top)
     ax.set_ylim(0, top)
     ax.legend(fontsize=8)

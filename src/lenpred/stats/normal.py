@@ -21,6 +21,7 @@ from lenpred.stats.bound import mae_estimates
 
 NORMAL_MAE_FACTOR = float(np.sqrt(2.0 / np.pi))
 NORMAL_CENTRAL_MASS = 0.6826894921370859  # P(|Z| <= 1)
+MIN_K = 3  # samples a prompt needs for the normal-law checks
 
 
 def add_normal_columns(pp: pd.DataFrame) -> pd.DataFrame:
@@ -80,7 +81,19 @@ def normal_reference(k_counts: dict[int, int], n_prompts: int, rng: np.random.Ge
 def normal_law(
     pp: pd.DataFrame, n_reference: int, n_boot: int, ci: float, rng: np.random.Generator
 ) -> dict[str, Any]:
-    """Normal-law checks on per-prompt statistics (with ``mae_ratio``) against an exact-normal yardstick."""
+    """Normal-law checks on per-prompt statistics (with ``mae_ratio``) against an exact-normal yardstick.
+
+    Prompts with fewer than 3 samples are left out: with K = 2 the MAE-to-sd ratio is 1 by construction
+    (|L1 - L2| / sqrt(2) both ways), so they would only pull the figures towards the normal law.
+    """
+    n_small = int((pp["k"] < MIN_K).sum())
+    pp = pp[pp["k"] >= MIN_K]
+    if pp.empty:
+        return {
+            "available": False,
+            "reason": f"no prompt has {MIN_K} or more samples",
+            "prompts_left_out": n_small,
+        }
     obs = _metrics(pp)
     ok = np.isfinite(pp["mae_ratio"].to_numpy(float))
     obs["mae_ratio_aggregate_ci"] = ratio_ci(
@@ -94,6 +107,8 @@ def normal_law(
     clean = pp[pp["n_truncated"] == 0]
     uncensored = _metrics(clean) if pp["n_truncated"].any() and len(clean) >= 10 else None
     return {
+        "available": True,
+        "prompts_left_out": n_small,
         "observed": obs,
         "observed_uncensored_prompts": uncensored,
         "if_normal": ref,

@@ -175,10 +175,10 @@ def _alpha_vs_cv(affine: dict[str, Any], seg: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------- verdicts
-def verdicts(summary: dict[str, Any]) -> dict[str, str]:
-    """One plain sentence per claim of the theory, with the figures that decide it."""
-    out: dict[str, str] = {}
-    nl = summary["normal_law"]
+def _normal_verdict(nl: dict[str, Any], out: dict[str, str]) -> None:
+    if not nl.get("available"):
+        out["normal_law"] = "NOT TESTED: the normal-law checks need 3 or more samples per prompt."
+        return
     obs, ref = nl["observed"], nl["if_normal"]
     r, (rlo, rhi) = obs["mae_ratio_aggregate"], obs["mae_ratio_aggregate_ci"]
     rej, rej_ref = obs["shapiro_reject_share"], ref["shapiro_reject_share"]
@@ -202,13 +202,12 @@ def verdicts(summary: dict[str, Any]) -> dict[str, str]:
         )
     else:
         shape_ok = None
-        detail += "; shape checks need 3 or more samples per prompt"
     if not math.isfinite(r):
         out["normal_law"] = f"NOT TESTED: no prompt has a positive spread ({detail})."
     elif shape_ok is None:
-        # with K = 2 the geometric-mean MAE is |L1 - L2| / sqrt(2), which is exactly sqrt(2/pi) * s / c4(2):
-        # the ratio is 1 by construction and tells nothing
-        out["normal_law"] = "NOT TESTED: the normal-law checks need 3 or more samples per prompt."
+        out["normal_law"] = (
+            f"NOT TESTED: no prompt has varied enough samples for the shape checks ({detail})."
+        )
     elif agg_ok and shape_ok:
         out["normal_law"] = f"HOLDS: per-prompt lengths are consistent with a normal law ({detail})."
     elif agg_ok:
@@ -218,6 +217,11 @@ def verdicts(summary: dict[str, Any]) -> dict[str, str]:
     else:
         out["normal_law"] = f"DOES NOT HOLD: {detail}."
 
+
+def verdicts(summary: dict[str, Any]) -> dict[str, str]:
+    """One plain sentence per claim of the theory, with the figures that decide it."""
+    out: dict[str, str] = {}
+    _normal_verdict(summary["normal_law"], out)
     af = summary["affine"]
     if af.get("available"):
         r2d = af["r2_denoised"]
@@ -340,6 +344,21 @@ def _ci(ci: Any, fmt: str = ".1f") -> str:
     return f"[{lo:{fmt}}, {hi:{fmt}}]"
 
 
+def _normal_table(nl: dict[str, Any]) -> list[str]:
+    o, r = nl["observed"], nl["if_normal"]
+    return [
+        "| check | observed | if exactly normal (same K) |",
+        "|---|---|---|",
+        f"| sum MAE_i / sum sqrt(2/pi) sd_i | {fmt(o['mae_ratio_aggregate'], '.3f')} {_ci(o['mae_ratio_aggregate_ci'], '.3f')} | {fmt(r['mae_ratio_aggregate'], '.3f')} |",
+        f"| prompts with MAE_i within 5% of normal law | {fmt(o['share_within_5pct'], '.1%')} | {fmt(r['share_within_5pct'], '.1%')} |",
+        f"| prompts with MAE_i within 10% of normal law | {fmt(o['share_within_10pct'], '.1%')} | {fmt(r['share_within_10pct'], '.1%')} |",
+        f"| mean skewness | {fmt(o['skew_mean'], '+.3f')} | {fmt(r['skew_mean'], '+.3f')} |",
+        f"| mean excess kurtosis | {fmt(o['excess_kurtosis_mean'], '+.3f')} | {fmt(r['excess_kurtosis_mean'], '+.3f')} |",
+        f"| mass within +-1 sd (limit 68.3%) | {fmt(o['central_mass'], '.1%')} | {fmt(r['central_mass'], '.1%')} |",
+        f"| Shapiro-Wilk rejects at 5% | {fmt(o['shapiro_reject_share'], '.1%')} | {fmt(r['shapiro_reject_share'], '.1%')} |",
+    ]
+
+
 def markdown(summary: dict[str, Any]) -> str:
     """The human-readable summary of bound.json."""
     c = summary["counts"]
@@ -409,21 +428,11 @@ def markdown(summary: dict[str, Any]) -> str:
     else:
         lines.append(f"Not available: {seg.get('reason')}.")
     nl = summary["normal_law"]
-    o, r = nl["observed"], nl["if_normal"]
-    lines += [
-        "",
-        "## Normal law",
-        "",
-        "| check | observed | if exactly normal (same K) |",
-        "|---|---|---|",
-        f"| sum MAE_i / sum sqrt(2/pi) sd_i | {fmt(o['mae_ratio_aggregate'], '.3f')} {_ci(o['mae_ratio_aggregate_ci'], '.3f')} | {fmt(r['mae_ratio_aggregate'], '.3f')} |",
-        f"| prompts with MAE_i within 5% of normal law | {fmt(o['share_within_5pct'], '.1%')} | {fmt(r['share_within_5pct'], '.1%')} |",
-        f"| prompts with MAE_i within 10% of normal law | {fmt(o['share_within_10pct'], '.1%')} | {fmt(r['share_within_10pct'], '.1%')} |",
-        f"| mean skewness | {fmt(o['skew_mean'], '+.3f')} | {fmt(r['skew_mean'], '+.3f')} |",
-        f"| mean excess kurtosis | {fmt(o['excess_kurtosis_mean'], '+.3f')} | {fmt(r['excess_kurtosis_mean'], '+.3f')} |",
-        f"| mass within +-1 sd (limit 68.3%) | {fmt(o['central_mass'], '.1%')} | {fmt(r['central_mass'], '.1%')} |",
-        f"| Shapiro-Wilk rejects at 5% | {fmt(o['shapiro_reject_share'], '.1%')} | {fmt(r['shapiro_reject_share'], '.1%')} |",
-    ]
+    lines += ["", "## Normal law", ""]
+    if not nl.get("available"):
+        lines.append(f"Not available: {nl.get('reason')}.")
+    else:
+        lines += _normal_table(nl)
     hz = summary["hazard"]
     p = hz["pooled"]
     lines += [
