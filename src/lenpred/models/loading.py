@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lenpred.errors import ModelError
+from lenpred.fileio import file_sha256
 from lenpred.paths import home
 
 EMBEDDED = "smollm2-135m"
@@ -62,23 +63,15 @@ class LoadedModel:
         return int(getattr(cfg, "max_position_embeddings", 0) or 2048)
 
 
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def fingerprint_files(files: list[Path]) -> str:
     """sha256 over (name, sha256(bytes)) of the weight files, sorted by name."""
     if not files:
         raise ModelError("no weight files found to fingerprint")
     if len(files) == 1:
-        return "sha256:" + sha256_file(files[0])
+        return "sha256:" + file_sha256(files[0])
     h = hashlib.sha256()
     for f in sorted(files, key=lambda p: p.name):
-        h.update(f.name.encode() + b"\0" + sha256_file(f).encode() + b"\n")
+        h.update(f.name.encode() + b"\0" + file_sha256(f).encode() + b"\n")
     return "sha256:" + h.hexdigest()
 
 
