@@ -44,8 +44,8 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def _pick_prompts(pp: pd.DataFrame, n: int) -> pd.DataFrame:
-    """Prompts with the most samples, spread evenly over mean length."""
-    rich = pp[pp["k"] == pp["k"].max()].sort_values("mean")
+    """Prompts with enough samples for a histogram (8, or the most any has), spread over mean length."""
+    rich = pp[pp["k"] >= min(int(pp["k"].max()), 8)].sort_values("mean")
     if len(rich) <= n:
         return rich
     idx = np.unique(np.round(np.linspace(0, len(rich) - 1, n)).astype(int))
@@ -57,7 +57,7 @@ def plot_hist_grid(analysis: BoundAnalysis, path: Path, n: int = 16) -> Path:
     picks = _pick_prompts(pp, n)
     cols = math.ceil(math.sqrt(len(picks)))
     rows = math.ceil(len(picks) / cols)
-    fig = Figure(figsize=(3.0 * cols, 2.3 * rows), layout="constrained")
+    fig = Figure(figsize=(max(3.0 * cols, 7.0), 2.3 * rows + 0.4), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
     samples = analysis.lengths.samples
     cap = analysis.lengths.cap
