@@ -30,6 +30,8 @@ CARDS: dict[str, dict[str, float | int]] = {
     "t1.0-minp0.1-rep1.1": {"temperature": 1.0, "top_p": 1.0, "min_p": 0.1, "repetition_penalty": 1.1},
     "t0.7-p0.9-freq0.5": {"temperature": 0.7, "top_p": 0.9, "frequency_penalty": 0.5},
     "t1.0-minp0.1-freq0.3": {"temperature": 1.0, "top_p": 1.0, "min_p": 0.1, "frequency_penalty": 0.3},
+    "t1.0-minp0.1-pres0.5": {"temperature": 1.0, "top_p": 1.0, "min_p": 0.1, "presence_penalty": 0.5},
+    "t0.8-minp0.1-pres0.5": {"temperature": 0.8, "top_p": 1.0, "min_p": 0.1, "presence_penalty": 0.5},
 }
 
 
