@@ -98,3 +98,97 @@ def test_unreachable_server(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot reach the OpenAI-compatible server" in err and "fix:" in err
     assert not (tmp_path / "run").exists()
+
+
+class _Flaky:
+    """A tiny HTTP server on loopback that fails in scripted ways (the error paths a real server can take)."""
+
+    def __init__(self, script: list[int]) -> None:
+        import http.server
+        import threading
+
+        self.script = list(script)
+        self.posts = 0
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):  # keep test output clean
+                pass
+
+            def _send(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send(200, {"data": [{"id": "m"}]})
+
+            def do_POST(self):
+                n = int(self.headers["content-length"])
+                req = json.loads(self.rfile.read(n))
+                outer.posts += 1
+                code = outer.script.pop(0) if outer.script else 200
+                if code != 200:
+                    self._send(code, {"error": {"message": f"scripted {code}"}})
+                    return
+                choices = [{"index": i, "text": "red", "finish_reason": "stop"} for i in range(req["n"])]
+                self._send(200, {"choices": choices, "usage": {"completion_tokens": req["n"]}})
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+
+
+def _engine(url: str, retries: int):
+    from lenpred.collect.base import Job, SamplingConfig
+    from lenpred.collect.openai import OpenAIEngine
+    from lenpred.models import load_tokenizer
+
+    eng = OpenAIEngine(url, "m", SamplingConfig(max_new_tokens=8), load_tokenizer(), concurrency=1, retries=retries)
+    eng_jobs = [Job("p", k, (1, 2), "hi", 0) for k in range(2)]
+    return eng, eng_jobs
+
+
+def test_retries_then_succeeds(monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    srv = _Flaky([503, 500])
+    try:
+        eng, jobs = _engine(srv.url, retries=3)
+        res = list(eng.generate(iter(jobs)))
+        assert srv.posts == 3 and [r.text for r in res] == ["red", "red"]
+    finally:
+        srv.close()
+
+
+def test_client_error_is_not_retried_and_names_status(monkeypatch):
+    from lenpred.errors import EngineError
+
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    srv = _Flaky([400])
+    try:
+        eng, jobs = _engine(srv.url, retries=3)
+        with pytest.raises(EngineError, match="HTTP 400.*scripted 400"):
+            list(eng.generate(iter(jobs)))
+        assert srv.posts == 1
+    finally:
+        srv.close()
+
+
+def test_gives_up_after_retries(monkeypatch):
+    from lenpred.errors import EngineError
+
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    srv = _Flaky([503] * 10)
+    try:
+        eng, jobs = _engine(srv.url, retries=2)
+        with pytest.raises(EngineError, match="failed after 3 attempts"):
+            list(eng.generate(iter(jobs)))
+        assert srv.posts == 3
+    finally:
+        srv.close()
