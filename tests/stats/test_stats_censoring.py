@@ -44,3 +44,29 @@ def test_censoring_points_may_differ() -> None:
     cens = np.array([False, False, False, False, True])
     out = impute_censored(lengths, cens, 50, rng)
     assert (out[:, 4] >= 90.0).all() and out[:, 4].min() < 110.0
+
+
+def test_tail_check_tells_tails_from_loops(censored_run, tmp_path) -> None:
+    """Truncations from a long tail pass the check; a runaway mode (loops) that always hits the cap fails it,
+    and then the headline bound is the capped one and the theory is checked on EOS samples."""
+    from lenpred.stats import BoundConfig, analyse_run
+    from lenpred.stats import simulate as sim
+
+    tc = censored_run.summary["tail_check"]
+    assert tc["consistent"] and tc["observed_truncated"] > 100
+    assert censored_run.summary["headline"] == "censored" == censored_run.summary["theory_variant"]
+
+    truth = sim.write_synthetic_run(
+        tmp_path / "loops", sim.ramping_hazard(120, seed=6), k=8, max_new_tokens=900, seed=6, runaway=0.08
+    )
+    a = analyse_run(tmp_path / "loops", BoundConfig(n_boot=200, n_boot_robust=20, n_normal_reference=500))
+    s = a.summary
+    assert not s["tail_check"]["consistent"] and s["tail_check"]["ratio"] > 20
+    assert s["headline"] == "capped" and s["theory_variant"] == "eos"
+    assert "separate mode" in s["variant_choice"]
+    assert "truncations" in " ".join(s["cautions"])
+    t = truth.summary()
+    assert s["variants"]["capped"]["oracle_mae"] == pytest.approx(t["capped_oracle_mae"], rel=0.1)
+    # the responses that end still show the theory's normal law
+    assert s["verdicts"]["normal_law"].startswith("HOLDS")
+    assert s["variants"]["eos"]["oracle_mae"] == pytest.approx(t["oracle_mae"], rel=0.1)

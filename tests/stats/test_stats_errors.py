@@ -67,15 +67,17 @@ def test_prompts_all_truncated_are_dropped_and_counted(tmp_path: Path) -> None:
 
 def test_headline_variant_with_no_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # each prompt has 2 of 4 samples truncated: the median is not identified, the censoring-aware variant
-    # keeps nothing, but the capped variant can still be the headline
+    # keeps nothing. Asked for explicitly, that is an error; under auto the capped variant takes over.
     rows = [(p, j, 100 if j < 2 else 30 + j, "length" if j < 2 else "eos") for p in "abc" for j in range(4)]
     path = _run(tmp_path / "r", rows)
     with pytest.raises(DataError, match="censoring-aware variant keeps no prompt"):
-        analyse_run(path, QUICK)
-    assert "--headline" in _cli_fails(path, capsys)
-    assert analyse_run(
-        path, BoundConfig(headline="capped", n_boot=20, n_boot_robust=5, n_normal_reference=100)
-    )
+        analyse_run(
+            path, BoundConfig(headline="censored", n_boot=20, n_boot_robust=5, n_normal_reference=100)
+        )
+    assert "--headline" in _cli_fails(path, capsys, "--headline", "censored")
+    a = analyse_run(path, QUICK)
+    assert a.summary["headline"] == "capped" and a.summary["theory_variant"] == "eos"
+    assert a.summary["variants"]["censored"]["available"] is False
 
 
 def test_empty_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lenpred.errors import ConfigError
-from lenpred.stats.config import SEGMENT_UNITS, VARIANTS, BoundConfig
+from lenpred.stats.config import CHOICES, SEGMENT_UNITS, BoundConfig
 
 HELP = "per-prompt length statistics, the prefill oracle bound, normal / affine / hazard analysis"
 EXAMPLE = "lenpred bound data/runs/smollm2-sharegpt --out out/bound"
@@ -25,10 +25,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="output directory (default: out/bound/<run name>)")
     parser.add_argument(
         "--headline",
-        choices=VARIANTS,
+        choices=CHOICES,
         default=d.headline,
-        help="treatment of truncated samples for the headline figures: censoring-aware (normal tail "
-        "imputed beyond the cap), EOS samples only, or capped at max_new_tokens (default %(default)s)",
+        help="treatment of truncated samples for the headline bound: censoring-aware (normal tail imputed "
+        "beyond the cap), EOS samples only, capped at max_new_tokens, or auto: censoring-aware unless the "
+        "truncations are not a normal tail (repetition loops), then capped (default %(default)s)",
+    )
+    parser.add_argument(
+        "--theory",
+        choices=CHOICES,
+        default=d.theory,
+        help="variant for the normal-law and affine checks; auto: censoring-aware, or EOS-only when the "
+        "truncations are a separate mode (default %(default)s)",
     )
     parser.add_argument(
         "--segments", choices=SEGMENT_UNITS, default=d.segment_unit, help="segment unit (default %(default)s)"
@@ -58,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _config(args: argparse.Namespace) -> BoundConfig:
     return BoundConfig(
         headline=args.headline,
+        theory=args.theory,
         min_samples=args.min_samples,
         segment_unit=args.segments,
         segment_regex=args.segment_regex,
@@ -122,7 +131,6 @@ def _print_normal_table(con: Any, nl: dict[str, Any]) -> None:
 def print_summary(summary: dict[str, Any], written: list[Path], elapsed: float) -> None:
     from rich.console import Console
     from rich.table import Table
-
 
     con = Console()
     if not con.is_terminal:  # piped or captured: rich would assume 80 columns and squeeze the tables
@@ -192,6 +200,13 @@ def print_summary(summary: dict[str, Any], written: list[Path], elapsed: float) 
     else:
         con.print(f"normal law: not available ({nl.get('reason')})")
 
+    tc = summary["tail_check"]
+    con.print(
+        f"headline bound: {summary['variants'][summary['headline']]['label']}; theory checks on: "
+        f"{summary['variants'][summary['theory_variant']]['label']} ({summary['variant_choice']}; truncated "
+        f"{tc['observed_truncated']}, a per-prompt normal tail predicts {tc['expected_truncated']:.1f})",
+        highlight=False,
+    )
     for claim, text in summary["verdicts"].items():
         con.print(f"[bold]{claim.replace('_', ' ')}[/bold]: {text}", highlight=False)
     for text in summary.get("cautions", []):

@@ -26,6 +26,7 @@ from scipy import optimize, special, stats
 # A sd below half a token is not resolvable with integer lengths; it also keeps log(sigma) finite.
 MIN_SIGMA = 0.5
 _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
+_LOG_SIGMA_MIN, _LOG_SIGMA_MAX = float(np.log(MIN_SIGMA)), float(np.log(1e7))
 
 
 def fit_censored_normal(observed: np.ndarray, censored_at: np.ndarray) -> tuple[float, float]:
@@ -47,6 +48,7 @@ def fit_censored_normal(observed: np.ndarray, censored_at: np.ndarray) -> tuple[
 
     def nll(theta: np.ndarray) -> float:
         mu, log_sigma = theta
+        log_sigma = float(np.clip(log_sigma, _LOG_SIGMA_MIN, _LOG_SIGMA_MAX))  # the simplex can wander far
         sigma = np.exp(log_sigma)
         z_obs, z_cens = (obs - mu) / sigma, (cens - mu) / sigma
         # normal log-density and log-survival written out: scipy.stats' wrappers cost 10x more per call
@@ -90,3 +92,58 @@ def impute_censored(
     # truncnorm can return values a hair below the bound when a is far in the tail; keep L > cut.
     out[:, c] = np.maximum(draws, at)
     return out
+
+
+def fit_truncated_normal(x: np.ndarray, upper: float) -> tuple[float, float]:
+    """MLE (mu, sigma) of a normal observed only below ``upper`` (the EOS samples of a capped prompt)."""
+    v = np.asarray(x, dtype=float)
+    mu0, sd0 = float(v.mean()), max(float(v.std()), MIN_SIGMA)
+
+    def nll(theta: np.ndarray) -> float:
+        mu, log_sigma = theta
+        log_sigma = float(np.clip(log_sigma, _LOG_SIGMA_MIN, _LOG_SIGMA_MAX))  # the simplex can wander far
+        z = (v - mu) / np.exp(log_sigma)
+        ll = -0.5 * float(z @ z) - v.size * (
+            log_sigma + _HALF_LOG_2PI + float(special.log_ndtr((upper - mu) / np.exp(log_sigma)))
+        )
+        return -ll
+
+    res = optimize.minimize(
+        nll, np.array([mu0, np.log(sd0)]), method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-6}
+    )
+    mu, log_sigma = res.x
+    # the likelihood is flat towards huge sigma when the samples crowd the bound; keep the fit sane
+    return float(mu), float(np.clip(np.exp(log_sigma), MIN_SIGMA, 10.0 * sd0 + MIN_SIGMA))
+
+
+def tail_check(
+    per_prompt: list[tuple[np.ndarray, np.ndarray]], cap: float, min_eos: int = 3
+) -> dict[str, float | int | bool]:
+    """Are the truncations the upper tail of each prompt's (normal) length law, as the imputation assumes?
+
+    For every prompt with ``min_eos`` or more EOS samples, a normal is fitted to the EOS lengths alone,
+    allowing for the cut at ``cap`` (a truncated-normal fit), and the number of samples it expects
+    beyond the cap is added up. If lengths are normal per prompt, the observed number of truncations
+    is close to that (Poisson); if a separate mode runs into the cap (repetition loops, say), many
+    more are truncated than any tail explains and the imputed tails are a guess.
+    ``per_prompt``: (lengths, censored) arrays for each prompt.
+    """
+    observed, expected, used = 0, 0.0, 0
+    for x, c in per_prompt:
+        eos = x[~c]
+        if eos.size < min_eos or np.ptp(eos) == 0:
+            continue
+        mu, sigma = fit_truncated_normal(eos, cap)
+        expected += x.size * float(stats.norm.sf(cap, mu, sigma))
+        observed += int(c.sum())
+        used += 1
+    p = float(stats.poisson.sf(observed - 1, expected)) if expected > 0 else (0.0 if observed else 1.0)
+    return {
+        "n_prompts": used,
+        "observed_truncated": observed,
+        "expected_truncated": expected,
+        "ratio": observed / expected if expected > 0 else (float("inf") if observed else float("nan")),
+        "p_value": p,
+        # a factor 3 and p < 0.001: far more truncations than a normal tail can explain
+        "consistent": bool(not (observed > 3 * expected and p < 1e-3)),
+    }

@@ -13,6 +13,7 @@ from lenpred.errors import ConfigError
 
 SEGMENT_UNITS = ("paragraph", "sentence", "line")
 VARIANTS = ("censored", "eos", "capped")
+CHOICES = ("auto", *VARIANTS)
 
 # The bound needs a held-out sample per prompt: with K samples the leave-one-out median uses K-1 of
 # them, so K >= 2 is the hard floor. Below ~8 the per-prompt spread is a very noisy estimate.
@@ -24,8 +25,11 @@ RECOMMENDED_SAMPLES = 8
 class BoundConfig:
     """Settings of one bound analysis. Constructing it only validates; it has no side effects."""
 
-    # which of the three treatments of truncated samples is the headline (see lenpred.stats.lengths)
-    headline: str = "censored"
+    # which of the three treatments of truncated samples carries the headline bound, and which one the
+    # normal / affine checks use (see lenpred.stats.lengths and report.choose_variants); "auto" decides
+    # from the tail check
+    headline: str = "auto"
+    theory: str = "auto"
     # prompts with fewer usable samples than this are left out of a variant (>= 2, see above)
     min_samples: int = MIN_SAMPLES_FLOOR
     # segments for the alpha-vs-segment-CV comparison; a regex, when given, overrides the unit
@@ -47,10 +51,11 @@ class BoundConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.headline not in VARIANTS:
-            raise ConfigError(
-                f"headline variant {self.headline!r} is unknown", f"use one of {', '.join(VARIANTS)}"
-            )
+        for role in ("headline", "theory"):
+            if getattr(self, role) not in CHOICES:
+                raise ConfigError(
+                    f"{role} variant {getattr(self, role)!r} is unknown", f"use one of {', '.join(CHOICES)}"
+                )
         if self.min_samples < MIN_SAMPLES_FLOOR:
             raise ConfigError(
                 f"min_samples={self.min_samples} is too small: the bound needs a held-out sample per prompt",

@@ -22,6 +22,7 @@ from lenpred.data.rundir import RunDir, atomic_write_bytes, atomic_write_json
 from lenpred.errors import DataError
 from lenpred.stats.affine import fit_affine
 from lenpred.stats.bound import summarize_bound
+from lenpred.stats.censoring import tail_check
 from lenpred.stats.config import VARIANTS, BoundConfig
 from lenpred.stats.hazard import hazard_analysis
 from lenpred.stats.lengths import VARIANT_LABELS, RunLengths, build_variant, load_run_lengths
@@ -37,10 +38,52 @@ class BoundAnalysis:
     """Everything ``lenpred bound`` reports. ``summary`` is what bound.json holds."""
 
     summary: dict[str, Any]
-    per_prompt: pd.DataFrame  # headline variant, one row per prompt (with segment columns)
+    per_prompt: pd.DataFrame  # the theory variant, one row per prompt (with segment columns)
     hazard: dict[str, Any]  # with DataFrames, for plots
     lengths: RunLengths
     variants_per_prompt: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+def choose_variants(
+    config: BoundConfig,
+    tail: dict[str, Any],
+    available: dict[str, pd.DataFrame],
+    errors: dict[str, DataError],
+) -> tuple[str, str, str]:
+    """Which variant carries the headline bound, which one the theory checks, and why.
+
+    ``auto`` keeps truncated samples censored (the design's rule) as long as they look like the upper
+    tail of each prompt's length law, which is what the imputation assumes. When they do not (many
+    more truncations than any per-prompt tail explains: a separate mode such as repetition loops,
+    whose latent length is not defined), the headline bound is the capped one (exact for the lengths
+    the engine serves, and a lower bound on any latent-length bound) and the theory, which is about
+    responses that end, is checked on the EOS samples.
+    """
+    if tail["consistent"]:
+        auto = ("censored", "censored", "truncations are consistent with a per-prompt normal tail")
+    else:
+        auto = (
+            "capped",
+            "eos",
+            f"{tail['observed_truncated']} truncations where a per-prompt normal tail predicts "
+            f"{tail['expected_truncated']:.1f}: they are a separate mode (e.g. repetition loops), so the "
+            "headline bound is the capped one and the theory is checked on EOS samples",
+        )
+    # under auto, a variant that keeps no prompt gives way to the next one that does
+    fallbacks = {"headline": ("capped", "eos"), "theory": ("eos", "capped")}
+    chosen = []
+    for want, auto_pick, role in ((config.headline, auto[0], "headline"), (config.theory, auto[1], "theory")):
+        if want != "auto":
+            if want not in available:
+                raise errors[want]
+            chosen.append(want)
+            continue
+        picks = [p for p in (auto_pick, *fallbacks[role]) if p in available]
+        if not picks:
+            raise errors[auto_pick]
+        chosen.append(picks[0])
+    reason = auto[2] if "auto" in (config.headline, config.theory) else "chosen by the configuration"
+    return chosen[0], chosen[1], reason
 
 
 def analyse_run(run: RunDir | str | PathLike[str], config: BoundConfig | None = None) -> BoundAnalysis:
@@ -49,14 +92,21 @@ def analyse_run(run: RunDir | str | PathLike[str], config: BoundConfig | None = 
     rng = np.random.default_rng(config.seed)
     lengths = load_run_lengths(run, config.min_samples)
 
+    tail = tail_check(
+        [
+            (g["length"].to_numpy(float), g["censored"].to_numpy(bool))
+            for _, g in lengths.samples.groupby("prompt_id")
+        ],
+        lengths.cap,
+    )
     variants: dict[str, dict[str, Any]] = {}
     per_variant: dict[str, pd.DataFrame] = {}
+    errors: dict[str, DataError] = {}
     for name in VARIANTS:
         try:
             v = build_variant(lengths, name, config, rng)
         except DataError as err:
-            if name == config.headline:
-                raise
+            errors[name] = err
             variants[name] = {"label": VARIANT_LABELS[name], "available": False, "reason": err.problem}
             continue
         pp = add_normal_columns(describe_variant(v))
@@ -68,8 +118,9 @@ def analyse_run(run: RunDir | str | PathLike[str], config: BoundConfig | None = 
             "imputed_samples": int(pp["n_truncated"].sum()) if name == "censored" else 0,
             **summarize_bound(pp, config.n_boot, config.ci, rng),
         }
+    headline, theory, reason = choose_variants(config, tail, per_variant, errors)
 
-    pp = per_variant[config.headline]
+    pp = per_variant[theory]
     affine = fit_affine(
         pp["mean"].to_numpy(),
         pp["sd"].to_numpy(),
@@ -115,7 +166,10 @@ def analyse_run(run: RunDir | str | PathLike[str], config: BoundConfig | None = 
             "prompts_all_truncated": int(s.groupby("prompt_id")["censored"].all().sum()),
             "max_new_tokens": lengths.cap,
         },
-        "headline": config.headline,
+        "headline": headline,
+        "theory_variant": theory,
+        "variant_choice": reason,
+        "tail_check": tail,
         "variants": variants,
         "normal_law": normal,
         "affine": affine,
@@ -293,6 +347,14 @@ def cautions(summary: dict[str, Any]) -> list[str]:
             f"{c['truncated_share']:.0%} of samples were truncated: the censoring-aware figures rest on a normal "
             "tail beyond max_new_tokens; compare with the capped and EOS-only variants"
         )
+    tc = summary["tail_check"]
+    if not tc["consistent"]:
+        out.append(
+            f"{tc['observed_truncated']} truncations where a per-prompt normal tail predicts "
+            f"{tc['expected_truncated']:.1f}: most truncated samples never end (repetition loops?); their latent "
+            "length is undefined, so the censoring-aware figures are a guess and the capped ones are the bound "
+            "on what this card serves"
+        )
     if c["prompts_listed"] and c["prompts"] < c["prompts_listed"]:
         out.append(
             f"the run is incomplete: {c['prompts']} of {c['prompts_listed']} listed prompts have samples"
@@ -325,8 +387,17 @@ def write_json(analysis: BoundAnalysis, out_dir: str | PathLike[str]) -> Path:
 
 
 def write_per_prompt(analysis: BoundAnalysis, out_dir: str | PathLike[str]) -> Path:
+    """per_prompt.csv: one row per prompt and variant (column ``variant``), segment columns included."""
+    seg_cols = [c for c in analysis.per_prompt.columns if c.startswith("seg_")]
+    seg = analysis.per_prompt[["prompt_id", *seg_cols]] if seg_cols else None
+    frames = []
+    for name, pp in analysis.variants_per_prompt.items():
+        frame = pp.merge(seg, on="prompt_id", how="left") if seg is not None else pp
+        frames.append(frame.assign(variant=name))
+    table = pd.concat(frames, ignore_index=True)
+    table = table[["variant", *[c for c in table.columns if c != "variant"]]]
     path = Path(out_dir) / "per_prompt.csv"
-    atomic_write_bytes(path, analysis.per_prompt.to_csv(index=False, float_format="%.6g").encode())
+    atomic_write_bytes(path, table.to_csv(index=False, float_format="%.6g").encode())
     return path
 
 
@@ -370,6 +441,12 @@ def markdown(summary: dict[str, Any]) -> str:
         f"{c['prompts']} prompts, {c['samples']} samples ({c['samples_per_prompt']['min']}-"
         f"{c['samples_per_prompt']['max']} per prompt), {c['truncated_share']:.1%} truncated at "
         f"max_new_tokens={c['max_new_tokens']}; {c['prompts_all_truncated']} prompts have every sample truncated.",
+        "",
+        "",
+        f"Headline bound: **{summary['variants'][summary['headline']]['label']}**; theory checks (normal law, "
+        f"affine law) on: **{summary['variants'][summary['theory_variant']]['label']}** ({summary['variant_choice']}). "
+        f"Tail check: {summary['tail_check']['observed_truncated']} truncated samples, "
+        f"{summary['tail_check']['expected_truncated']:.1f} expected from a per-prompt normal tail.",
         "",
         "## Verdicts",
         "",

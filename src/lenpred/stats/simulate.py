@@ -325,14 +325,21 @@ class Truth:
             return np.where(at_risk > 0, p / at_risk, np.nan)
 
 
-def truth(gen: Generator, cap: int, k: int, prompt_ids: list[str]) -> Truth:
+def truth(gen: Generator, cap: int, k: int, prompt_ids: list[str], runaway: float = 0.0) -> Truth:
+    """Exact truth; with ``runaway`` the latent figures describe the responses that end, the capped
+    ones the served lengths (runaway samples served at the cap)."""
     p = gen.pmf()
     latent = _stats_from_pmf(p)
-    capped = _stats_from_pmf(_cap_pmf(p, cap))
+    served = _cap_pmf(p, cap) * (1.0 - runaway)
+    if runaway > 0:
+        served = np.pad(served, ((0, 0), (0, max(0, cap + 1 - served.shape[1]))))
+        served[:, cap] += runaway
+    capped = _stats_from_pmf(served)
     pp = pd.DataFrame({"prompt_id": prompt_ids, **latent})
     for key, v in capped.items():
         pp[f"capped_{key}"] = v
-    pp["p_truncated"] = p[:, cap + 1 :].sum(1) if p.shape[1] > cap + 1 else 0.0
+    ends_late = p[:, cap + 1 :].sum(1) if p.shape[1] > cap + 1 else np.zeros(len(p))
+    pp["p_truncated"] = runaway + (1.0 - runaway) * ends_late
     if isinstance(gen, SegmentSum):
         pp["count_cv"] = gen.count_cv_exact()
     return Truth(per_prompt=pp, pmf=p, cap=cap, k=k)
@@ -375,17 +382,20 @@ def write_synthetic_run(
     seed: int = 0,
     shard_prompts: int = 100,
     text: bool = True,
+    runaway: float = 0.0,
 ) -> Truth:
     """Sample a run from ``gen`` into a new run directory at ``path``; return its exact ground truth.
 
     Lengths beyond ``max_new_tokens`` are written as the engine would write them: n_tokens equal to the
-    cap, stop_reason 'length' and the text cut there.
+    cap, stop_reason 'length' and the text cut there. ``runaway`` is the probability that a sample never
+    stops (a repetition loop): a second mode that always runs into the cap, whatever the prompt.
     """
     rng = np.random.default_rng(seed)
     n = len(gen.mu) if isinstance(gen, RampingHazard) else len(gen.mean_segments)
     width = max(5, math.ceil(math.log10(n + 1)))
     pids = [f"p{i:0{width}d}" for i in range(n)]
-    rd = RunDir.create(path, synthetic_card(gen.describe(), max_new_tokens, seed, k))
+    desc = {**gen.describe(), "runaway": runaway} if runaway else gen.describe()  # part of the card identity
+    rd = RunDir.create(path, synthetic_card(desc, max_new_tokens, seed, k))
     rd.write_prompts(
         pd.DataFrame(
             {
@@ -398,6 +408,11 @@ def write_synthetic_run(
     )
     length, segs = gen.sample(k, rng, max_new_tokens)  # (P, K), P*K segment lists
     flat = length.reshape(-1)
+    if runaway > 0:
+        loops = rng.random(flat.size) < runaway
+        flat = np.where(loops, max_new_tokens + 1, flat)
+        for i in np.flatnonzero(loops):  # a loop repeats its first paragraph until the cap
+            segs[i] = [segs[i][0]] * (max_new_tokens // max(segs[i][0], 1) + 1)
     truncated = flat > max_new_tokens
     rows = pd.DataFrame(
         {
@@ -411,4 +426,4 @@ def write_synthetic_run(
     )
     for start in range(0, n, shard_prompts):  # one shard per block of prompts, as a collector writes them
         rd.append_samples(rows.iloc[start * k : (start + shard_prompts) * k].reset_index(drop=True))
-    return truth(gen, max_new_tokens, k, pids)
+    return truth(gen, max_new_tokens, k, pids, runaway)
