@@ -69,4 +69,5 @@ def test_tail_check_tells_tails_from_loops(censored_run, tmp_path) -> None:
     assert s["variants"]["capped"]["oracle_mae"] == pytest.approx(t["capped_oracle_mae"], rel=0.1)
     # the responses that end still show the theory's normal law
     assert s["verdicts"]["normal_law"].startswith("HOLDS")
+    assert s["verdicts"]["hazard_ramp"].startswith("HOLDS")  # loops left out, they would dilute the ramp
     assert s["variants"]["eos"]["oracle_mae"] == pytest.approx(t["oracle_mae"], rel=0.1)

@@ -200,11 +200,9 @@ def print_summary(summary: dict[str, Any], written: list[Path], elapsed: float) 
     else:
         con.print(f"normal law: not available ({nl.get('reason')})")
 
-    tc = summary["tail_check"]
     con.print(
         f"headline bound: {summary['variants'][summary['headline']]['label']}; theory checks on: "
-        f"{summary['variants'][summary['theory_variant']]['label']} ({summary['variant_choice']}; truncated "
-        f"{tc['observed_truncated']}, a per-prompt normal tail predicts {tc['expected_truncated']:.1f})",
+        f"{summary['variants'][summary['theory_variant']]['label']} ({summary['variant_choice']})",
         highlight=False,
     )
     for claim, text in summary["verdicts"].items():

@@ -148,10 +148,22 @@ def normalized_hazard(
 
 
 def hazard_analysis(
-    lengths: RunLengths, medians: pd.Series, bin_width: int, n_buckets: int, min_at_risk: int
+    lengths: RunLengths,
+    medians: pd.Series,
+    bin_width: int,
+    n_buckets: int,
+    min_at_risk: int,
+    drop_truncated: bool = False,
 ) -> dict[str, Any]:
-    """Pooled, by-bucket and normalised hazard. ``medians``: per-prompt median, indexed by prompt_id."""
+    """Pooled, by-bucket and normalised hazard. ``medians``: per-prompt median, indexed by prompt_id.
+
+    ``drop_truncated`` leaves truncated samples out instead of keeping them at risk: right when they are
+    a runaway mode that would never stop (loops), which would otherwise dilute the late hazard of the
+    responses that do end; wrong (biased low at late steps) when they are a genuine tail.
+    """
     s = lengths.samples
+    if drop_truncated:
+        s = s[~s["censored"]]
     length = np.minimum(s["length"].to_numpy(int), lengths.cap)
     event = ~s["censored"].to_numpy(bool)
     if bin_width <= 0:

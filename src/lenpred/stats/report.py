@@ -144,6 +144,7 @@ def analyse_run(run: RunDir | str | PathLike[str], config: BoundConfig | None = 
         config.hazard_bin,
         config.n_buckets,
         config.min_at_risk,
+        drop_truncated=theory == "eos",  # the theory is about responses that end: see choose_variants
     )
 
     s = lengths.samples
