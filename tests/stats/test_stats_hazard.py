@@ -52,3 +52,10 @@ def test_constant_hazard_is_flat(geometric_run) -> None:
     assert 0.67 < nh["late_early_ratio"] < 1.5
     assert nh["constant_hazard"] == pytest.approx(np.log(2), rel=0.15)
     assert geometric_run.summary["verdicts"]["hazard_ramp"].startswith("DOES NOT HOLD")
+
+
+def test_hazard_past_the_median(segment_run, geometric_run) -> None:
+    # a near-normal law's hazard keeps climbing past the median; a memoryless one stays flat. (The
+    # segment run has CV 0.3; the ramp run's CV ~0.2 leaves too few samples beyond 1.6 medians.)
+    assert segment_run.analysis.hazard["normalized"]["tail_mid_ratio"] > 1.1
+    assert 0.7 < geometric_run.analysis.hazard["normalized"]["tail_mid_ratio"] < 1.4

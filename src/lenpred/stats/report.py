@@ -527,7 +527,9 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append(
             f"In normalised time u = t / median: {nh['hazard_early']:.3f} stops per median length for u in "
             f"[0.4, 0.8), {nh['hazard_late']:.3f} for u in [1.2, 1.6) (ratio {nh['late_early_ratio']:.2f}; a "
-            f"constant hazard gives {nh['memoryless_value']:.3f} in both)."
+            f"constant hazard gives {nh['memoryless_value']:.3f} in both); past the median "
+            f"{nh['hazard_mid']:.3f} for u in [1.0, 1.4) and {nh['hazard_tail']:.3f} for u in [1.6, 2.4) (ratio "
+            f"{nh['tail_mid_ratio']:.2f}; 1 for a constant hazard)."
         )
     for b in hz["buckets"]:
         lo, hi = b["median_range"]
