@@ -9,7 +9,9 @@ Modules, in the order the analysis uses them:
 - :mod:`~lenpred.stats.normal` the normal law, :mod:`~lenpred.stats.affine` sd = alpha * mu + b,
   :mod:`~lenpred.stats.segments` the segment-count CV, :mod:`~lenpred.stats.hazard` the stopping hazard.
 - :mod:`~lenpred.stats.simulate` synthetic generators with exact ground truth.
-- :mod:`~lenpred.stats.report` runs it all (:func:`analyse_run`) and writes bound.json / summary.md.
+- :mod:`~lenpred.stats.report` runs it all (:func:`analyse_run`) and writes bound.json;
+  :mod:`~lenpred.stats.verdicts` states which claims hold; :mod:`~lenpred.stats.summary_md` writes
+  summary.md. Plots: :mod:`lenpred.report.bound_plots`.
 """
 
 from lenpred.stats.config import BoundConfig
