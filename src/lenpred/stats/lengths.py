@@ -3,15 +3,17 @@
 A sample with ``stop_reason == 'length'`` stopped at ``max_new_tokens`` (the cap C): it is censored,
 not a length. The analysis reports three variants side by side:
 
-``censored`` (censoring-aware, the default headline)
+``censored`` (censoring-aware; the headline while truncations look like a normal tail)
     prompts with fewer than half their samples censored; censored samples are multiply imputed
     from a per-prompt right-censored normal fit (see :mod:`lenpred.stats.censoring`).
 ``eos``
-    only samples that ended with EOS. Exact for those samples but biased low: it drops exactly the
-    long ones.
+    only samples that ended with EOS: the responses that end. Biased low when the cap cuts a genuine
+    tail (it drops exactly the long ones).
 ``capped``
     every sample, a censored one counted as C. This is the exact bound for the length the engine
     actually serves under this card (it never generates past C), and understates the latent spread.
+
+Which one leads is decided in :func:`lenpred.stats.report.choose_variants`.
 
 Estimators work on arrays with the samples on the last axis; prompts are grouped by their sample count
 K so each group is one dense ``(M, P, K)`` array (M imputations, P prompts), which keeps every
