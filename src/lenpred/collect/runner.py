@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -127,11 +127,11 @@ class _Flusher:
         self.last = time.monotonic()
 
 
-def prepare(cfg: CollectConfig) -> tuple[dict[str, Any], pd.DataFrame, Any, Any]:
+def prepare(cfg: CollectConfig) -> tuple[dict[str, Any], pd.DataFrame, Any, Any, RunDir | None]:
     """Validate everything and build the card and prompt table, writing nothing.
 
-    Returns (card, prompts, model spec, tokenizer). An existing run directory is checked against
-    the card here, so a mismatch fails before any file is touched.
+    Returns (card, prompts, model spec, tokenizer, existing run or None). An existing run directory
+    is checked against the card here, so a mismatch fails before any file is touched.
     """
     from transformers import AutoConfig, AutoTokenizer
 
@@ -150,7 +150,7 @@ def prepare(cfg: CollectConfig) -> tuple[dict[str, Any], pd.DataFrame, Any, Any]
     else:
         prompts, stats = build_prompt_table(cfg.prompts, tokenizer, cfg.n_prompts, context, cfg.sampling.max_new_tokens, raw)
         prompts.attrs["filter_stats"] = stats
-    return card, prompts, spec, tokenizer
+    return card, prompts, spec, tokenizer, existing
 
 
 def open_run(cfg: CollectConfig, card: dict[str, Any], prompts: pd.DataFrame) -> RunDir:
@@ -173,8 +173,8 @@ def open_run(cfg: CollectConfig, card: dict[str, Any], prompts: pd.DataFrame) ->
 
 
 def collect(cfg: CollectConfig) -> CollectSummary:
-    card, prompts, spec, tokenizer = prepare(cfg)
-    done = RunDir.open(cfg.run_dir).done_keys() if (Path(cfg.run_dir) / "card.json").exists() else set()
+    card, prompts, spec, tokenizer, existing = prepare(cfg)
+    done = existing.done_keys() if existing is not None else set()
     jobs = _jobs(prompts, cfg.samples, done, cfg.sampling.seed)
     engine = _make_engine(cfg, spec, tokenizer) if jobs else None  # fails (unreachable server...) before any write
     run = open_run(cfg, card, prompts)
@@ -190,7 +190,7 @@ def collect(cfg: CollectConfig) -> CollectSummary:
 
     signal.signal(signal.SIGTERM, _on_term)
     try:
-        with _progress(cfg.progress, len(jobs), prompts, cfg.samples, run.done_keys()) as bar:
+        with _Progress(cfg.progress, len(jobs), prompts, cfg.samples, run.done_keys()) as bar:
             for r in engine.generate(iter(jobs)):
                 flusher.add(r)
                 n_new += 1
@@ -205,7 +205,7 @@ def collect(cfg: CollectConfig) -> CollectSummary:
     )
 
 
-class _progress:
+class _Progress:
     """A rich progress bar over prompts (a prompt is done when all its samples are), with tokens/s."""
 
     def __init__(self, enabled: bool, n_jobs: int, prompts: pd.DataFrame, samples: int, done: set[tuple[str, int]]) -> None:
@@ -214,7 +214,7 @@ class _progress:
         self.n_prompts = len(self.left)
         self.n_jobs = n_jobs
 
-    def __enter__(self) -> _progress:
+    def __enter__(self) -> _Progress:
         if self.enabled:
             from rich.progress import (
                 BarColumn,
@@ -256,9 +256,3 @@ class _progress:
     def __exit__(self, *exc: Any) -> None:
         if self.enabled:
             self.p.__exit__(*exc)
-
-
-def config_dict(cfg: CollectConfig) -> dict[str, Any]:
-    d = asdict(cfg)
-    d["run_dir"] = str(Path(cfg.run_dir))
-    return d

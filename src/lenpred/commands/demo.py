@@ -33,10 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _reference_card(path: Path) -> SamplingConfig | None:
     try:
-        s = RunDir.open(path).card["sampling"]
+        return SamplingConfig(**RunDir.open(path).card["sampling"])
     except DataError:
         return None
-    return SamplingConfig(**{**s, "max_new_tokens": s["max_new_tokens"]})
 
 
 def run(a: argparse.Namespace) -> int:
