@@ -11,5 +11,5 @@ CARD=(--model smollm2-135m --engine llamacpp --source sharegpt --max-prompt-toke
       --temperature 1.0 --top-p 1.0 --min-p 0.1 --frequency-penalty 0.3 --max-new-tokens 1024 --seed 0)
 RUN=data/runs/smollm2-sharegpt
 # 96 prompts x 24 samples first (per-prompt distributions), then 384 prompts x 8 (the bound across prompts)
-"$LENPRED" collect --run "$RUN" "${CARD[@]}" --prompts 96 --samples 24 --n-parallel "${N_PARALLEL:-32}" "$@"
-"$LENPRED" collect --run "$RUN" "${CARD[@]}" --prompts 384 --samples 8 --n-parallel "${N_PARALLEL:-32}" "$@"
+"$LENPRED" collect --run "$RUN" "${CARD[@]}" --prompts 96 --samples 24 --n-parallel "${N_PARALLEL:-64}" "$@"
+"$LENPRED" collect --run "$RUN" "${CARD[@]}" --prompts 384 --samples 8 --n-parallel "${N_PARALLEL:-64}" "$@"
