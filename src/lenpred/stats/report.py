@@ -227,8 +227,9 @@ def _alpha_vs_cv(affine: dict[str, Any], seg: dict[str, Any]) -> dict[str, Any]:
         "segment_cv": cv,
         "ratio": a / cv if cv > 0 else float("nan"),
         "determined": determined,
-        # the claim holds when the two intervals overlap, or the two agree within 20%
-        "agree": bool(determined and ((lo <= chi and clo <= hi) or 0.8 <= a / cv <= 1.25)),
+        # the claim holds when the two agree within 20%; intervals that overlap only fail to refute it
+        "agree": bool(determined and 0.8 <= a / cv <= 1.25),
+        "intervals_overlap": bool(lo <= chi and clo <= hi),
     }
 
 

@@ -1,7 +1,7 @@
 """Plain-language verdicts on the theory's claims, and cautions on how far to trust the figures.
 
 Each verdict is one sentence that starts with HOLDS / DOES NOT HOLD / HOLDS ON AGGREGATE ONLY / WEAK /
-UNRELIABLE / UNDETERMINED / NOT TESTED and carries the figures that decide it.
+NOT REJECTED / UNRELIABLE / UNDETERMINED / NOT TESTED and carries the figures that decide it.
 """
 
 from __future__ import annotations
@@ -87,7 +87,14 @@ def verdicts(summary: dict[str, Any]) -> dict[str, str]:
         if not avc["determined"]:
             out["alpha_is_segment_cv"] = f"UNDETERMINED: intervals too wide ({fig})."
         else:
-            out["alpha_is_segment_cv"] = ("HOLDS: " if avc["agree"] else "DOES NOT HOLD: ") + fig + "."
+            if avc["agree"]:
+                out["alpha_is_segment_cv"] = f"HOLDS: {fig}."
+            elif avc["intervals_overlap"]:
+                out["alpha_is_segment_cv"] = (
+                    f"NOT REJECTED: the intervals overlap but the two differ by more than 20% ({fig})."
+                )
+            else:
+                out["alpha_is_segment_cv"] = f"DOES NOT HOLD: {fig}."
     else:
         out["alpha_is_segment_cv"] = f"NOT TESTED: {seg.get('reason', 'affine fit unavailable')}."
 
