@@ -60,7 +60,20 @@ def kv_need(r: Request) -> int:
     return r.prompt + (r.gen if r.gen > 0 else 1)
 
 
-class PrefillInstance:
+class _Instance:
+    """What both instance kinds share: one pending kick at a time, and only while idle."""
+
+    busy: bool
+    kick_pending: bool
+
+    def kick(self, t: float) -> list[Event]:
+        if self.busy or self.kick_pending:
+            return []
+        self.kick_pending = True
+        return [(t, PRIO[KICK], KICK, self)]
+
+
+class PrefillInstance(_Instance):
     """Runs prefill batches; holds each prompt's KV until a decode instance has pulled it."""
 
     def __init__(self, index: int, sim: Simulator, profile: LatencyProfile, policy: QueuePolicy,
@@ -94,12 +107,6 @@ class PrefillInstance:
         return float(self.waiting_tokens + self.batch_tokens)
 
     # ---- events
-    def kick(self, t: float) -> list[Event]:
-        if self.busy or self.kick_pending:
-            return []
-        self.kick_pending = True
-        return [(t, PRIO[KICK], KICK, self)]
-
     def enqueue(self, r: Request, t: float) -> list[Event]:
         r.prefill_inst = self
         self._seq += 1
@@ -165,7 +172,7 @@ class PrefillInstance:
         return events
 
 
-class DecodeInstance:
+class DecodeInstance(_Instance):
     """Continuous batching under a KV budget; in colocated mode it also prefills new requests."""
 
     def __init__(self, index: int, sim: Simulator, profile: LatencyProfile, policy: QueuePolicy,
@@ -286,12 +293,6 @@ class DecodeInstance:
         self.reserved_pred -= r.q_rem
 
     # ---- events
-    def kick(self, t: float) -> list[Event]:
-        if self.busy or self.kick_pending:
-            return []
-        self.kick_pending = True
-        return [(t, PRIO[KICK], KICK, self)]
-
     def enqueue(self, r: Request, t: float) -> list[Event]:
         """Queue a request: fresh from prefill (NEED_TRANSFER), new in colocated mode
         (NEED_PREFILL), or preempted (NEED_RECOMPUTE / NEED_SWAP_IN)."""

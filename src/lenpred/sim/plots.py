@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +56,10 @@ def plot_cdfs(res: SweepResult, path: str | Path, dpi: int = 90) -> Path:
     axes[0][0].legend(fontsize=8, loc="lower right")
     fig.suptitle(f"{res.config.name}: E2E latency CDF (short = output < {res.short_threshold:g} tokens)",
                  fontsize=10)
+    return _save(plt, fig, path, dpi)
+
+
+def _save(plt: Any, fig: Any, path: str | Path, dpi: int) -> Path:
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -80,12 +85,7 @@ def plot_p99_vs_load(res: SweepResult, path: str | Path, dpi: int = 90) -> Path:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
     ax.set_title(f"{res.config.name}: P99 vs load", fontsize=10)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path, dpi)
 
 
 def write_plots(res: SweepResult, out_dir: str | Path) -> list[Path]:
