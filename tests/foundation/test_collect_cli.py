@@ -137,3 +137,19 @@ def test_help_lists_every_verb_with_example(capsys):
     with pytest.raises(SystemExit):
         main(["collect", "--help"])
     assert "example:" in capsys.readouterr().out
+
+
+def test_hf_engine_through_the_cli(tmp_path, prompt_file, capsys):
+    run = tmp_path / "run"
+    argv = _args(run, prompt_file, 2, 2, "--engine", "hf", "--batch-size", "3")
+    argv[argv.index("24")] = "12"  # --max-new-tokens 12 keeps this quick on the CPU
+    assert main(argv) == 0
+    rd = RunDir.open(run)
+    assert rd.card["engine"]["name"] == "hf" and rd.card["engine"]["dtype"] == "float32"
+    s = rd.samples()
+    assert len(s) == 4 and (s.n_tokens <= 12).all() and ((s.stop_reason == "length") == (s.n_tokens == 12)).all()
+    assert (s.n_tokens == s.token_ids.map(len)).all()
+    capsys.readouterr()
+    assert main(_args(tmp_path / "r2", prompt_file, 1, 1, "--engine", "hf", "--dtype", "int3")) == 1
+    assert "unknown dtype 'int3'" in capsys.readouterr().err
+    assert not (tmp_path / "r2").exists()

@@ -105,7 +105,11 @@ class HFEngine:
         import torch
         import transformers
 
-        return {"name": cls.name, "version": transformers.__version__, "torch": torch.__version__.split("+")[0], "dtype": "float32"}
+        dtype = str(cfg.engine_options.get("dtype") or "float32")
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise EngineError(f"unknown dtype {dtype!r}", "use one of: float32, bfloat16, float16")
+        # the dtype changes the numerics, hence the samples: it is part of the card
+        return {"name": cls.name, "version": transformers.__version__, "torch": torch.__version__.split("+")[0], "dtype": dtype}
 
     @classmethod
     def runtime_for(cls, cfg: Any) -> dict[str, Any]:
@@ -117,14 +121,15 @@ class HFEngine:
         from lenpred.models import load
 
         rt = cls.runtime_for(cfg)
-        lm = load(cfg.model, device=rt["device"])
+        lm = load(cfg.model, device=rt["device"], dtype=str(cfg.engine_options.get("dtype") or "float32"))
         return cls(lm.model, lm.tokenizer, cfg.sampling, batch_size=rt["batch_size"], device=rt["device"])
 
     def identity(self) -> dict[str, Any]:
         import torch
         import transformers
 
-        return {"name": self.name, "version": transformers.__version__, "torch": torch.__version__.split("+")[0], "dtype": "float32"}
+        dtype = str(self.model.dtype).removeprefix("torch.")
+        return {"name": self.name, "version": transformers.__version__, "torch": torch.__version__.split("+")[0], "dtype": dtype}
 
     def runtime(self) -> dict[str, Any]:
         return {"batch_size": self.B, "device": str(self.device)}

@@ -73,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-parallel", type=int, default=16, help="llamacpp: sequences decoded together")
     g.add_argument("--batch-size", type=int, default=16, help="hf: rows decoded together")
     g.add_argument("--device", default="cpu", help="hf: torch device (cpu, cuda, cuda:1)")
+    g.add_argument("--dtype", default="float32", help="hf: float32 | bfloat16 | float16 (part of the card)")
     g.add_argument("--threads", type=int, default=None, help="llamacpp: CPU threads (default: all cores)")
     g.add_argument("--base-url", default=None, help="openai: server URL, e.g. http://127.0.0.1:8000/v1")
     g.add_argument("--api-model", default=None, help="openai: model name the server expects (default --model)")
@@ -90,6 +91,7 @@ def engine_options(a: argparse.Namespace) -> dict[str, object]:
         "n_parallel": a.n_parallel,
         "batch_size": a.batch_size,
         "device": a.device,
+        "dtype": a.dtype,
         "n_threads": a.threads,
         "base_url": a.base_url,
         "api_model": a.api_model,
