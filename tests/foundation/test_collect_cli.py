@@ -153,3 +153,22 @@ def test_hf_engine_through_the_cli(tmp_path, prompt_file, capsys):
     assert main(_args(tmp_path / "r2", prompt_file, 1, 1, "--engine", "hf", "--dtype", "int3")) == 1
     assert "unknown dtype 'int3'" in capsys.readouterr().err
     assert not (tmp_path / "r2").exists()
+
+
+@needs_llama
+def test_sigterm_flushes_the_buffer(tmp_path, prompt_file):
+    """A polite stop (SIGTERM, Ctrl-C) writes what was generated since the last shard, then exits 130."""
+    run = tmp_path / "run"
+    args = _args(run, prompt_file, 6, 4, "--engine", "llamacpp", "--n-parallel", "1", "--shard-size", "1000", "--flush-seconds", "1000")
+    errlog = open(tmp_path / "collect.err", "w+b")
+    proc = subprocess.Popen([sys.executable, "-m", "lenpred.cli", *args], stdout=subprocess.DEVNULL, stderr=errlog)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "prompts.parquet").exists():  # the engine is up once prompts are written
+        time.sleep(0.1)
+    time.sleep(4)  # let a few samples finish into the in-memory buffer
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130, (tmp_path / "collect.err").read_text()[-500:]
+    written = _keys(run)
+    assert 1 <= len(written) < 24 and len(set(written)) == len(written)
+    assert main(args) == 0
+    assert len(set(_keys(run))) == len(_keys(run)) == 24

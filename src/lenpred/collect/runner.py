@@ -10,6 +10,7 @@ Raising ``--prompts`` or ``--samples`` on an existing run extends it under the s
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,12 +184,14 @@ def collect(cfg: CollectConfig) -> CollectSummary:
         return CollectSummary(str(run.path), run.card_hash, 0, 0, 0.0, len(run.done_keys()), 0)
     flusher = _Flusher(run, cfg.shard_size, cfg.flush_seconds)
     n_new = n_tok = 0
+    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
     old_term = signal.getsignal(signal.SIGTERM)
 
     def _on_term(signum: int, frame: Any) -> None:  # make SIGTERM behave like Ctrl-C: flush, then stop
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, _on_term)
+    if main_thread:
+        signal.signal(signal.SIGTERM, _on_term)
     try:
         with _Progress(cfg.progress, len(jobs), prompts, cfg.samples, run.done_keys()) as bar:
             for r in engine.generate(iter(jobs)):
@@ -198,7 +201,8 @@ def collect(cfg: CollectConfig) -> CollectSummary:
                 bar.advance(r, n_tok, time.monotonic() - t0)
     finally:
         flusher.flush()  # a clean stop (Ctrl-C, SIGTERM, an error) keeps what was generated
-        signal.signal(signal.SIGTERM, old_term)
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_term)
         engine.close()
     return CollectSummary(
         str(run.path), run.card_hash, n_new, n_tok, time.monotonic() - t0, len(run.done_keys()), flusher.shards
