@@ -14,6 +14,7 @@ def test_demo_runs_live_and_summarises_reference(tmp_path, capsys):
     assert main(["demo", "--prompts", "2", "--samples", "2", "--max-new-tokens", "16", "--run", str(run)]) == 0
     out = capsys.readouterr().out
     assert "per-prompt decode lengths" in out and "the committed reference run" in out
+    assert "prefill bound on the reference run" in out and "oracle MAE" in out
     # the live run is a real run directory under the reference card (capped shorter)
     card = json.loads((run / "card.json").read_text())
     assert card["sampling"]["max_new_tokens"] == 16 and card["model"]["id"] == "smollm2-135m"

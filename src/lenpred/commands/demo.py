@@ -12,6 +12,8 @@ import importlib.util
 import tempfile
 from pathlib import Path
 
+from rich.console import Console
+
 from lenpred.collect.base import SamplingConfig
 from lenpred.collect.runner import CollectConfig, collect
 from lenpred.data.rundir import RunDir
@@ -39,7 +41,6 @@ def _reference_card(path: Path) -> SamplingConfig | None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     console = Console()
@@ -80,4 +81,31 @@ def run(a: argparse.Namespace) -> int:
         print_run_summary(RunDir.open(a.reference))
     except DataError as e:
         console.print(f"(no reference run here: {e})")
+        return 0
+    _print_bound(console, a.reference)
     return 0
+
+
+def _print_bound(console: Console, path: str) -> None:
+    """The prefill bound of the reference run, in one table (`lenpred bound` gives the full report)."""
+    from rich.table import Table
+
+    from lenpred.stats import analyse_run
+
+    try:
+        s = analyse_run(path).summary
+    except DataError as e:  # e.g. too few samples collected yet
+        console.print(f"(bound not available yet: {e})")
+        return
+    v = s["variants"][s["headline"]]
+    lo, hi = v["oracle_mae_ci"]
+    rlo, rhi = v["relative_mae_ci"]
+    t = Table(title=f"prefill bound on the reference run ({v['n_prompts']} prompts, {v['n_samples']} samples; {v['label']})")
+    t.add_column("what")
+    t.add_column("value")
+    t.add_row("oracle MAE: no prompt-only predictor can beat it", f"{v['oracle_mae']:.0f} tokens [{lo:.0f}, {hi:.0f}]")
+    t.add_row("relative to the mean length", f"{v['relative_mae']:.2f} [{rlo:.2f}, {rhi:.2f}]")
+    for claim, verdict in s["verdicts"].items():
+        t.add_row(claim.replace("_", " "), str(verdict).split(":")[0])
+    console.print(t)
+    console.print("Full report with plots: lenpred bound " + path + " --out out/bound")
