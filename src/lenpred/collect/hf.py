@@ -176,7 +176,8 @@ class HFEngine:
         exhausted = False
         with torch.inference_mode():
             while True:
-                # 1. refill free rows, one prefill each
+                # 1. refill free rows: one left-padded prefill for all new jobs
+                new: list[tuple[int, Job]] = []
                 for b in range(B):
                     if rows[b] is not None or exhausted:
                         continue
@@ -184,27 +185,22 @@ class HFEngine:
                     if job is None:
                         exhausted = True
                         break
-                    ids = torch.tensor([job.prompt_token_ids], device=dev)  # (1, P)
-                    if ids.shape[1] == 0:
+                    if not job.prompt_token_ids:
                         raise EngineError(f"prompt {job.prompt_id!r} is empty after tokenization")
-                    o = self.model(input_ids=ids, use_cache=True)
-                    new_kv = _cache_kv(_out_cache(o))  # per layer (1, H, P, D)
-                    gen = torch.Generator(device=dev).manual_seed(job.seed)
-                    seen = torch.zeros(self.vocab, dtype=torch.bool, device=dev)
-                    seen[ids[0]] = True
-                    counts = torch.zeros(self.vocab, dtype=torch.float32, device=dev)
-                    r = _Row(job=job, gen=gen, seen=seen, counts=counts, pos=ids.shape[1], last=-1)
-                    t = self._sample(o.logits[:, -1, :], [(b, r)])[0]
-                    if t in self.eos or max_new <= 0:
-                        yield self._finish(r, "eos", "")
-                        continue  # the row stays free; try the next job
-                    r.out.append(t)
-                    r.last = t
-                    if len(r.out) >= max_new:
-                        yield self._finish(r, "length", self.tok.decode(r.out))
-                        continue
-                    kv, mask = self._insert(kv, mask, b, new_kv)
-                    rows[b] = r
+                    new.append((b, job))
+                if new:
+                    started = self._prefill(new)
+                    for b, r, row_kv, first in started:
+                        if first in self.eos:
+                            yield self._finish(r, "eos", "")
+                            continue  # the row stays free until the next pass
+                        r.out.append(first)
+                        r.last = first
+                        if len(r.out) >= max_new:
+                            yield self._finish(r, "length", self.tok.decode(r.out))
+                            continue
+                        kv, mask = self._insert(kv, mask, b, row_kv)
+                        rows[b] = r
                 live = [(b, r) for b, r in enumerate(rows) if r is not None]
                 if not live:
                     return
@@ -250,6 +246,37 @@ class HFEngine:
                     first = int(torch.nonzero(used)[0]) if bool(used.any()) else mask.shape[1]
                     mask = mask[:, first:]
                     kv = [(k[:, :, first:], v[:, :, first:]) for k, v in kv]
+
+    def _prefill(self, new: list[tuple[int, Job]]) -> list[tuple[int, _Row, list[tuple[Any, Any]], int]]:
+        """Prefill several prompts in one left-padded batch; sample each one's first token.
+
+        Returns (row index, row state, the row's own (1, H, P_i, D) cache per layer, first token).
+        """
+        torch = self.torch
+        dev = self.device
+        n = len(new)
+        P = max(len(j.prompt_token_ids) for _, j in new)
+        ids = torch.full((n, P), int(next(iter(self.eos))), dtype=torch.long, device=dev)  # (n, P)
+        am = torch.zeros((n, P), dtype=torch.long, device=dev)  # (n, P)
+        for i, (_, j) in enumerate(new):
+            L = len(j.prompt_token_ids)
+            ids[i, P - L :] = torch.tensor(j.prompt_token_ids, device=dev)
+            am[i, P - L :] = 1
+        pos = (am.cumsum(-1) - 1).clamp(min=0)  # (n, P): each prompt starts at position 0
+        o = self.model(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=True)
+        pkv = _cache_kv(_out_cache(o))  # per layer (n, H, P, D)
+        out = []
+        for i, (b, job) in enumerate(new):
+            L = len(job.prompt_token_ids)
+            gen = torch.Generator(device=dev).manual_seed(job.seed)
+            seen = torch.zeros(self.vocab, dtype=torch.bool, device=dev)
+            seen[ids[i, P - L :]] = True
+            counts = torch.zeros(self.vocab, dtype=torch.float32, device=dev)
+            r = _Row(job=job, gen=gen, seen=seen, counts=counts, pos=L, last=-1)
+            first = self._sample(o.logits[i : i + 1, -1, :], [(b, r)])[0]
+            row_kv = [(k[i : i + 1, :, P - L :], v[i : i + 1, :, P - L :]) for k, v in pkv]
+            out.append((b, r, row_kv, first))
+        return out
 
     def _insert(self, kv: list[tuple[Any, Any]] | None, mask: Any, b: int, new_kv: list[tuple[Any, Any]]) -> tuple[list[tuple[Any, Any]], Any]:
         """Write a prefilled (1, H, P, D) cache into row b, right-aligned; grow the cache on the left if needed."""
