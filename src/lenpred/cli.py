@@ -19,7 +19,7 @@ from lenpred.errors import LenpredError
 VERBS: dict[str, tuple[str, str, str]] = {
     "demo": (
         "lenpred.commands.demo",
-        "short live run on the embedded model + summary of the committed reference run",
+        "short live run on the embedded model, then the committed reference run and its prefill bound",
         "lenpred demo --prompts 6 --samples 3",
     ),
     "collect": (
