@@ -213,7 +213,7 @@ class RunDir:
         tables = []
         for s in shards:
             t = pq.read_table(s, columns=columns)
-            self._check_meta(pq.read_schema(s), s)
+            self._check_meta(t.schema, s)  # the file's metadata comes along even with a column subset
             tables.append(t)
         df = pa.concat_tables(tables).to_pandas()
         if "prompt_id" in df.columns and "sample_idx" in df.columns:
