@@ -209,6 +209,19 @@ def collect(cfg: CollectConfig) -> CollectSummary:
     )
 
 
+def _eta(done: int, total: int, seconds: float) -> str:
+    """Time left at the sample rate so far, as H:MM:SS ("-:--:--" before the first sample).
+
+    Prompts finish late (their K samples are interleaved with everyone else's), so an ETA over
+    prompts, like rich's own column, stays unknown for most of a run; samples arrive steadily.
+    """
+    if done <= 0 or seconds <= 0:
+        return "-:--:--"
+    left = max(total - done, 0) * seconds / done
+    h, rem = divmod(int(round(left)), 3600)
+    return f"{h}:{rem // 60:02d}:{rem % 60:02d}"
+
+
 class _Progress:
     """A rich progress bar over prompts (a prompt is done when all its samples are), with tokens/s."""
 
@@ -226,7 +239,6 @@ class _Progress:
                 Progress,
                 TextColumn,
                 TimeElapsedColumn,
-                TimeRemainingColumn,
             )
 
             self.p = Progress(
@@ -236,12 +248,13 @@ class _Progress:
                 TextColumn("prompts"),
                 TextColumn("{task.fields[samples]} samples  {task.fields[tps]:.1f} tok/s"),
                 TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
+                TextColumn("ETA {task.fields[eta]}"),
             )
             self.p.__enter__()
             done_prompts = sum(v <= 0 for v in self.left.values())
-            self.task = self.p.add_task("collect", total=self.n_prompts, completed=done_prompts, samples=0, tps=0.0)
+            self.task = self.p.add_task(
+                "collect", total=self.n_prompts, completed=done_prompts, samples=0, tps=0.0, eta=_eta(0, self.n_jobs, 0.0)
+            )
             self.samples = 0
         return self
 
@@ -255,6 +268,7 @@ class _Progress:
             advance=1 if self.left[r.prompt_id] == 0 else 0,
             samples=f"{self.samples}/{self.n_jobs}",
             tps=tokens / max(seconds, 1e-9),
+            eta=_eta(self.samples, self.n_jobs, seconds),
         )
 
     def __exit__(self, *exc: Any) -> None:
