@@ -120,7 +120,8 @@ def test_partial_run_with_unequal_sample_counts(tmp_path: Path) -> None:
     rows += [(f"p{i}", j, 40 + 5 * i + 3 * j, "eos") for i in range(12) for j in range(3 if i % 2 else 8)]
     a = analyse_run(_run(tmp_path / "r", rows), QUICK)
     v = a.summary["variants"]["censored"]
-    assert v["n_prompts"] == 12 and v["dropped_prompts"] == {"too_few_samples": 1}
+    assert v["n_prompts"] == 12 and v["dropped_prompts"] == {}
+    assert a.summary["counts"]["prompts_left_out_few_samples"] == 1  # left out before any variant
     assert v["samples_per_prompt"] == {"min": 3, "median": 5.5, "max": 8}
     assert {k: b["n_prompts"] for k, b in v["by_k"].items()} == {"3": 6, "8": 6}
     assert set(a.per_prompt["k"]) == {3, 8}

@@ -132,6 +132,8 @@ def print_summary(summary: dict[str, Any], written: list[Path], elapsed: float) 
     from rich.console import Console
     from rich.table import Table
 
+    from lenpred.stats.summary_md import prompts_phrase
+
     con = Console()
     if not con.is_terminal:  # piped or captured: rich would assume 80 columns and squeeze the tables
         con = Console(width=150)
@@ -139,7 +141,7 @@ def print_summary(summary: dict[str, Any], written: list[Path], elapsed: float) 
     lvl = round(summary["config"]["ci"] * 100)
     con.print(
         f"[bold]lenpred bound[/bold] {summary['run']}  card {summary['card_hash']}  model {summary['model']}\n"
-        f"{c['prompts']} prompts, {c['samples']} samples ({c['samples_per_prompt']['min']}-{c['samples_per_prompt']['max']}"
+        f"{prompts_phrase(c)}, {c['samples']} samples ({c['samples_per_prompt']['min']}-{c['samples_per_prompt']['max']}"
         f" per prompt), {c['truncated_share']:.1%} truncated at max_new_tokens={c['max_new_tokens']}"
     )
     t = Table(title=f"Prefill oracle bound ({lvl}% bootstrap interval over prompts)")

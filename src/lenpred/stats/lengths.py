@@ -32,7 +32,7 @@ import pandas as pd
 from lenpred.data.rundir import RunDir
 from lenpred.errors import DataError
 from lenpred.stats.censoring import impute_censored
-from lenpred.stats.config import RECOMMENDED_SAMPLES, BoundConfig
+from lenpred.stats.config import MIN_SAMPLES_FLOOR, RECOMMENDED_SAMPLES, BoundConfig
 
 VARIANT_LABELS = {
     "censored": "censoring-aware",
@@ -50,6 +50,8 @@ class RunLengths:
     card: dict[str, Any]
     card_hash: str
     path: str
+    min_samples: int = 2
+    prompts_left_out: int = 0  # prompts with samples, but fewer than min_samples
 
     @property
     def n_prompts(self) -> int:
@@ -132,12 +134,26 @@ def load_run_lengths(run: RunDir | str | PathLike[str], min_samples: int = 2) ->
     k = samples.groupby("prompt_id", sort=False).size()
     if int(k.max()) < min_samples:
         raise _need_more_samples(path, int(k.max()), min_samples)
+    # --min-samples selects prompts by how many samples they have in the run (e.g. 24 keeps the
+    # prompts of a K = 24 extension); each variant then needs MIN_SAMPLES_FLOOR usable samples.
+    keep = k.index[k >= min_samples]
+    left_out = int(len(k) - len(keep))
+    if left_out:
+        samples = samples[samples["prompt_id"].isin(keep)].reset_index(drop=True)
     if bool(samples["censored"].all()):
         raise DataError(
             f"{path}: all {len(samples)} samples stopped at max_new_tokens={cap}, so no length was observed",
             "collect a new run with a larger max_new_tokens (or a lower temperature to avoid repetition loops)",
         )
-    return RunLengths(samples=samples, cap=cap, card=rd.card, card_hash=rd.card_hash, path=path)
+    return RunLengths(
+        samples=samples,
+        cap=cap,
+        card=rd.card,
+        card_hash=rd.card_hash,
+        path=path,
+        min_samples=min_samples,
+        prompts_left_out=left_out,
+    )
 
 
 _Kept = tuple[str, np.ndarray, np.ndarray, int, int]  # prompt_id, lengths, censored, n_truncated, n_total
@@ -181,7 +197,7 @@ def build_variant(lengths: RunLengths, name: str, config: BoundConfig, rng: np.r
         n_eos = int((~c).sum())
         n_trunc, n_total = int(c.sum()), len(x)
         if name == "capped":
-            if len(x) < config.min_samples:
+            if len(x) < max(config.min_samples, MIN_SAMPLES_FLOOR):
                 dropped["too_few_samples"] += 1
                 continue
             kept.append((str(pid), np.minimum(x, lengths.cap), np.zeros_like(c), n_trunc, n_total))
@@ -189,10 +205,13 @@ def build_variant(lengths: RunLengths, name: str, config: BoundConfig, rng: np.r
         if n_eos == 0:
             dropped["all_truncated"] += 1
             continue
-        if n_eos < config.min_samples:
+        if len(x) < config.min_samples:
             dropped["too_few_samples"] += 1
             continue
         if name == "eos":
+            if n_eos < MIN_SAMPLES_FLOOR:  # the held-out median needs two EOS samples
+                dropped["too_few_samples"] += 1
+                continue
             kept.append((str(pid), x[~c], np.zeros(n_eos, dtype=bool), n_trunc, n_total))
         else:  # censored: the median is identified only while fewer than half the samples are censored
             if 2 * int(c.sum()) >= len(x):

@@ -23,7 +23,7 @@ from lenpred.errors import DataError
 from lenpred.stats.affine import fit_affine
 from lenpred.stats.bound import summarize_bound
 from lenpred.stats.censoring import tail_check
-from lenpred.stats.config import VARIANTS, BoundConfig
+from lenpred.stats.config import MIN_SAMPLES_FLOOR, VARIANTS, BoundConfig
 from lenpred.stats.hazard import hazard_analysis
 from lenpred.stats.lengths import VARIANT_LABELS, RunLengths, build_variant, load_run_lengths
 from lenpred.stats.normal import add_normal_columns, normal_law
@@ -136,11 +136,11 @@ def analyse_run(run: RunDir | str | PathLike[str], config: BoundConfig | None = 
     )
     normal = normal_law(pp, config.n_normal_reference, config.n_boot, config.ci, rng)
     seg, seg_table = segment_cv(
-        lengths, config.segment_unit, config.segment_regex, config.min_samples, config.n_boot, config.ci, rng
+        lengths, config.segment_unit, config.segment_regex, MIN_SAMPLES_FLOOR, config.n_boot, config.ci, rng
     )
     if len(seg_table):
         pp = pp.merge(seg_table, on="prompt_id", how="left")
-    seg["all_units_cv_mean"] = all_units_cv(lengths, config.min_samples)
+    seg["all_units_cv_mean"] = all_units_cv(lengths, MIN_SAMPLES_FLOOR)
     hazard = hazard_analysis(
         lengths,
         pd.Series(pp["median"].to_numpy(), index=pp["prompt_id"]),
@@ -163,6 +163,8 @@ def analyse_run(run: RunDir | str | PathLike[str], config: BoundConfig | None = 
         "counts": {
             "prompts": lengths.n_prompts,
             "prompts_listed": _n_listed_prompts(lengths),
+            "min_samples": lengths.min_samples,
+            "prompts_left_out_few_samples": lengths.prompts_left_out,
             "samples": len(s),
             "samples_per_prompt": {"min": int(k.min()), "median": float(k.median()), "max": int(k.max())},
             "truncated_samples": int(s["censored"].sum()),

@@ -20,6 +20,14 @@ def fmt(x: Any, spec: str) -> str:
     return format(x, spec)
 
 
+def prompts_phrase(c: dict[str, Any]) -> str:
+    """'96 prompts with >= 24 samples (7 with fewer left out)' or just '96 prompts'."""
+    left = c.get("prompts_left_out_few_samples", 0)
+    if not left:
+        return f"{c['prompts']} prompts"
+    return f"{c['prompts']} prompts with >= {c['min_samples']} samples ({left} with fewer left out)"
+
+
 def _ci(ci: Any, fmt: str = ".1f") -> str:
     lo, hi = ci
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
@@ -50,7 +58,7 @@ def markdown(summary: dict[str, Any]) -> str:
         f"# Prefill bound: {summary['run']}",
         "",
         f"Model `{summary['model']}`, card `{summary['card_hash']}`, lenpred {summary['lenpred_version']}. "
-        f"{c['prompts']} prompts, {c['samples']} samples ({c['samples_per_prompt']['min']}-"
+        f"{prompts_phrase(c)}, {c['samples']} samples ({c['samples_per_prompt']['min']}-"
         f"{c['samples_per_prompt']['max']} per prompt), {c['truncated_share']:.1%} truncated at "
         f"max_new_tokens={c['max_new_tokens']}; {c['prompts_all_truncated']} prompts have every sample truncated.",
         "",

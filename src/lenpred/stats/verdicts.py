@@ -145,8 +145,9 @@ def cautions(summary: dict[str, Any]) -> list[str]:
             "length is undefined, so the censoring-aware figures are a guess and the capped ones are the bound "
             "on what this card serves"
         )
-    if c["prompts_listed"] and c["prompts"] < c["prompts_listed"]:
+    with_samples = c["prompts"] + c.get("prompts_left_out_few_samples", 0)
+    if c["prompts_listed"] and with_samples < c["prompts_listed"]:
         out.append(
-            f"the run is incomplete: {c['prompts']} of {c['prompts_listed']} listed prompts have samples"
+            f"the run is incomplete: {with_samples} of {c['prompts_listed']} listed prompts have samples"
         )
     return out
