@@ -70,6 +70,7 @@ def test_bound_cli_end_to_end(cli_out: tuple[Path, Path], capsys: pytest.Capture
 
     md = (out / "summary.md").read_text()
     assert md.startswith("# Prefill bound") and "| censoring-aware (headline) |" in md
+    assert "![hazard](hazard.png)" in md and "![sd vs mu](sd_vs_mu.png)" in md  # the report embeds its plots
 
 
 def test_bound_cli_default_out_dir(
@@ -80,3 +81,4 @@ def test_bound_cli_default_out_dir(
     assert main(["bound", str(run), "--no-plots", "--boot", "50", "--headline", "capped"]) == 0
     b = json.loads((tmp_path / "out" / "bound" / "run" / "bound.json").read_text())
     assert b["headline"] == "capped"
+    assert ".png" not in (tmp_path / "out" / "bound" / "run" / "summary.md").read_text()  # --no-plots

@@ -224,10 +224,12 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     analysis = analyse_run(args.run, config)
     out.mkdir(parents=True, exist_ok=True)
-    written = [write_json(analysis, out), write_markdown(analysis, out), write_per_prompt(analysis, out)]
+    written = [write_json(analysis, out), write_per_prompt(analysis, out)]
+    plots: list[Path] = []
     if not args.no_plots:
         from lenpred.report.bound_plots import write_bound_plots
 
-        written += write_bound_plots(analysis, out, args.grid)
+        plots = write_bound_plots(analysis, out, args.grid)
+    written += [write_markdown(analysis, out, plots), *plots]
     print_summary(analysis.summary, written, time.perf_counter() - t0)
     return 0

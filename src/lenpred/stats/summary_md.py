@@ -50,7 +50,7 @@ def _normal_table(nl: dict[str, Any]) -> list[str]:
     ]
 
 
-def markdown(summary: dict[str, Any]) -> str:
+def markdown(summary: dict[str, Any], plots: list[Path] | None = None) -> str:
     """The human-readable summary of bound.json."""
     c = summary["counts"]
     lvl = round(summary["config"]["ci"] * 100)
@@ -156,15 +156,16 @@ def markdown(summary: dict[str, Any]) -> str:
             f"- prompts with median length {lo:.0f}-{hi:.0f}: late/early hazard ratio {b['late_early_ratio']:.2f}, "
             f"Spearman rho {b['spearman_rho']:+.2f} ({b['n_samples']} samples)"
         )
-    lines += [
-        "",
-        "Plots: hist_grid.png, sd_vs_mu.png, hazard.png, mae_normal.png. Every figure: bound.json.",
-        "",
-    ]
+    lines += ["", "Every figure: bound.json; per prompt: per_prompt.csv.", ""]
+    if plots:
+        lines += ["## Plots", ""] + [f"![{Path(p).stem.replace('_', ' ')}]({Path(p).name})" for p in plots] + [""]
     return "\n".join(lines)
 
 
-def write_markdown(analysis: BoundAnalysis, out_dir: str | PathLike[str]) -> Path:
+def write_markdown(
+    analysis: BoundAnalysis, out_dir: str | PathLike[str], plots: list[Path] | None = None
+) -> Path:
+    """Write summary.md; ``plots`` (files in ``out_dir``) are embedded as images."""
     path = Path(out_dir) / "summary.md"
-    atomic_write_bytes(path, markdown(analysis.summary).encode())
+    atomic_write_bytes(path, markdown(analysis.summary, plots).encode())
     return path
