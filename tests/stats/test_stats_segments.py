@@ -47,6 +47,10 @@ def test_segment_cv_all_units(segment_run) -> None:
     for unit, value in seg["all_units_cv_mean"].items():
         assert value == pytest.approx(cv, abs=0.02), unit
     assert covers(seg["cv_mean_ci"], cv)
+    # N segments of independent length: CV(L)^2 = CV(N)^2 + CV(X)^2 / E[N] > CV(N)^2 and
+    # corr(N, L) = CV(N) / CV(L), about 0.9 for these parameters (0.4 segment CV, 5-30 segments)
+    assert seg["length_cv_mean"] > seg["cv_mean"]
+    assert 0.8 < seg["count_length_corr_mean"] < 1.0
 
 
 def test_run_without_text(tmp_path) -> None:

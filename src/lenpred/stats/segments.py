@@ -46,15 +46,34 @@ def segment_table(lengths: RunLengths, unit: str, regex: str | None, min_samples
     """Per prompt: EOS samples used, mean and sd of the segment count, and its CV (sd / c4 / mean)."""
     eos = lengths.samples[~lengths.samples["censored"]]
     counts = count_segments(eos["text"].tolist(), unit, regex)
-    df = pd.DataFrame({"prompt_id": eos["prompt_id"].to_numpy(), "n": counts})
-    g = df.groupby("prompt_id", sort=False)["n"]
-    t = pd.DataFrame({"seg_k": g.size(), "seg_mean": g.mean(), "seg_sd": g.std(ddof=1)}).reset_index()
+    df = pd.DataFrame(
+        {"prompt_id": eos["prompt_id"].to_numpy(), "n": counts, "L": eos["length"].to_numpy(dtype=float)}
+    )
+    g = df.groupby("prompt_id", sort=False)
+    t = pd.DataFrame(
+        {
+            "seg_k": g.size(),
+            "seg_mean": g["n"].mean(),
+            "seg_sd": g["n"].std(ddof=1),
+            "len_mean": g["L"].mean(),
+            "len_sd": g["L"].std(ddof=1),
+            "seg_len_corr": g.apply(_corr, include_groups=False),
+        }
+    ).reset_index()
     t = t[t["seg_k"] >= min_samples]
+    k = t["seg_k"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        t["seg_cv"] = np.where(
-            t["seg_mean"] > 0, t["seg_sd"] / c4(t["seg_k"].to_numpy()) / t["seg_mean"], np.nan
-        )
+        t["seg_cv"] = np.where(t["seg_mean"] > 0, t["seg_sd"] / c4(k) / t["seg_mean"], np.nan)
+        t["len_cv"] = np.where(t["len_mean"] > 0, t["len_sd"] / c4(k) / t["len_mean"], np.nan)
     return t.reset_index(drop=True)
+
+
+def _corr(g: pd.DataFrame) -> float:
+    """Within-prompt Pearson correlation of segment count and token length (NaN if either is constant)."""
+    n, L = g["n"].to_numpy(float), g["L"].to_numpy(float)
+    if len(n) < 3 or n.std() == 0 or L.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(n, L)[0, 1])
 
 
 def segment_cv(
@@ -75,6 +94,9 @@ def segment_cv(
     cv = cv[np.isfinite(cv)]
     if cv.size == 0:
         return {"unit": name, "available": False, "reason": "no prompt with enough EOS samples"}, t
+    ok = t[np.isfinite(t["seg_cv"])]
+    len_cv = ok["len_cv"].to_numpy(float)
+    corr = ok["seg_len_corr"].to_numpy(float)
     return {
         "unit": name,
         "available": True,
@@ -83,6 +105,10 @@ def segment_cv(
         "cv_mean": float(cv.mean()),
         "cv_mean_ci": mean_ci(cv, n_boot, ci, rng),
         "cv_median": float(np.median(cv)),
+        # Under the theory (N segments of independent length X) CV(L)^2 = CV(N)^2 + CV(X)^2 / E[N] >= CV(N)^2
+        # and count and length correlate strongly; these two say how far the responses are from that.
+        "length_cv_mean": float(np.nanmean(len_cv)) if np.isfinite(len_cv).any() else float("nan"),
+        "count_length_corr_mean": float(np.nanmean(corr)) if np.isfinite(corr).any() else float("nan"),
     }, t
 
 

@@ -121,6 +121,9 @@ def markdown(summary: dict[str, Any], plots: list[Path] | None = None) -> str:
             f"CV of the {seg['unit']} count per prompt: mean {seg['cv_mean']:.3f} {_ci(seg['cv_mean_ci'], '.3f')}, "
             f"median {seg['cv_median']:.3f}, {seg['mean_segments']:.1f} segments per response on average "
             f"({seg['n_prompts']} prompts, EOS samples only). Mean CV by unit: {units}.",
+            f"On the same prompts the CV of the token length is {fmt(seg.get('length_cv_mean'), '.3f')} and the "
+            f"within-prompt correlation of segment count and token length {fmt(seg.get('count_length_corr_mean'), '+.2f')} "
+            "(N segments of independent length give CV(L) >= CV(N) and a strong positive correlation).",
         ]
     else:
         lines.append(f"Not available: {seg.get('reason')}.")

@@ -84,6 +84,11 @@ def verdicts(summary: dict[str, Any]) -> dict[str, str]:
             f"alpha = {avc['alpha']:.3f} vs CV of the {seg['unit']} count = {avc['segment_cv']:.3f} "
             f"[{seg['cv_mean_ci'][0]:.3f}, {seg['cv_mean_ci'][1]:.3f}] (ratio {avc['ratio']:.2f})"
         )
+        if math.isfinite(seg.get("length_cv_mean", float("nan"))):
+            fig += (
+                f"; within a prompt the CV of the length is {seg['length_cv_mean']:.3f} and count and length "
+                f"correlate at r = {seg['count_length_corr_mean']:+.2f} (the theory needs CV(L) >= CV(N) and a strong positive r)"
+            )
         if not avc["determined"]:
             out["alpha_is_segment_cv"] = f"UNDETERMINED: intervals too wide ({fig})."
         else:
