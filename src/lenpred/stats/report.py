@@ -69,7 +69,7 @@ def choose_variants(
             "capped",
             "eos",
             f"{tail['observed_truncated']} truncations where a per-prompt normal tail predicts "
-            f"{tail['expected_truncated']:.1f}: they are a separate mode (e.g. repetition loops), so the "
+            f"{tail['expected_truncated']:.1f}: they are a separate mode (runaway generations: loops, rambling), so the "
             "headline bound is the capped one and the theory is checked on EOS samples",
         )
     # under auto, a variant that keeps no prompt gives way to the next one that does

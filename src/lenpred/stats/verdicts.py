@@ -146,7 +146,7 @@ def cautions(summary: dict[str, Any]) -> list[str]:
     if not tc["consistent"]:
         out.append(
             f"{tc['observed_truncated']} truncations where a per-prompt normal tail predicts "
-            f"{tc['expected_truncated']:.1f}: most truncated samples never end (repetition loops?); their latent "
+            f"{tc['expected_truncated']:.1f}: most truncated samples are runaway generations that would not end (loops, rambling); their latent "
             "length is undefined, so the censoring-aware figures are a guess and the capped ones are the bound "
             "on what this card serves"
         )
