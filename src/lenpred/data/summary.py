@@ -58,7 +58,8 @@ def print_run_summary(run: RunDir) -> None:
     t.add_row("targets", "; ".join(f"{x['prompts']} prompts x {x['samples']}" for x in s["targets"]) or "-")
     t.add_row("prompts / samples / shards", f"{s['prompts']} / {s['samples']} / {s['shards']}")
     if s["samples"]:
-        t.add_row("samples per prompt (count of prompts)", str(s["samples_per_prompt"]))
+        spp = sorted(s["samples_per_prompt"].items(), key=lambda kv: -int(kv[0]))
+        t.add_row("prompts by samples collected", ", ".join(f"{v} with {k}" for k, v in spp))
         t.add_row("truncated at max_new_tokens", f"{s['truncated_share']:.1%}")
         q = s["length_quantiles"]
         t.add_row("length mean / p10 / p50 / p90 / p99", f"{s['length_mean']:.0f} / {q['0.1']:.0f} / {q['0.5']:.0f} / {q['0.9']:.0f} / {q['0.99']:.0f}")
