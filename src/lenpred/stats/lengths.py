@@ -188,7 +188,11 @@ def _groups(
 
 
 def build_variant(lengths: RunLengths, name: str, config: BoundConfig, rng: np.random.Generator) -> Variant:
-    """The prompts and (possibly imputed) lengths of one variant; raises if it keeps no prompt."""
+    """The prompts and (possibly imputed) lengths of one variant; raises if it keeps no prompt.
+
+    Prompts with fewer than ``--min-samples`` samples were already left out by
+    :func:`load_run_lengths`; here a variant drops only prompts it cannot use.
+    """
     kept: list[_Kept] = []
     dropped = {"too_few_samples": 0, "all_truncated": 0, "half_or_more_truncated": 0}
     for pid, g in lengths.samples.groupby("prompt_id", sort=False):
@@ -197,16 +201,10 @@ def build_variant(lengths: RunLengths, name: str, config: BoundConfig, rng: np.r
         n_eos = int((~c).sum())
         n_trunc, n_total = int(c.sum()), len(x)
         if name == "capped":
-            if len(x) < max(config.min_samples, MIN_SAMPLES_FLOOR):
-                dropped["too_few_samples"] += 1
-                continue
             kept.append((str(pid), np.minimum(x, lengths.cap), np.zeros_like(c), n_trunc, n_total))
             continue
         if n_eos == 0:
             dropped["all_truncated"] += 1
-            continue
-        if len(x) < config.min_samples:
-            dropped["too_few_samples"] += 1
             continue
         if name == "eos":
             if n_eos < MIN_SAMPLES_FLOOR:  # the held-out median needs two EOS samples
