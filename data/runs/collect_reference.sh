@@ -13,3 +13,6 @@ RUN=data/runs/smollm2-sharegpt
 # 96 prompts x 24 samples first (per-prompt distributions), then 384 prompts x 8 (the bound across prompts)
 "$LENPRED" collect --run "$RUN" "${CARD[@]}" --prompts 96 --samples 24 --n-parallel "${N_PARALLEL:-64}" "$@"
 "$LENPRED" collect --run "$RUN" "${CARD[@]}" --prompts 384 --samples 8 --n-parallel "${N_PARALLEL:-64}" "$@"
+# the extension (issue 9 part 0): 2,400 prompts in all, 2 samples for every new prompt (the first 384
+# keep their 8 or 24). Same card; the prompt list only grows (the first 384 are the same prompts).
+"$LENPRED" collect --run "$RUN" "${CARD[@]}" --prompts "${EXTEND_PROMPTS:-2400}" --samples 2 --n-parallel "${N_PARALLEL:-64}" "$@"

@@ -47,13 +47,48 @@ VERBS: dict[str, tuple[str, str, str]] = {
         "discrete-event simulation of prefill/decode serving under length-aware policies",
         "lenpred simulate --config experiments/sim/reproduction.json --out out/sim",
     ),
+    "split": (
+        "lenpred.commands.split",
+        "write the run's fixed, seeded train / validation / test split by prompt (split.json)",
+        "lenpred split data/runs/smollm2-sharegpt",
+    ),
+    "features": (
+        "lenpred.commands.features",
+        "prefill hidden states of every prompt, pooled, into a features artifact (resumable, --shard I/N)",
+        "lenpred features --run data/runs/smollm2-sharegpt --out data/features/smollm2-sharegpt",
+    ),
+    "train": (
+        "lenpred.commands.train",
+        "train a length predictor (head) on a features artifact and the run's training split",
+        "lenpred train --features data/features/smollm2-sharegpt --predictor mlp --out out/heads/mlp",
+    ),
+    "predict": (
+        "lenpred.commands.predict",
+        "write a predictions table (Parquet) for a run with a trained head or a synthetic model",
+        "lenpred predict --head out/heads/mlp --run data/runs/smollm2-sharegpt --out out/preds/mlp.parquet",
+    ),
+    "bench": (
+        "lenpred.commands.bench",
+        "evaluate heads on a run's test split under its fixed card, relative to the oracle bound",
+        "lenpred bench --run data/runs/smollm2-sharegpt --heads out/heads/* --out out/bench",
+    ),
+    "draft": (
+        "lenpred.commands.draft",
+        "EAGLE-3 draft heads: train one for a target, inspect or convert a checkpoint",
+        "lenpred draft train --run data/runs/smollm2-sharegpt --out out/draft/smollm2",
+    ),
+    "generate": (
+        "lenpred.commands.generate",
+        "generate with the target, optionally with an EAGLE-3 draft (speculative decoding)",
+        "lenpred generate --draft out/draft/smollm2 --prompt 'Write a haiku about tea.'",
+    ),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lenpred",
-        description="Decode-length prediction for LLM serving: collect, bound, simulate.",
+        description="Decode-length prediction for LLM serving: collect, bound, predict, simulate.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="verbs and examples:\n"
         + "\n".join(f"  {v:<9} {h}\n            e.g. {ex}" for v, (_, h, ex) in VERBS.items()),
@@ -76,7 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _verb_parser(verb: str) -> tuple[argparse.ArgumentParser, object]:
     module_name, help_, example = VERBS[verb]
-    mod = importlib.import_module(module_name)
+    try:
+        mod = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:
+            raise
+        raise SystemExit(f"lenpred {verb}: error: this verb is not part of this build yet ({module_name} is missing)") from None
     p = argparse.ArgumentParser(
         prog=f"lenpred {verb}",
         description=help_,

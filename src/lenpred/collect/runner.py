@@ -147,7 +147,10 @@ def prepare(cfg: CollectConfig) -> tuple[dict[str, Any], pd.DataFrame, Any, Any,
     existing = RunDir.create(cfg.run_dir, card) if (Path(cfg.run_dir) / "card.json").exists() else None
     have = existing.prompts() if existing is not None and existing.has_prompts() else None
     if have is not None and len(have.index) >= cfg.n_prompts:
-        prompts = have.iloc[: cfg.n_prompts]
+        prompts = have.iloc[: cfg.n_prompts].copy()
+        # pandas round-trips DataFrame.attrs through Parquet: a stored table carries the filter stats
+        # it was written with, which must not make it look freshly built (it would be rewritten short)
+        prompts.attrs.pop("filter_stats", None)
     else:
         prompts, stats = build_prompt_table(cfg.prompts, tokenizer, cfg.n_prompts, context, cfg.sampling.max_new_tokens, raw)
         prompts.attrs["filter_stats"] = stats

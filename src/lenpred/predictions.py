@@ -1,0 +1,289 @@
+"""Predictions are data: one Parquet table that every predictor writes and every consumer reads.
+
+Columns (one row per sample, or per prompt with ``sample_idx = -1`` for a prediction that does
+not depend on the sample, as every prompt-only predictor's does):
+
+=====================  ===============  ==========================================================
+column                 type             meaning
+=====================  ===============  ==========================================================
+``prompt_id``          string           the run's prompt id
+``sample_idx``         int32            the sample, or -1 for "every sample of this prompt"
+``pred_tokens``        float64          predicted total output tokens (at arrival, from the prompt)
+``spread``             float64, null    predictive standard deviation (tokens), where known
+``q10 q50 q90``        float64, null    predictive quantiles (tokens), where known
+``repred_gen``         list<int32>      re-predictions during decoding: tokens generated so far ...
+``repred_remaining``   list<float64>    ... and the predicted *remaining* tokens at that point
+=====================  ===============  ==========================================================
+
+The file's Parquet metadata (key ``lenpred.predictions``) says what made it: ``made_by`` (the
+predictor's registry name, or a synthetic noise model), its ``config``, the run's ``card_hash``
+and card fields, ``lenpred_version`` and ``created_at``. Bench, the simulator and the service read
+predictions only through :func:`read_predictions` / :meth:`Predictions.for_samples`; a sample with
+no prediction is an error there, never a silent oracle.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lenpred import __version__
+from lenpred.errors import CardMismatchError, DataError
+from lenpred.fileio import atomic_write_table
+
+__all__ = ["Predictions", "read_predictions", "PREDICTIONS_SCHEMA", "ALL_SAMPLES"]
+
+META_KEY = b"lenpred.predictions"
+SCHEMA_VERSION = 1
+ALL_SAMPLES = -1  # sample_idx of a per-prompt prediction
+
+PREDICTIONS_SCHEMA = pa.schema([
+    ("prompt_id", pa.string()),
+    ("sample_idx", pa.int32()),
+    ("pred_tokens", pa.float64()),
+    ("spread", pa.float64()),
+    ("q10", pa.float64()),
+    ("q50", pa.float64()),
+    ("q90", pa.float64()),
+    ("repred_gen", pa.list_(pa.int32())),
+    ("repred_remaining", pa.list_(pa.float64())),
+])
+COLUMNS = tuple(f.name for f in PREDICTIONS_SCHEMA)
+OPTIONAL = ("spread", "q10", "q50", "q90", "repred_gen", "repred_remaining")
+
+
+@dataclass
+class Predictions:
+    """A validated predictions table and what made it.
+
+    Build one with :meth:`from_frame` (validates), write it with :meth:`write`, read with
+    :func:`read_predictions`. ``frame`` always has every column of :data:`PREDICTIONS_SCHEMA`.
+    """
+
+    frame: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def from_frame(
+        cls,
+        df: pd.DataFrame,
+        *,
+        made_by: str,
+        config: Mapping[str, Any] | None = None,
+        card: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        where: str = "predictions",
+    ) -> Predictions:
+        frame = _normalise(df, where)
+        meta: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "made_by": made_by,
+            "config": dict(config or {}),
+            "lenpred_version": __version__,
+            "created_at": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        if card is not None:
+            from lenpred.artifacts import card_fields
+
+            meta["card_hash"] = card_fields(card, "run")["card_hash"]
+        meta.update(extra or {})
+        return cls(frame, meta)
+
+    @property
+    def made_by(self) -> str:
+        return str(self.meta.get("made_by", "?"))
+
+    @property
+    def card_hash(self) -> str | None:
+        return self.meta.get("card_hash")
+
+    def __len__(self) -> int:
+        return len(self.frame.index)
+
+    @property
+    def has_quantiles(self) -> bool:
+        return bool(self.frame["q50"].notna().any())
+
+    @property
+    def has_repredictions(self) -> bool:
+        return bool(self.frame["repred_gen"].map(len).gt(0).any())
+
+    # ---------------------------------------------------------------- I/O
+    def to_table(self) -> pa.Table:
+        t = pa.Table.from_pandas(self.frame[list(COLUMNS)], schema=PREDICTIONS_SCHEMA, preserve_index=False)
+        md = dict(t.schema.metadata or {})
+        md[META_KEY] = json.dumps(self.meta, sort_keys=True).encode()
+        md.pop(b"pandas", None)
+        return t.replace_schema_metadata(md)
+
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        """Write atomically (temp file + rename): the old file or the complete new one, never half."""
+        p = Path(path)
+        if p.is_dir():
+            raise DataError(f"{p} is a directory", "pass a file path ending in .parquet for the predictions")
+        atomic_write_table(p, self.to_table())
+        return p
+
+    def check_card(self, card: Mapping[str, Any], what: str = "predictions") -> None:
+        from lenpred.artifacts import card_fields
+
+        want = card_fields(card, "run")["card_hash"]
+        if self.card_hash is None:
+            raise CardMismatchError(f"{what} record no run card hash", "write them with lenpred predict")
+        if self.card_hash != want:
+            raise CardMismatchError(
+                f"{what} were made for run card {self.card_hash}, this run's card is {want}",
+                "predict on this run (lenpred predict --run RUN), or pass the run they were made for",
+            )
+
+    # ---------------------------------------------------------------- joining
+    def for_samples(self, keys: pd.DataFrame, what: str = "predictions") -> pd.DataFrame:
+        """Predictions aligned to ``keys`` (columns ``prompt_id``, ``sample_idx``), row for row.
+
+        A per-sample row wins over the prompt's per-prompt (``sample_idx = -1``) row. Every key must
+        get a prediction: a missing one is an error naming how many and the first of them.
+        """
+        if not {"prompt_id", "sample_idx"} <= set(keys.columns):
+            raise DataError("keys need prompt_id and sample_idx columns")
+        k = keys[["prompt_id", "sample_idx"]].astype({"prompt_id": str, "sample_idx": np.int64}).reset_index(drop=True)
+        f = self.frame.astype({"sample_idx": np.int64})
+        per_sample = f[f["sample_idx"] != ALL_SAMPLES]
+        per_prompt = f[f["sample_idx"] == ALL_SAMPLES].drop(columns="sample_idx")
+        a = k.merge(per_sample, on=["prompt_id", "sample_idx"], how="left", indicator="_hit")
+        b = k.merge(per_prompt, on="prompt_id", how="left")
+        use_b = (a["_hit"] != "both").to_numpy()
+        out = a.drop(columns="_hit")
+        for c in COLUMNS[2:]:
+            out[c] = np.where(use_b, b[c].to_numpy(dtype=object), out[c].to_numpy(dtype=object))
+        missing = out["pred_tokens"].isna().to_numpy()
+        if missing.any():
+            first = k.iloc[int(np.argmax(missing))]
+            raise DataError(
+                f"{what} ({self.made_by}) have no prediction for {int(missing.sum())} of {len(k)} samples "
+                f"(first: prompt {first['prompt_id']!r}, sample {int(first['sample_idx'])})",
+                "predict on the same run and prompts, or drop those samples from the workload",
+            )
+        for c in ("pred_tokens", "spread", "q10", "q50", "q90"):
+            out[c] = out[c].astype(float)
+        for c in ("repred_gen", "repred_remaining"):
+            out[c] = [x if isinstance(x, list | tuple | np.ndarray) else [] for x in out[c]]
+        return out
+
+    def repredictions(self, row: pd.Series) -> tuple[tuple[int, float], ...]:
+        """``(tokens generated, predicted remaining)`` pairs of one aligned row."""
+        return tuple((int(g), float(r)) for g, r in zip(row["repred_gen"], row["repred_remaining"], strict=True))
+
+
+def read_predictions(path: str | os.PathLike[str], card: Mapping[str, Any] | None = None) -> Predictions:
+    """Read and validate a predictions file; with ``card``, refuse one made for another run."""
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"predictions {p} is a directory", "pass the .parquet file `lenpred predict` wrote")
+    if not p.is_file():
+        raise DataError(f"predictions file {p} not found")
+    try:
+        t = pq.read_table(p)
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{p} is not a readable Parquet file ({e})".splitlines()[0],
+                        "pass a predictions table written by lenpred") from None
+    raw = (t.schema.metadata or {}).get(META_KEY)
+    if raw is None:
+        raise DataError(f"{p} is a Parquet file but not a lenpred predictions table (no {META_KEY.decode()} metadata)",
+                        "write predictions with `lenpred predict`, or build them with Predictions.from_frame")
+    meta = json.loads(raw)
+    if meta.get("schema_version") != SCHEMA_VERSION:
+        raise DataError(f"{p} has predictions schema version {meta.get('schema_version')}, expected {SCHEMA_VERSION}",
+                        "re-create it with this version of lenpred")
+    preds = Predictions(_normalise(t.to_pandas(), str(p)), meta)
+    if card is not None:
+        preds.check_card(card, what=f"predictions {p}")
+    return preds
+
+
+# ---------------------------------------------------------------- validation
+def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
+    if not isinstance(df, pd.DataFrame):
+        raise DataError(f"{where}: expected a DataFrame, got {type(df).__name__}")
+    for c in ("prompt_id", "pred_tokens"):
+        if c not in df.columns:
+            raise DataError(f"{where} lacks column {c!r}", f"columns: {', '.join(COLUMNS)}")
+    unknown = sorted(set(df.columns) - set(COLUMNS))
+    if unknown:
+        raise DataError(f"{where} has unknown column(s) {unknown}", f"columns: {', '.join(COLUMNS)}")
+    n = len(df.index)
+    out = pd.DataFrame({"prompt_id": df["prompt_id"].astype(str).to_numpy()})
+    if "sample_idx" in df:
+        s = pd.to_numeric(df["sample_idx"], errors="coerce")
+        if s.isna().any() or (s != np.floor(s)).any() or (s < ALL_SAMPLES).any():
+            raise DataError(f"{where}: sample_idx must be integers >= 0 (or -1 for every sample of a prompt)")
+        out["sample_idx"] = s.astype(np.int32).to_numpy()
+    else:
+        out["sample_idx"] = np.full(n, ALL_SAMPLES, dtype=np.int32)
+    pred = pd.to_numeric(df["pred_tokens"], errors="coerce").to_numpy(dtype=float)
+    bad = ~np.isfinite(pred) | (pred < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise DataError(f"{where}: pred_tokens must be finite and >= 0 ({int(bad.sum())} row(s) are not; "
+                        f"first: row {i}, value {df['pred_tokens'].iloc[i]!r})")
+    out["pred_tokens"] = pred
+    for c in ("spread", "q10", "q50", "q90"):
+        v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float) if c in df else np.full(n, np.nan)
+        if c in df and (pd.isna(v) & df[c].notna().to_numpy()).any():
+            raise DataError(f"{where}: column {c} has non-numeric values")
+        if (v[~np.isnan(v)] < 0).any() or np.isinf(v).any():
+            raise DataError(f"{where}: column {c} must be finite and >= 0")
+        out[c] = v
+    q = out[["q10", "q50", "q90"]].to_numpy()
+    has = ~np.isnan(q)
+    if (has.any(axis=1) & ~has.all(axis=1)).any():
+        raise DataError(f"{where}: give all of q10, q50, q90 for a row, or none")
+    ok = ~has.all(axis=1) | ((q[:, 0] <= q[:, 1] + 1e-9) & (q[:, 1] <= q[:, 2] + 1e-9))
+    if not ok.all():
+        raise DataError(f"{where}: quantiles must satisfy q10 <= q50 <= q90 ({int((~ok).sum())} row(s) do not)")
+    gens = _lists(df, "repred_gen", n, where)
+    rems = _lists(df, "repred_remaining", n, where)
+    for i, (g, r) in enumerate(zip(gens, rems, strict=True)):
+        if len(g) != len(r):
+            raise DataError(f"{where}: row {i} has {len(g)} repred_gen values but {len(r)} repred_remaining")
+        if len(g) and (any(b < a for a, b in zip(g, g[1:], strict=False)) or g[0] < 0):
+            raise DataError(f"{where}: row {i}: repred_gen must be non-negative and non-decreasing")
+        if any(not (math.isfinite(x) and x >= 0) for x in r):
+            raise DataError(f"{where}: row {i}: repred_remaining must be finite and >= 0")
+    out["repred_gen"] = [[int(x) for x in g] for g in gens]
+    out["repred_remaining"] = [[float(x) for x in r] for r in rems]
+    dup = out.duplicated(["prompt_id", "sample_idx"])
+    if dup.any():
+        d = out[dup].iloc[0]
+        raise DataError(f"{where}: duplicate prediction for prompt {d['prompt_id']!r}, sample {int(d['sample_idx'])}")
+    return out
+
+
+def _lists(df: pd.DataFrame, col: str, n: int, where: str) -> list[Sequence[Any]]:
+    if col not in df:
+        return [[] for _ in range(n)]
+    out = []
+    for i, x in enumerate(df[col].tolist()):
+        if x is None or (isinstance(x, float) and math.isnan(x)):
+            out.append([])
+        elif isinstance(x, str):
+            try:
+                out.append(list(json.loads(x)) if x.strip() else [])
+            except json.JSONDecodeError:
+                raise DataError(f"{where}: row {i}: {col} is not a JSON list") from None
+        elif isinstance(x, list | tuple | np.ndarray):
+            out.append(list(x))
+        else:
+            raise DataError(f"{where}: row {i}: {col} must be a list, got {type(x).__name__}")
+    return out
