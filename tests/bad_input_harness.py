@@ -1,0 +1,69 @@
+"""The bad-input contract, checked one way for every verb (see tests/test_bad_input.py).
+
+A :class:`BadInput` row is: a ``lenpred`` command line with ``{placeholders}``, an optional
+``setup(tmp_path) -> dict`` that builds the bad input and returns the placeholders, and the text
+the one-line error must contain. :func:`check` runs the command in-process and asserts the
+contract: exit code 1, exactly one line on stderr of the form ``lenpred VERB: error: ...`` that
+contains ``expect`` (case-insensitive), no traceback, and nothing new written under ``tmp_path``
+(every path the setup made is left as it was, and no new file appears) unless ``writes_ok``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class BadInput:
+    id: str
+    argv: list[str]
+    setup: Callable[[Path], dict[str, Any]] | None = None
+    expect: str = ""
+    writes_ok: bool = False  # a case whose command may legitimately create files (rare)
+    marks: tuple[Any, ...] = field(default_factory=tuple)  # e.g. (pytest.mark.slow,)
+
+    def param(self) -> Any:
+        return pytest.param(self, id=self.id, marks=list(self.marks))
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+        elif p.is_dir():
+            out[str(p.relative_to(root)) + "/"] = "dir"
+    return out
+
+
+def check(case: BadInput, tmp_path: Path, capsys: Any) -> None:
+    from lenpred.cli import main
+
+    values = {"tmp": str(tmp_path)}
+    if case.setup is not None:
+        values.update({k: str(v) for k, v in case.setup(tmp_path).items()})
+    argv = [a.format(**values) for a in case.argv]
+    before = _snapshot(tmp_path)
+    capsys.readouterr()
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse errors exit 2 by themselves
+        rc = e.code if isinstance(e.code, int) else 1
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert "Traceback" not in err, err
+    assert rc in (1, 2), f"exit code {rc}, stderr: {err!r}"
+    error_lines = [ln for ln in lines if ": error: " in ln]
+    assert len(error_lines) == 1, f"want one error line, got: {err!r}"
+    if rc == 1:  # a lenpred error: that one line and nothing else (argparse adds its usage line)
+        assert len(lines) == 1, f"want exactly one line on stderr, got: {err!r}"
+    assert case.expect.lower() in error_lines[0].lower(), f"{case.expect!r} not in {error_lines[0]!r}"
+    if not case.writes_ok:
+        after = _snapshot(tmp_path)
+        assert after == before, f"files changed: {sorted(set(after.items()) ^ set(before.items()))}"
