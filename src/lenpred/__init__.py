@@ -1,7 +1,109 @@
 """lenpred: decode-length prediction for LLM serving.
 
 How many tokens will a request generate, how well can that be known from the prompt alone, and
-what is a prediction worth to a scheduler. See README.md and shared DESIGN notes.
+what is a prediction worth to a scheduler. See README.md ("Python API") and the design notes.
+
+The main objects are importable from the top level; they load lazily (``import lenpred`` stays
+cheap: torch and transformers load only when a model is used)::
+
+    from lenpred import RunDir, analyse_run, BoundConfig, Predictions, load_split, run_sweep, SimConfig
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# public name -> module that defines it (one explicit table)
+_EXPORTS: dict[str, str] = {
+    # errors
+    "LenpredError": "lenpred.errors",
+    "ConfigError": "lenpred.errors",
+    "DataError": "lenpred.errors",
+    "CardMismatchError": "lenpred.errors",
+    "ModelError": "lenpred.errors",
+    "EngineError": "lenpred.errors",
+    "NotFittedError": "lenpred.errors",
+    # configs, artifacts, registries
+    "Config": "lenpred.config",
+    "Registry": "lenpred.registry",
+    "Artifact": "lenpred.artifacts",
+    "write_artifact": "lenpred.artifacts",
+    "load_artifact": "lenpred.artifacts",
+    "check_card": "lenpred.artifacts",
+    # data: run directories, lengths, the split
+    "RunDir": "lenpred.data.rundir",
+    "card_hash": "lenpred.data.rundir",
+    "sample_lengths": "lenpred.data.lengths",
+    "loo_median": "lenpred.data.lengths",
+    "Split": "lenpred.data.split",
+    "SplitConfig": "lenpred.data.split",
+    "build_split": "lenpred.data.split",
+    "load_split": "lenpred.data.split",
+    "write_split": "lenpred.data.split",
+    "PromptConfig": "lenpred.data.sources",
+    "SOURCES": "lenpred.data.sources",
+    # collection
+    "collect": "lenpred.collect.runner",
+    "CollectConfig": "lenpred.collect.runner",
+    "SamplingConfig": "lenpred.collect.base",
+    "ENGINES": "lenpred.collect.runner",
+    # the bound
+    "BoundConfig": "lenpred.stats",
+    "analyse_run": "lenpred.stats",
+    # predictions and features
+    "Predictions": "lenpred.predictions",
+    "read_predictions": "lenpred.predictions",
+    "Features": "lenpred.features.store",
+    "load_features": "lenpred.features.store",
+    "save_features": "lenpred.features.store",
+    # the simulator
+    "SimConfig": "lenpred.sim",
+    "run_sweep": "lenpred.sim",
+    "simulate": "lenpred.sim",
+    "QUEUE_POLICIES": "lenpred.sim",
+    "DISPATCHERS": "lenpred.sim",
+    "PROFILES": "lenpred.sim",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'lenpred' has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
+    from lenpred.artifacts import Artifact, check_card, load_artifact, write_artifact
+    from lenpred.collect.base import SamplingConfig
+    from lenpred.collect.runner import ENGINES, CollectConfig, collect
+    from lenpred.config import Config
+    from lenpred.data.lengths import loo_median, sample_lengths
+    from lenpred.data.rundir import RunDir, card_hash
+    from lenpred.data.sources import SOURCES, PromptConfig
+    from lenpred.data.split import Split, SplitConfig, build_split, load_split, write_split
+    from lenpred.errors import (
+        CardMismatchError,
+        ConfigError,
+        DataError,
+        EngineError,
+        LenpredError,
+        ModelError,
+        NotFittedError,
+    )
+    from lenpred.features.store import Features, load_features, save_features
+    from lenpred.predictions import Predictions, read_predictions
+    from lenpred.registry import Registry
+    from lenpred.sim import DISPATCHERS, PROFILES, QUEUE_POLICIES, SimConfig, run_sweep, simulate
+    from lenpred.stats import BoundConfig, analyse_run
