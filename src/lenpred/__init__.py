@@ -12,7 +12,7 @@ cheap: torch and transformers load only when a model is used)::
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -83,27 +83,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
 
-
-if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
-    from lenpred.artifacts import Artifact, check_card, load_artifact, write_artifact
-    from lenpred.collect.base import SamplingConfig
-    from lenpred.collect.runner import ENGINES, CollectConfig, collect
-    from lenpred.config import Config
-    from lenpred.data.lengths import loo_median, sample_lengths
-    from lenpred.data.rundir import RunDir, card_hash
-    from lenpred.data.sources import SOURCES, PromptConfig
-    from lenpred.data.split import Split, SplitConfig, build_split, load_split, write_split
-    from lenpred.errors import (
-        CardMismatchError,
-        ConfigError,
-        DataError,
-        EngineError,
-        LenpredError,
-        ModelError,
-        NotFittedError,
-    )
-    from lenpred.features.store import Features, load_features, save_features
-    from lenpred.predictions import Predictions, read_predictions
-    from lenpred.registry import Registry
-    from lenpred.sim import DISPATCHERS, PROFILES, QUEUE_POLICIES, SimConfig, run_sweep, simulate
-    from lenpred.stats import BoundConfig, analyse_run
