@@ -10,16 +10,10 @@ import pandas as pd
 import pytest
 
 from lenpred.errors import ConfigError, DataError
+from lenpred.sim.arrivals import unit_arrivals
 from lenpred.sim.config import ArrivalConfig, LengthConfig, PredictionConfig, WorkloadConfig
-from lenpred.sim.workload import (
-    build_workload,
-    lognormal_sigma,
-    make_repredictions,
-    predict_lengths,
-    read_requests,
-    requests_to_frame,
-    unit_arrivals,
-)
+from lenpred.sim.predictions import lognormal_sigma, make_repredictions, predict_lengths
+from lenpred.sim.workload import build_workload, read_requests, requests_to_frame
 
 
 def test_poisson_and_gamma_arrivals() -> None:

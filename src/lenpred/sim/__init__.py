@@ -1,9 +1,9 @@
 """Serving simulator: what length predictions are worth to a scheduler.
 
-Entities (:mod:`~lenpred.sim.request`, :mod:`~lenpred.sim.instances`), events
-(:mod:`~lenpred.sim.engine`), policies (:mod:`~lenpred.sim.policies`), latency profiles
-(:mod:`~lenpred.sim.profiles`), workloads and prediction noise (:mod:`~lenpred.sim.workload`),
-metrics (:mod:`~lenpred.sim.metrics`), sweeps and plots (:mod:`~lenpred.sim.sweep`,
+Entities (:mod:`~lenpred.sim.request`, :mod:`~lenpred.sim.instances`), the event vocabulary
+(:mod:`~lenpred.sim.events`) and the simulator that owns the heap (:mod:`~lenpred.sim.engine`),
+policies (:mod:`~lenpred.sim.policies`), latency profiles (:mod:`~lenpred.sim.profiles`),
+workloads (:mod:`~lenpred.sim.workload`: arrivals, length sources, predictions), metrics (:mod:`~lenpred.sim.metrics`), sweeps and plots (:mod:`~lenpred.sim.sweep`,
 :mod:`~lenpred.sim.plots`). ``lenpred simulate --config FILE --out DIR`` runs a config.
 """
 

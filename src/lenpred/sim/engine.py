@@ -1,8 +1,10 @@
 """The discrete-event simulator: one heap of events keyed ``(time, priority, seq)``, owned by the
-instance (no class-level state), and handlers that return new events.
+simulator object with its own counter (no class-level state), and handlers that return new events.
 
-Events: a request arrives; a prefill batch ends; a decode step ends; a KV transfer lands; an idle
-instance is kicked. There is one event per batch step, never one per token.
+Events (:mod:`lenpred.sim.events`): a request arrives; a prefill batch ends; a decode step ends; a
+KV transfer lands; an idle instance is kicked. There is one event per batch step, never one per
+token. Instances report what the simulator must act on as notices in the lists they return (a
+request finished; a prefilled request needs a decode instance) instead of calling back into it.
 
 Usage::
 
@@ -24,17 +26,19 @@ import numpy as np
 
 from lenpred.errors import DataError, LenpredError
 from lenpred.sim.config import ClusterConfig, PolicyConfig
-from lenpred.sim.instances import (
+from lenpred.sim.events import (
     ARRIVAL,
+    FINISHED,
+    HANDOFF,
     KICK,
+    NOTICE,
     PREFILL_DONE,
     PRIO,
     STEP_DONE,
     TRANSFER_DONE,
-    DecodeInstance,
     Event,
-    PrefillInstance,
 )
+from lenpred.sim.instances import DecodeInstance, PrefillInstance
 from lenpred.sim.policies import make_dispatcher, make_queue_policy
 from lenpred.sim.profiles import LatencyProfile, get_profile
 from lenpred.sim.request import NEED_PREFILL, NEED_TRANSFER, Request
@@ -143,7 +147,7 @@ class Simulator:
         n_dec = cluster.n_instances if self.colocated else cluster.n_decode
         self.decode = [
             DecodeInstance(
-                i, self, self.profile, qpol, cap, colocated=self.colocated,
+                i, self.profile, qpol, cap, colocated=self.colocated,
                 swap=cluster.preemption == "swap", watermark=cluster.watermark,
                 link_bw=cluster.link_gbps * 1e9, link_latency=cluster.link_latency_s,
                 swap_bw=cluster.swap_gbps * 1e9, check=check_invariants,
@@ -151,25 +155,33 @@ class Simulator:
             for i in range(n_dec)
         ]
         self.prefill = [] if self.colocated else [
-            PrefillInstance(i, self, self.profile, ppol, cap) for i in range(cluster.n_prefill)
+            PrefillInstance(i, self.profile, ppol, cap) for i in range(cluster.n_prefill)
         ]
         self._next_arrival = 0
 
     # ---- heap
-    def _push(self, ev: Event) -> None:
-        t, prio, kind, payload = ev
-        heapq.heappush(self._heap, (t, prio, next(self._counter), kind, payload))
+    def _schedule(self, events: list[Event]) -> None:
+        """Push timed events in the order given; act on notices where they stand in the list (the
+        events a notice produces take its place, so ties keep the order the handler meant)."""
+        heap = self._heap
+        counter = self._counter
+        for ev in events:
+            kind = ev[2]
+            if kind >= NOTICE:
+                self._schedule(self._on_notice(kind, ev[3], ev[0]))
+            else:
+                heapq.heappush(heap, (ev[0], ev[1], next(counter), kind, ev[3]))
 
-    # ---- callbacks from instances
-    def finish(self, r: Request, t: float) -> None:
-        r.t_finish = t
-        self.n_done += 1
-
-    def to_decode(self, r: Request, t: float) -> list[Event]:
-        """A prefilled request goes to the decode instance the dispatcher picks."""
-        inst = self.decode[self.decode_dispatch.choose(self.decode, r)]
-        r.need = NEED_TRANSFER
-        return inst.enqueue(r, t)
+    # ---- notices from instances
+    def _on_notice(self, kind: int, r: Request, t: float) -> list[Event]:
+        if kind == FINISHED:
+            self.n_done += 1
+            return []
+        if kind == HANDOFF:  # a prefilled request goes to the decode instance the dispatcher picks
+            inst = self.decode[self.decode_dispatch.choose(self.decode, r)]
+            r.need = NEED_TRANSFER
+            return inst.enqueue(r, t)
+        raise SimulationError(f"unknown notice kind {kind}")  # pragma: no cover
 
     # ---- handlers
     def _fits(self, r: Request) -> bool:
@@ -205,11 +217,12 @@ class Simulator:
         """Simulate until every request has finished or been rejected."""
         t0 = time.perf_counter()
         first = self.requests[0]
-        self._push((first.arrival, PRIO[ARRIVAL], ARRIVAL, first))
+        self._schedule([(first.arrival, PRIO[ARRIVAL], ARRIVAL, first)])
         heap = self._heap
         counter = self._counter
         pop = heapq.heappop
         push = heapq.heappush
+        schedule = self._schedule
         n_events = 0
         on_arrival = self._on_arrival
         on_transfer = self._on_transfer_done
@@ -230,7 +243,10 @@ class Simulator:
             else:  # pragma: no cover
                 raise SimulationError(f"unknown event kind {kind}")
             for ev in new:
-                push(heap, (ev[0], ev[1], next(counter), ev[2], ev[3]))
+                if ev[2] >= NOTICE:  # rare next to timed events: handled out of the hot loop
+                    schedule([ev])
+                else:
+                    push(heap, (ev[0], ev[1], next(counter), ev[2], ev[3]))
         if self.n_done + self.n_rejected != len(self.requests):
             stuck = [r.rid for r in self.requests if not r.rejected and not math.isfinite(r.t_finish)]
             raise SimulationError(f"{len(stuck)} request(s) never finished (e.g. {stuck[:5]})")

@@ -1,7 +1,9 @@
 """Serving instances: a prefill instance and a decode instance (which is also the colocated one).
 
 Both are entities driven by the :class:`~lenpred.sim.engine.Simulator`; their methods take the
-current time and return new events as ``(time, priority, kind, payload)`` tuples.
+current time and return new events (:mod:`lenpred.sim.events`): timed events for the heap, and
+notices (a request finished; a prefilled request needs a decode instance) that the simulator acts
+on. An instance never holds a reference to the simulator.
 
 **Decode instance** (continuous batching under a KV-cache token budget). One event per step, none
 per token: a running request's generated count is ``gen + (step - base_step)``, the sum of KV
@@ -29,8 +31,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Any
 
+from lenpred.sim.events import KICK, PREFILL_DONE, PRIO, STEP_DONE, TRANSFER_DONE, Event, finished, handoff
 from lenpred.sim.policies import QueuePolicy
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import (
@@ -40,16 +42,6 @@ from lenpred.sim.request import (
     NEED_TRANSFER,
     Request,
 )
-
-if TYPE_CHECKING:
-    from lenpred.sim.engine import Simulator
-
-Event = tuple[float, int, int, Any]  # (time [s], priority, kind, payload)
-
-# event kinds and their priority at equal times (lower first): steps finish before transfers land,
-# transfers before arrivals, and an idle instance is kicked only after all of those.
-STEP_DONE, PREFILL_DONE, TRANSFER_DONE, ARRIVAL, KICK = range(5)
-PRIO = {STEP_DONE: 0, PREFILL_DONE: 0, TRANSFER_DONE: 1, ARRIVAL: 2, KICK: 3}
 
 # milestone kinds on a decode instance
 M_FINISH, M_CROSS, M_REPRED = 0, 1, 2
@@ -76,10 +68,8 @@ class _Instance:
 class PrefillInstance(_Instance):
     """Runs prefill batches; holds each prompt's KV until a decode instance has pulled it."""
 
-    def __init__(self, index: int, sim: Simulator, profile: LatencyProfile, policy: QueuePolicy,
-                 kv_capacity: int) -> None:
+    def __init__(self, index: int, profile: LatencyProfile, policy: QueuePolicy, kv_capacity: int) -> None:
         self.index = index
-        self.sim = sim
         self.profile = profile
         self.policy = policy
         self.cap = kv_capacity  # KV slots (tokens)
@@ -159,15 +149,15 @@ class PrefillInstance(_Instance):
         batch, self.batch = self.batch, []
         self.batch_tokens = 0
         events: list[Event] = []
-        sim = self.sim
         for r in batch:
             r.t_first = t  # prefill emits the first output token
             r.gen = 1
             if r.output <= 1:
                 self.kv_used -= r.prompt
-                sim.finish(r, t)
+                r.t_finish = t
+                events.append(finished(r, t))
             else:
-                events.extend(sim.to_decode(r, t))
+                events.append(handoff(r, t))  # its KV stays here until a decode instance pulls it
         events.extend(self.start(t))
         return events
 
@@ -175,11 +165,10 @@ class PrefillInstance(_Instance):
 class DecodeInstance(_Instance):
     """Continuous batching under a KV budget; in colocated mode it also prefills new requests."""
 
-    def __init__(self, index: int, sim: Simulator, profile: LatencyProfile, policy: QueuePolicy,
+    def __init__(self, index: int, profile: LatencyProfile, policy: QueuePolicy,
                  kv_capacity: int, *, colocated: bool, swap: bool, watermark: float, link_bw: float,
                  link_latency: float, swap_bw: float, check: bool = False) -> None:
         self.index = index
-        self.sim = sim
         self.profile = profile
         self.policy = policy
         self.cap = kv_capacity  # KV slots (tokens)
@@ -426,6 +415,7 @@ class DecodeInstance(_Instance):
         self.pred_sum -= self.pred_count
         step = self.step
         ms = self.milestones
+        events: list[Event] = []
         while ms and ms[0][0] <= step:
             _, _, kind, r, epoch, ver = heapq.heappop(ms)
             if r.epoch != epoch:
@@ -433,7 +423,8 @@ class DecodeInstance(_Instance):
             if kind == M_FINISH:
                 self._remove(r, r.output)
                 r.gen = r.output
-                self.sim.finish(r, t)
+                r.t_finish = t
+                events.append(finished(r, t))
             elif kind == M_CROSS:
                 if r.active and ver == r.pred_version:
                     self._deactivate(r, self.gen_of(r))
@@ -448,13 +439,15 @@ class DecodeInstance(_Instance):
             r.gen = 1
             r.t_first = t
             if r.output <= 1:
-                self.sim.finish(r, t)
+                r.t_finish = t
+                events.append(finished(r, t))
             else:
                 self._join(r)
         self._step_post = []
         if self.check:
             self.check_invariants()
-        return self.start_step(t)
+        events.extend(self.start_step(t))
+        return events
 
     def check_invariants(self) -> None:
         """Recompute the incremental sums from scratch (tests / debugging; O(batch))."""
