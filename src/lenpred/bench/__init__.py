@@ -1,0 +1,6 @@
+"""The fixed-card benchmark: metrics relative to the oracle bound on a run's test split."""
+
+from lenpred.bench.evaluate import BenchResult, BenchRow, BoundRow, ProtocolCard, evaluate
+from lenpred.bench.metrics import PointMetrics, point_metrics
+
+__all__ = ["BenchResult", "BenchRow", "BoundRow", "PointMetrics", "ProtocolCard", "evaluate", "point_metrics"]

@@ -1,0 +1,62 @@
+"""`lenpred bench`: score predictions on a run's test split under its fixed card, relative to the bound."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lenpred.errors import ConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, help="run directory (its split.json gives the test prompts)")
+    p.add_argument("--predictions", nargs="*", default=[], metavar="[NAME=]PATH",
+                   help="predictions tables (lenpred predict / Predictions.write); NAME defaults to what made them")
+    p.add_argument("--out", default=None, help="report folder (default out/bench/<run name>)")
+    p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of prompts for intervals")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-plots", action="store_true")
+
+
+def _named(items: list[str]) -> list[tuple[str | None, str]]:
+    out = []
+    for it in items:
+        name, sep, path = it.partition("=")
+        out.append((name, path) if sep else (None, it))
+    return out
+
+
+def run(a: argparse.Namespace) -> int:
+    from lenpred.artifacts import write_artifact
+    from lenpred.bench import evaluate
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import load_split
+    from lenpred.predictions import read_predictions
+    from lenpred.report.bench import render_console, render_markdown, write_plots
+
+    if a.n_boot < 10:
+        raise ConfigError(f"--n-boot must be at least 10, got {a.n_boot}")
+    rd = RunDir.open(a.run)
+    split = load_split(rd, a.split)
+    preds, names = [], []
+    for name, path in _named(a.predictions):
+        p = read_predictions(path, card=rd.card)
+        preds.append(p)
+        names.append(name or p.made_by)
+    res = evaluate(rd, preds, names=names, split=split, n_boot=a.n_boot, seed=a.seed)
+    out = Path(a.out) if a.out else Path("out") / "bench" / rd.path.name
+    render_console(res, title=f"bench: {rd.path.name}, test split")
+    md = render_markdown(res)
+    files = {"bench.md": md.encode()}
+    if not a.no_plots:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            for path in write_plots(res, Path(tmp)):
+                files[path.name] = path.read_bytes()
+    config = {"run": a.run, "predictions": a.predictions, "split": a.split, "n_boot": a.n_boot, "seed": a.seed}
+    art = write_artifact(out, kind="bench", schema_version=1, config=config, card=rd.card, card_scope="run",
+                         json_files={"bench.json": res.to_dict()}, files=files)
+    print(f"report: {art.path}/bench.md")
+    return 0
