@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="hf rows / llamacpp sequences")
     ap.add_argument("--engines", nargs="*", default=["llamacpp", "hf", "hf-generate", "openai"])
     a = ap.parse_args()
-    sampling = SamplingConfig(max_new_tokens=a.max_new_tokens, **CARD)
+    sampling = SamplingConfig.from_dict({"max_new_tokens": a.max_new_tokens, **CARD}, "sampling")
     lm = load()
     prompts, _ = build_prompt_table(PromptConfig(max_prompt_tokens=256), lm.tokenizer, a.prompts, 8192, a.max_new_tokens)
     jobs = _jobs(prompts, a.samples)

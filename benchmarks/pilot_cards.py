@@ -49,14 +49,16 @@ def main() -> None:
         table.add_column(col)
     results = {}
     for name in a.cards:
-        sampling = SamplingConfig(max_new_tokens=a.max_new_tokens, seed=0, **CARDS[name])  # type: ignore[arg-type]
-        cfg = CollectConfig(
-            run_dir=str(Path(a.out) / f"{name}-m{a.max_new_tokens}"),
-            engine=a.engine,
-            prompts=PromptConfig(max_prompt_tokens=512),
-            sampling=sampling,
-            n_prompts=a.prompts,
-            samples=a.samples,
+        sampling = SamplingConfig.from_dict({"max_new_tokens": a.max_new_tokens, "seed": 0, **CARDS[name]}, "sampling")
+        cfg = CollectConfig.from_dict(
+            {
+                "run_dir": str(Path(a.out) / f"{name}-m{a.max_new_tokens}"),
+                "engine": a.engine,
+                "prompts": PromptConfig(max_prompt_tokens=512),
+                "sampling": sampling,
+                "n_prompts": a.prompts,
+                "samples": a.samples,
+            }
         )
         s = collect(cfg)
         df = RunDir.open(cfg.run_dir).samples(columns=["prompt_id", "n_tokens", "stop_reason"])

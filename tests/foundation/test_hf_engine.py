@@ -62,9 +62,40 @@ def test_sampling_is_per_sample_seeded(tiny_llama):
 
 
 def test_length_cap(tiny_llama):
-    s = SamplingConfig(temperature=1.0, top_k=1, max_new_tokens=1)
-    res = list(HFEngine(tiny_llama, _Tok(), s, batch_size=2).generate(iter([Job("a", 0, (5, 6), "", 0)])))
-    assert len(res) == 1 and len(res[0].token_ids) <= 1
+    """A sample that reaches max_new_tokens is cut there and marked "length" (censored); one that
+    draws EOS first is "eos" with the EOS left out. Greedy picks make the expected answer known."""
+    prompts = _prompts()
+    for cap in (1, 3):
+        s = SamplingConfig(temperature=1.0, top_p=1.0, top_k=1, max_new_tokens=cap)
+        jobs = [Job(str(i), 0, p, "", 0) for i, p in enumerate(prompts)]
+        got = {r.prompt_id: r for r in HFEngine(tiny_llama, _Tok(), s, batch_size=2).generate(iter(jobs))}
+        for j in jobs:
+            ref = tiny_llama.generate(torch.tensor([j.prompt_token_ids]), max_new_tokens=cap, do_sample=False)[0, len(j.prompt_token_ids):].tolist()
+            want = (tuple(ref[: ref.index(0)]), "eos") if 0 in ref else (tuple(ref), "length")
+            r = got[j.prompt_id]
+            assert (r.token_ids, r.stop_reason) == want, j.prompt_id
+            assert r.stop_reason == "eos" or len(r.token_ids) == cap
+
+
+def test_eos_at_the_first_token_on_every_row():
+    """A model that always picks EOS: every sample stops at once, 0 tokens, "eos", and no job is
+    lost when a whole refill finishes inside its prefill (the engine used to return early there)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=11, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=64, eos_token_id=0, pad_token_id=0, bos_token_id=1)
+    m = LlamaForCausalLM(cfg).eval()
+    head = torch.nn.Linear(16, 11, bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+        head.bias[0] = 10.0  # logits (B, T, V): EOS wins whatever the state
+    m.lm_head = head
+    s = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=5)
+    jobs = [Job(str(i), 0, (5, 6 + i), "", i) for i in range(5)]
+    res = list(HFEngine(m, _Tok(), s, batch_size=2).generate(iter(jobs)))
+    assert sorted((r.prompt_id, r.token_ids, r.stop_reason) for r in res) == [(str(i), (), "eos") for i in range(5)]
 
 
 def test_frequency_penalty_breaks_greedy_loops(tiny_llama):

@@ -1,7 +1,8 @@
-"""The openai engine against a real OpenAI-compatible server process on loopback.
+"""The openai engine: retry logic in-process (httpx.MockTransport, a scripted loopback server) and,
+where llama-cpp-python is installed, against a real OpenAI-compatible server process.
 
-The server is llama-cpp-python's (``python -m llama_cpp.server``) serving the embedded GGUF: the
-same HTTP API vLLM and SGLang speak for ``/v1/completions``.
+The real server is llama-cpp-python's (``python -m llama_cpp.server``) serving the embedded GGUF:
+the same HTTP API vLLM and SGLang speak for ``/v1/completions``. Only those tests need llama.cpp.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import needs_llama
+from conftest import WordTokenizer, needs_llama
 from lenpred.cli import main
+from lenpred.collect.base import Job, SamplingConfig
+from lenpred.collect.openai import OpenAIEngine, server_message
 from lenpred.data.rundir import RunDir
+from lenpred.errors import EngineError
 from lenpred.models import resolve
-
-pytestmark = needs_llama
 
 
 def _free_port() -> int:
@@ -30,6 +32,114 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# ---------------------------------------------------------------- in-process: httpx.MockTransport
+class _Script:
+    """A MockTransport handler: GET /models answers 200; each POST takes the next scripted reply
+    (an int status with a JSON error, an httpx.Response, or an exception to raise), then succeeds."""
+
+    def __init__(self, *replies: object) -> None:
+        self.replies = list(replies)
+        self.posts: list[dict] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json={"data": [{"id": "m"}]})
+        body = json.loads(request.content)
+        self.posts.append(body)
+        reply = self.replies.pop(0) if self.replies else None
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(reply, httpx.Response):
+            return reply
+        if isinstance(reply, int):
+            return httpx.Response(reply, json={"error": {"message": f"scripted {reply}"}})
+        choices = [
+            {"index": i, "text": "red blue", "token_ids": [5, 6], "finish_reason": "stop"} for i in range(body["n"])
+        ]
+        return httpx.Response(200, json={"choices": choices})
+
+
+def _mock_engine(script: _Script, retries: int = 3, sleeps: list[float] | None = None, **kw: object) -> OpenAIEngine:
+    return OpenAIEngine(
+        "http://server.test/v1", "m", SamplingConfig(max_new_tokens=8), WordTokenizer(), concurrency=1, retries=retries,
+        transport=httpx.MockTransport(script), sleep=(sleeps.append if sleeps is not None else lambda s: None), **kw,
+    )
+
+
+JOBS = [Job("p", k, (1, 2), "hi", 7) for k in range(2)]
+
+
+def test_retries_429_and_500_then_succeeds_with_backoff():
+    script, sleeps = _Script(429, 500), []
+    res = list(_mock_engine(script, sleeps=sleeps).generate(iter(JOBS)))
+    assert len(script.posts) == 3 and sleeps == [1.0, 2.0]  # exponential backoff between the attempts
+    assert [(r.sample_idx, r.token_ids, r.stop_reason) for r in res] == [(0, (5, 6), "eos"), (1, (5, 6), "eos")]
+    assert script.posts[0]["n"] == 2 and script.posts[0]["seed"] == 7 and script.posts[0]["max_tokens"] == 8
+
+
+def test_timeouts_are_retried_then_named():
+    ok = _Script(httpx.ReadTimeout("read timed out"))
+    assert len(list(_mock_engine(ok).generate(iter(JOBS)))) == 2 and len(ok.posts) == 2
+    always = _Script(*[httpx.ConnectTimeout("connect timed out")] * 5)
+    with pytest.raises(EngineError, match=r"failed after 3 attempts \(ConnectTimeout: connect timed out\)"):
+        list(_mock_engine(always, retries=2).generate(iter(JOBS)))
+    assert len(always.posts) == 3
+
+
+def test_client_error_is_not_retried_and_names_status():
+    script = _Script(400)
+    with pytest.raises(EngineError, match=r"HTTP 400: scripted 400"):
+        list(_mock_engine(script).generate(iter(JOBS)))
+    assert len(script.posts) == 1
+
+
+PAGE = (
+    "<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n<center><h1>502 Bad Gateway</h1>"
+    "</center>\n<hr><center>nginx/1.25.3</center>\n</body>\n</html>\n"
+)
+
+
+def test_html_error_page_keeps_status_and_first_line():
+    script = _Script(*[httpx.Response(502, text=PAGE, headers={"content-type": "text/html"})] * 2)
+    with pytest.raises(EngineError) as e:
+        list(_mock_engine(script, retries=1).generate(iter(JOBS)))
+    msg = str(e.value)
+    assert "HTTP 502: 502 Bad Gateway" in msg and "<" not in msg and "nginx" not in msg and "\n" not in msg
+    # a page without a title: its first line of text; a plain body: its first line
+    assert server_message(httpx.Response(503, text="<html><body>\n<p>Service Unavailable</p><p>x</p>")) == "Service Unavailable"
+    assert server_message(httpx.Response(500, text="boom\ntraceback...")) == "boom"
+    assert server_message(httpx.Response(500, json={"detail": "no such model"})) == "no such model"
+
+
+def test_injected_client_is_used_as_is():
+    script = _Script()
+    client = httpx.Client(transport=httpx.MockTransport(script), headers={"x-test": "1"})
+    eng = OpenAIEngine("http://server.test", "m", SamplingConfig(max_new_tokens=8), WordTokenizer(), client=client)
+    assert eng.base_url == "http://server.test/v1"  # /v1 appended
+    assert len(list(eng.generate(iter(JOBS)))) == 2
+
+
+def test_token_ids_from_text_when_the_server_sends_none():
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json={"data": []})
+        return httpx.Response(200, json={"choices": [{"index": 0, "text": "a b c d e f g h i j", "finish_reason": "length"}]})
+
+    eng = OpenAIEngine("http://s/v1", "m", SamplingConfig(max_new_tokens=8), WordTokenizer(), transport=httpx.MockTransport(handler))
+    (r,) = eng.generate(iter([Job("p", 0, (1,), "hi", 0)]))
+    tok = WordTokenizer()
+    assert r.stop_reason == "length" and r.token_ids == tuple(tok("a b c d e f g h")["input_ids"])  # cut at the cap
+
+
+def test_models_endpoint_html_error_is_one_line():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, text=PAGE.replace("502 Bad Gateway", "401 Authorization Required"), headers={"content-type": "text/html"})
+
+    with pytest.raises(EngineError, match=r"answered HTTP 401: 401 Authorization Required -- fix"):
+        OpenAIEngine("http://s/v1", "m", SamplingConfig(), WordTokenizer(), transport=httpx.MockTransport(handler))
+
+
+# ---------------------------------------------------------------- a real OpenAI-compatible server (llama.cpp)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     pytest.importorskip("llama_cpp.server")
@@ -75,6 +185,7 @@ def _args(run: Path, prompts: Path, url: str, *extra: str) -> list[str]:
     ]
 
 
+@needs_llama
 def test_collect_through_server(server, tmp_path):
     run = tmp_path / "run"
     assert main(_args(run, _prompts(tmp_path), server, "--n-per-request", "1", "--concurrency", "2")) == 0
@@ -87,6 +198,7 @@ def test_collect_through_server(server, tmp_path):
     assert rd.card["engine"] == {"name": "openai", "version": "v1-completions", "api_model": "smollm2-135m"}
 
 
+@needs_llama
 def test_server_that_ignores_n_is_named(server, tmp_path, capsys):
     # llama.cpp's server returns one choice whatever n is: the error must say what to do
     assert main(_args(tmp_path / "run", _prompts(tmp_path), server)) == 1
@@ -100,6 +212,7 @@ def test_unreachable_server(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+# ---------------------------------------------------------------- in-process: a scripted loopback server
 class _Flaky:
     """A tiny HTTP server on loopback that fails in scripted ways (the error paths a real server can take)."""
 
@@ -145,50 +258,38 @@ class _Flaky:
         self.httpd.shutdown()
 
 
-def _engine(url: str, retries: int):
-    from lenpred.collect.base import Job, SamplingConfig
-    from lenpred.collect.openai import OpenAIEngine
-    from lenpred.models import load_tokenizer
-
-    eng = OpenAIEngine(url, "m", SamplingConfig(max_new_tokens=8), load_tokenizer(), concurrency=1, retries=retries)
-    eng_jobs = [Job("p", k, (1, 2), "hi", 0) for k in range(2)]
-    return eng, eng_jobs
-
-
-def test_retries_then_succeeds(monkeypatch):
-    monkeypatch.setattr("time.sleep", lambda s: None)
+def test_real_sockets_retry_then_succeed():
     srv = _Flaky([503, 500])
     try:
-        eng, jobs = _engine(srv.url, retries=3)
-        res = list(eng.generate(iter(jobs)))
+        eng = OpenAIEngine(srv.url, "m", SamplingConfig(max_new_tokens=8), WordTokenizer(), concurrency=1, retries=3, sleep=lambda s: None)
+        res = list(eng.generate(iter(JOBS)))
         assert srv.posts == 3 and [r.text for r in res] == ["red", "red"]
     finally:
         srv.close()
 
 
-def test_client_error_is_not_retried_and_names_status(monkeypatch):
-    from lenpred.errors import EngineError
-
-    monkeypatch.setattr("time.sleep", lambda s: None)
-    srv = _Flaky([400])
+def test_server_error_on_the_first_request_leaves_nothing(tmp_path, capsys):
+    """The server answers /models, then fails every completion: exit 1, one line, no run directory."""
+    srv = _Flaky([500] * 10)
     try:
-        eng, jobs = _engine(srv.url, retries=3)
-        with pytest.raises(EngineError, match="HTTP 400.*scripted 400"):
-            list(eng.generate(iter(jobs)))
-        assert srv.posts == 1
+        assert main(_args(tmp_path / "run", _prompts(tmp_path), srv.url, "--retries", "0")) == 1
     finally:
         srv.close()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "HTTP 500: scripted 500" in err and "fix:" in err
+    assert not (tmp_path / "run").exists()
 
 
-def test_gives_up_after_retries(monkeypatch):
-    from lenpred.errors import EngineError
-
-    monkeypatch.setattr("time.sleep", lambda s: None)
-    srv = _Flaky([503] * 10)
+def test_server_error_on_an_existing_run_changes_nothing(tmp_path, capsys):
+    """Extending a run whose server then fails: the run's files are byte-identical afterwards."""
+    srv = _Flaky([])
+    run = tmp_path / "run"
     try:
-        eng, jobs = _engine(srv.url, retries=2)
-        with pytest.raises(EngineError, match="failed after 3 attempts"):
-            list(eng.generate(iter(jobs)))
-        assert srv.posts == 3
+        assert main(_args(run, _prompts(tmp_path), srv.url, "--n-per-request", "1")) == 0
+        before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+        srv.script = [500] * 10
+        assert main(_args(run, _prompts(tmp_path), srv.url, "--retries", "0", "--samples", "3")) == 1
     finally:
         srv.close()
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert len(RunDir.open(run).samples()) == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_jsonl_errors(tmp_path):
         load_raw(PromptConfig(source="jsonl", path=str(empty)))
     nofield = tmp_path / "nofield.jsonl"
     nofield.write_text('{"text": "hello"}\n')
-    with pytest.raises(DataError, match="no 'prompt' field"):
+    with pytest.raises(DataError, match=r"nofield.jsonl:1: the record has no 'prompt' field"):
         load_raw(PromptConfig(source="jsonl", path=str(nofield)))
     with pytest.raises(DataError, match="does not exist"):
         load_raw(PromptConfig(source="jsonl", path=str(tmp_path / "missing.jsonl")))
@@ -103,7 +104,7 @@ def test_prompt_longer_than_context(tmp_path, word_tok):
 
 def test_not_enough_prompts(tmp_path, word_tok):
     p = _jsonl(tmp_path, ["a b", "c d"])
-    with pytest.raises(DataError, match="only 2 prompts"):
+    with pytest.raises(DataError, match=r"only 2 of 2 prompts pass the filters \(0 empty, 0 duplicates, 0 longer than"):
         build_prompt_table(PromptConfig(source="jsonl", path=str(p), chat_template=False), word_tok, 5, 100, 10)
 
 
@@ -120,3 +121,64 @@ def test_packaged_sharegpt_recovers_whole_records():
     assert len(raw) > 10_000
     assert raw["prompt"].str.len().min() > 0
     assert raw.attrs["sha256"]
+
+
+def test_non_string_prompts_are_refused_naming_the_line(tmp_path):
+    p = tmp_path / "n.jsonl"
+    p.write_text('{"prompt": "fine"}\n\n{"prompt": 123}\n')
+    with pytest.raises(DataError, match=r"n.jsonl:3: 'prompt' is a JSON int \(123\), not a string -- fix: .*\"prompt\": \"123\""):
+        load_raw(PromptConfig(source="jsonl", path=str(p)))
+    p.write_text('{"prompt": ["a", "b"]}\n')
+    with pytest.raises(DataError, match=r"n.jsonl:1: 'prompt' is a JSON list"):
+        load_raw(PromptConfig(source="jsonl", path=str(p)))
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps([{"instruction": "ok"}, {"instruction": "x", "input": 4}], indent=1))
+    with pytest.raises(DataError, match=r"a.json:5: 'input' is a JSON int"):  # the second record starts on line 5
+        load_raw(PromptConfig(source="alpaca", path=str(a)))
+    sg = tmp_path / "sg.json"
+    sg.write_text(json.dumps([_conv(0, "q"), {"id": "c1", "conversations": [{"from": "human", "value": 7}]}]))
+    with pytest.raises(DataError, match=r"sg.json:1: 'value' is a JSON int"):
+        load_raw(PromptConfig(source="sharegpt-file", path=str(sg)))
+
+
+def test_null_prompt_is_an_empty_prompt(tmp_path, word_tok):
+    p = tmp_path / "n.jsonl"
+    p.write_text('{"id": "a", "prompt": null}\n{"id": "b", "prompt": "two words"}\n')
+    t, stats = build_prompt_table(PromptConfig(source="jsonl", path=str(p), chat_template=False), word_tok, 1, 100, 10)
+    assert list(t.prompt_id) == ["b"] and stats["records"] == 1
+
+
+def test_non_utf8_byte_is_refused_with_line_and_offset(tmp_path):
+    p = tmp_path / "latin.jsonl"
+    p.write_bytes(b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(DataError, match=r"latin.jsonl:2: byte 0xe9 at byte offset 32 \(column 16\) is not UTF-8 -- fix: re-save"):
+        load_raw(PromptConfig(source="jsonl", path=str(p)))
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b'\xef\xbb\xbf{"prompt": "caf\xc3\xa9"}\n')  # a UTF-8 BOM is fine
+    assert load_raw(PromptConfig(source="jsonl", path=str(bom))).prompt.tolist() == ["caf\u00e9"]
+
+
+def test_directory_as_prompt_file(tmp_path):
+    with pytest.raises(DataError, match=r"is a directory -- fix: pass the path of a JSON or JSONL file"):
+        load_raw(PromptConfig(source="jsonl", path=str(tmp_path)))
+
+
+def test_json_array_malformed_or_truncated(tmp_path):
+    closed = tmp_path / "bad.json"
+    closed.write_text('[\n {"instruction": "a"},\n {"instruction": oops},\n {"instruction": "c"}\n]\n')
+    with pytest.raises(DataError, match=r"bad.json:3 is not valid JSON"):  # a closed array: malformed, refused
+        load_raw(PromptConfig(source="alpaca", path=str(closed)))
+    cut = tmp_path / "cut.json"
+    cut.write_text('[\n {"instruction": "a"},\n {"instruction": "b"},\n {"instruction": "c')
+    assert load_raw(PromptConfig(source="alpaca", path=str(cut))).prompt.tolist() == ["a", "b"]  # truncated: whole records
+
+
+def test_word_tokenizer_is_stable_across_processes(word_tok):
+    """Fixture ids must not depend on PYTHONHASHSEED (str hash() is salted per process)."""
+    import subprocess
+    import sys
+
+    code = "import sys; sys.path.insert(0, 'tests'); from conftest import WordTokenizer; print(WordTokenizer()('hello big world')['input_ids'])"
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": seed, "PATH": ""},
+                           cwd=Path(__file__).resolve().parents[2]).stdout.strip() for seed in ("1", "2")}
+    assert outs == {str(word_tok("hello big world")["input_ids"])}

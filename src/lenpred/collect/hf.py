@@ -16,10 +16,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from lenpred.collect.base import ENGINES, Job, Result, SamplingConfig
+from pydantic import Field
+
+from lenpred.collect.base import ENGINES, EngineOptions, EngineSetup, Job, Result, SamplingConfig
 from lenpred.errors import EngineError
+
+
+class HFOptions(EngineOptions):
+    """Options of the transformers engine. ``dtype`` changes the numerics, hence the samples: it is
+    part of the card; batch size and device are runtime only."""
+
+    card_fields: ClassVar[tuple[str, ...]] = ("dtype",)
+
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="hf: weight and compute dtype (part of the card)")
+    batch_size: int = Field(16, ge=1, description="hf: rows decoded together")
+    device: str = Field("cpu", description="hf: torch device (cpu, cuda, cuda:1)")
 
 
 @dataclass
@@ -65,7 +78,7 @@ def _make_cache(kv: list[tuple[Any, Any]]) -> Any:
 
 @ENGINES.register("hf")
 class HFEngine:
-    name = "hf"
+    name: ClassVar[str] = "hf"
 
     def __init__(self, model: Any, tokenizer: Any, sampling: SamplingConfig, batch_size: int = 16, device: str = "cpu") -> None:
         import torch
@@ -99,40 +112,22 @@ class HFEngine:
             procs.append(MinPLogitsWarper(sampling.min_p))
         self.warp = LogitsProcessorList(procs)
 
-    # ----------------------------------------------------------- CollectConfig glue
+    # ----------------------------------------------------------- registry glue
+    Options: ClassVar[type[HFOptions]] = HFOptions
+
     @classmethod
-    def identity_for(cls, cfg: Any, spec: Any) -> dict[str, Any]:
+    def identity(cls, options: HFOptions, setup: EngineSetup) -> dict[str, Any]:
         import torch
         import transformers
 
-        dtype = str(cfg.engine_options.get("dtype") or "float32")
-        if dtype not in ("float32", "bfloat16", "float16"):
-            raise EngineError(f"unknown dtype {dtype!r}", "use one of: float32, bfloat16, float16")
-        # the dtype changes the numerics, hence the samples: it is part of the card
-        return {"name": cls.name, "version": transformers.__version__, "torch": torch.__version__.split("+")[0], "dtype": dtype}
+        return {"name": cls.name, "version": transformers.__version__, "torch": torch.__version__.split("+")[0], **options.card()}
 
     @classmethod
-    def runtime_for(cls, cfg: Any) -> dict[str, Any]:
-        o = cfg.engine_options
-        return {"batch_size": int(o.get("batch_size", 16)), "device": str(o.get("device", "cpu"))}
-
-    @classmethod
-    def from_config(cls, cfg: Any, spec: Any, tokenizer: Any) -> HFEngine:
+    def create(cls, options: HFOptions, setup: EngineSetup) -> HFEngine:
         from lenpred.models import load
 
-        rt = cls.runtime_for(cfg)
-        lm = load(cfg.model, device=rt["device"], dtype=str(cfg.engine_options.get("dtype") or "float32"))
-        return cls(lm.model, lm.tokenizer, cfg.sampling, batch_size=rt["batch_size"], device=rt["device"])
-
-    def identity(self) -> dict[str, Any]:
-        import torch
-        import transformers
-
-        dtype = str(self.model.dtype).removeprefix("torch.")
-        return {"name": self.name, "version": transformers.__version__, "torch": torch.__version__.split("+")[0], "dtype": dtype}
-
-    def runtime(self) -> dict[str, Any]:
-        return {"batch_size": self.B, "device": str(self.device)}
+        lm = load(setup.model, device=options.device, dtype=options.dtype)
+        return cls(lm.model, lm.tokenizer, setup.sampling, batch_size=options.batch_size, device=options.device)
 
     @property
     def padding_share(self) -> float:
@@ -203,7 +198,9 @@ class HFEngine:
                         rows[b] = r
                 live = [(b, r) for b, r in enumerate(rows) if r is not None]
                 if not live:
-                    return
+                    if exhausted:
+                        return
+                    continue  # every new row finished inside its prefill: refill again, jobs remain
                 # 2. one decode step for all rows (free rows attend only to themselves)
                 inp = torch.full((B, 1), int(next(iter(self.eos))), dtype=torch.long, device=dev)
                 pos = torch.zeros((B, 1), dtype=torch.long, device=dev)

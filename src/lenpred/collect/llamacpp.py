@@ -17,10 +17,20 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from lenpred.collect.base import ENGINES, Job, Result, SamplingConfig
+from pydantic import Field
+
+from lenpred.collect.base import ENGINES, EngineOptions, EngineSetup, Job, Result, SamplingConfig
 from lenpred.errors import EngineError
+
+
+class LlamaCppOptions(EngineOptions):
+    """Options of the llama.cpp engine: all runtime only (the card records the GGUF file instead)."""
+
+    n_parallel: int = Field(16, ge=1, description="llamacpp: sequences decoded together")
+    n_batch: int = Field(512, ge=1, description="llamacpp: tokens per llama_decode call")
+    n_threads: int | None = Field(None, ge=1, description="llamacpp: CPU threads (unset: all cores)")
 
 
 def _import_llama() -> Any:
@@ -61,7 +71,7 @@ class _Slot:
 class LlamaCppEngine:
     """Continuous batching over a llama.cpp context. ``gguf_path`` is the model file."""
 
-    name = "llamacpp"
+    name: ClassVar[str] = "llamacpp"
 
     def __init__(
         self,
@@ -110,7 +120,9 @@ class LlamaCppEngine:
         self.batch = L.llama_batch_init(self.n_batch, 0, 1)
         self._closed = False
 
-    # ------------------------------------------------------------------ construction from a CollectConfig
+    # ------------------------------------------------------------------ registry glue
+    Options: ClassVar[type[LlamaCppOptions]] = LlamaCppOptions
+
     @classmethod
     def _gguf(cls, spec: Any) -> Path:
         if spec.gguf_path is None:
@@ -121,34 +133,23 @@ class LlamaCppEngine:
         return Path(spec.gguf_path)
 
     @classmethod
-    def identity_for(cls, cfg: Any, spec: Any) -> dict[str, Any]:
+    def identity(cls, options: LlamaCppOptions, setup: EngineSetup) -> dict[str, Any]:
         L = _import_llama()
-        return {"name": cls.name, "version": L.__version__, "weights": cls._gguf(spec).name}
+        # the weights file matters (another quantisation is another model); no option changes samples
+        return {"name": cls.name, "version": L.__version__, "weights": cls._gguf(setup.spec).name, **options.card()}
 
     @classmethod
-    def runtime_for(cls, cfg: Any) -> dict[str, Any]:
-        o = cfg.engine_options
-        return {"n_parallel": int(o.get("n_parallel", 16)), "n_batch": int(o.get("n_batch", 512)), "n_threads": o.get("n_threads")}
-
-    @classmethod
-    def from_config(cls, cfg: Any, spec: Any, tokenizer: Any) -> LlamaCppEngine:
-        rt = cls.runtime_for(cfg)
+    def create(cls, options: LlamaCppOptions, setup: EngineSetup) -> LlamaCppEngine:
+        tok = setup.tokenizer
         return cls(
-            cls._gguf(spec),
-            cfg.sampling,
-            n_parallel=rt["n_parallel"],
-            n_batch=rt["n_batch"],
-            max_prompt_tokens=cfg.prompts.max_prompt_tokens,
-            n_threads=rt["n_threads"],
-            detokenize=lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False),
+            cls._gguf(setup.spec),
+            setup.sampling,
+            n_parallel=options.n_parallel,
+            n_batch=options.n_batch,
+            max_prompt_tokens=setup.max_prompt_tokens,
+            n_threads=options.n_threads,
+            detokenize=lambda ids: tok.decode(list(ids), skip_special_tokens=False),
         )
-
-    # ------------------------------------------------------------------ card
-    def identity(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.L.__version__, "weights": self.gguf_path.name}
-
-    def runtime(self) -> dict[str, Any]:
-        return {"n_parallel": self.n_parallel, "n_batch": self.n_batch, "n_threads": self.n_threads}
 
     # ------------------------------------------------------------------ sampling
     def _new_sampler(self, job: Job) -> Any:

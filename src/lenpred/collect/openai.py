@@ -7,26 +7,74 @@ server when it returns them (vLLM: ``return_token_ids``), otherwise from tokeniz
 text with the run's tokenizer (the card records which, under ``engine_runtime``). ``finish_reason == "length"`` marks a censored sample.
 
 Requests run on a bounded thread pool (``concurrency``) with retries and exponential backoff on
-connection errors, 429 and 5xx; other HTTP errors stop the run with the server's message.
+connection errors, timeouts, 429 and 5xx; other HTTP errors stop the run with the server's status
+and the first line of its message (an HTML error page is reduced to its title).
+
+The HTTP client can be injected (``client=`` or ``transport=``, e.g. ``httpx.MockTransport``), so the
+retry logic is tested in-process; ``sleep=`` replaces the backoff wait.
 """
 
 from __future__ import annotations
 
+import html
+import os
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from itertools import groupby
-from typing import Any
+from typing import Any, ClassVar
 
-from lenpred.collect.base import ENGINES, Job, Result, SamplingConfig
+from pydantic import Field
+
+from lenpred.collect.base import ENGINES, EngineOptions, EngineSetup, Job, Result, SamplingConfig
 from lenpred.errors import EngineError
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
+class OpenAIOptions(EngineOptions):
+    """Options of the OpenAI-compatible engine. ``api_model`` (the name the server serves) is part of
+    the card; where the server is and how hard it is driven are runtime only. The API key is read
+    from ``OPENAI_API_KEY`` and never recorded."""
+
+    card_fields: ClassVar[tuple[str, ...]] = ("api_model",)
+
+    base_url: str | None = Field(None, description="openai: server URL, e.g. http://127.0.0.1:8000/v1")
+    api_model: str | None = Field(None, description="openai: model name the server expects (unset: --model; part of the card)")
+    concurrency: int = Field(8, ge=1, description="openai: requests in flight")
+    n_per_request: int = Field(0, ge=0, description="openai: samples per request (n); 0 = all K at once")
+    timeout: float = Field(600.0, gt=0, description="openai: seconds per request")
+    retries: int = Field(3, ge=0, description="openai: retries per request")
+
+
+def server_message(r: Any) -> str:
+    """The first line worth reading of an error response: a JSON error's message, an HTML page's
+    title (or first line of text), else the body's first line; at most 200 characters."""
+    text = r.text or ""
+    if "json" in r.headers.get("content-type", ""):
+        try:
+            data = r.json()
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            err = data.get("error", data)
+            msg = err.get("message") if isinstance(err, dict) else err
+            msg = msg or data.get("detail") or data.get("message")
+            if msg:
+                text = str(msg)
+    if re.search(r"<(html|head|body|title|!doctype)", text[:2000], re.I):
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+        text = title.group(1) if title else re.sub(r"<[^>]+>", "\n", text)
+        text = html.unescape(text)
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "(empty body)")
+    return " ".join(first.split())[:200]
+
+
 @ENGINES.register("openai")
 class OpenAIEngine:
-    name = "openai"
+    name: ClassVar[str] = "openai"
+    Options: ClassVar[type[OpenAIOptions]] = OpenAIOptions
 
     def __init__(
         self,
@@ -39,7 +87,13 @@ class OpenAIEngine:
         timeout: float = 600.0,
         retries: int = 3,
         api_key: str | None = None,
+        *,
+        client: Any = None,
+        transport: Any = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """``client``: an ``httpx.Client`` to use as it is (its timeout and headers are the caller's);
+        else one is made with ``transport`` (default: the network), ``timeout`` and ``api_key``."""
         import httpx
 
         if not base_url:
@@ -53,43 +107,31 @@ class OpenAIEngine:
         self.concurrency = max(1, int(concurrency))
         self.n_per_request = int(n_per_request)
         self.retries = int(retries)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(timeout=timeout, headers=headers)
+        self.sleep = sleep
+        if client is None:
+            headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+            client = httpx.Client(timeout=timeout, headers=headers, transport=transport)
+        self.client = client
         self.check_server()
 
-    # ---------------------------------------------------------------- glue
+    # ---------------------------------------------------------------- registry glue
     @classmethod
-    def identity_for(cls, cfg: Any, spec: Any) -> dict[str, Any]:
-        o = cfg.engine_options
-        return {"name": cls.name, "version": "v1-completions", "api_model": o.get("api_model") or cfg.model}
+    def identity(cls, options: OpenAIOptions, setup: EngineSetup) -> dict[str, Any]:
+        return {"name": cls.name, "version": "v1-completions", **options.card(), "api_model": options.api_model or setup.model}
 
     @classmethod
-    def runtime_for(cls, cfg: Any) -> dict[str, Any]:
-        o = cfg.engine_options
-        return {k: o.get(k) for k in ("base_url", "concurrency", "n_per_request", "timeout", "retries")}
-
-    @classmethod
-    def from_config(cls, cfg: Any, spec: Any, tokenizer: Any) -> OpenAIEngine:
-        import os
-
-        o = cfg.engine_options
+    def create(cls, options: OpenAIOptions, setup: EngineSetup) -> OpenAIEngine:
         return cls(
-            base_url=str(o.get("base_url") or ""),
-            api_model=str(o.get("api_model") or cfg.model),
-            sampling=cfg.sampling,
-            tokenizer=tokenizer,
-            concurrency=int(o.get("concurrency") or 8),
-            n_per_request=int(o.get("n_per_request") or 0),
-            timeout=float(o.get("timeout") or 600.0),
-            retries=int(o.get("retries") if o.get("retries") is not None else 3),
+            base_url=options.base_url or "",
+            api_model=options.api_model or setup.model,
+            sampling=setup.sampling,
+            tokenizer=setup.tokenizer,
+            concurrency=options.concurrency,
+            n_per_request=options.n_per_request,
+            timeout=options.timeout,
+            retries=options.retries,
             api_key=os.environ.get("OPENAI_API_KEY"),
         )
-
-    def identity(self) -> dict[str, Any]:
-        return {"name": self.name, "version": "v1-completions", "api_model": self.api_model}
-
-    def runtime(self) -> dict[str, Any]:
-        return {"base_url": self.base_url, "concurrency": self.concurrency, "n_per_request": self.n_per_request}
 
     # ---------------------------------------------------------------- HTTP
     def check_server(self) -> None:
@@ -103,7 +145,9 @@ class OpenAIEngine:
                 "start the server (e.g. `vllm serve MODEL`) or fix --base-url",
             ) from None
         if r.status_code >= 400:
-            raise EngineError(f"{self.base_url}/models answered HTTP {r.status_code}: {r.text[:200]}", "check --base-url and the API key")
+            raise EngineError(
+                f"{self.base_url}/models answered HTTP {r.status_code}: {server_message(r)}", "check --base-url and the API key"
+            )
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         import httpx
@@ -112,24 +156,32 @@ class OpenAIEngine:
         for attempt in range(self.retries + 1):
             try:
                 r = self.client.post(f"{self.base_url}/completions", json=body)
-            except httpx.HTTPError as e:
-                err = f"{type(e).__name__}: {e}"
-                status = None
+            except httpx.HTTPError as e:  # connection refused / reset, timeouts: worth another try
+                err = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}" if str(e) else type(e).__name__
             else:
                 if r.status_code < 400:
-                    return r.json()
-                status, err = r.status_code, r.text[:300]
-                if status not in _RETRY_STATUS:
+                    try:
+                        data = r.json()
+                    except ValueError:
+                        data = None
+                    if isinstance(data, dict):
+                        return data
                     raise EngineError(
-                        f"the server rejected a completion request (HTTP {status}: {err})",
+                        f"the server answered HTTP {r.status_code} with a body that is not a JSON object: {server_message(r)}",
+                        "check that --base-url points at an OpenAI-compatible API (ending in /v1)",
+                    )
+                err = f"HTTP {r.status_code}: {server_message(r)}"
+                if r.status_code not in _RETRY_STATUS:
+                    raise EngineError(
+                        f"the server rejected a completion request ({err})",
                         "check --api-model and the sampling parameters the server supports",
                     )
             if attempt == self.retries:
                 raise EngineError(
-                    f"completion request failed after {self.retries + 1} attempts ({status or ''} {err})".strip(),
+                    f"completion request failed after {self.retries + 1} attempts ({err})",
                     "check the server's health and logs, then rerun (finished samples are kept)",
                 )
-            time.sleep(delay)
+            self.sleep(delay)
             delay = min(delay * 2, 30.0)
         raise AssertionError("unreachable")
 

@@ -5,50 +5,105 @@
 already on disk, so a run killed at any moment (even SIGKILL) and restarted with the same
 arguments loses at most the samples buffered since the last shard and never duplicates one.
 Raising ``--prompts`` or ``--samples`` on an existing run extends it under the same card.
+
+Nothing is written until the engine has produced its first sample: a bad argument, an unreachable
+server or a server error on the first request leaves no directory, card or prompt table behind
+(and an existing run untouched). A shard that cannot be read is set aside as ``*.corrupt`` at that
+moment and its samples are generated again.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
 from lenpred import __version__
 from lenpred.collect import engines as _engines  # noqa: F401  (registers every engine)
-from lenpred.collect.base import ENGINES, Job, Result, SamplingConfig, sample_seed
-from lenpred.data.rundir import RunDir
+from lenpred.collect.base import (
+    ENGINES,
+    EngineOptions,
+    EngineSetup,
+    FieldError,
+    Job,
+    Result,
+    SamplingConfig,
+    sample_seed,
+)
+from lenpred.config import Config
+from lenpred.data.rundir import CARD, RunDir, card_hash, check_run_target
 from lenpred.data.sources import PromptConfig, build_prompt_table, load_raw, text_sha256
-from lenpred.errors import ConfigError
+from lenpred.errors import ConfigError, EngineError
+from lenpred.models.loading import EMBEDDED, ModelSpec
+
+__all__ = ["CollectConfig", "CollectPlan", "CollectSummary", "build_card", "collect", "open_run", "prepare", "run_card"]
 
 
-@dataclass(frozen=True)
-class CollectConfig:
-    run_dir: str
-    model: str = "smollm2-135m"
-    engine: str = "llamacpp"
-    prompts: PromptConfig = field(default_factory=PromptConfig)
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    n_prompts: int = 16
-    samples: int = 4
-    # engine options that do not change the distribution (not part of the card identity)
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    shard_size: int = 64  # samples per shard
-    flush_seconds: float = 120.0  # ... or a shard at least this often
-    progress: bool = True
+class CollectConfig(Config):
+    """Everything ``lenpred collect`` needs. ``prompts``, ``sampling``, the model and the card fields
+    of ``engine_options`` make the run card; the rest is how this invocation runs."""
 
-    def __post_init__(self) -> None:
-        if self.n_prompts <= 0:
-            raise ConfigError(f"--prompts must be positive, got {self.n_prompts}")
-        if self.samples <= 0:
-            raise ConfigError(f"--samples must be positive, got {self.samples}")
-        if self.shard_size <= 0:
-            raise ConfigError(f"shard_size must be positive, got {self.shard_size}")
-        ENGINES.get(self.engine)  # unknown engine -> error listing the valid ones
+    run_dir: str = Field(description="run directory (created, or resumed/extended if it exists)")
+    model: str = Field(EMBEDDED, description=f"{EMBEDDED} (embedded), a HF id, a local folder or .gguf")
+    engine: str = Field("llamacpp", description="generation engine: hf | llamacpp | openai")
+    prompts: PromptConfig = Field(default_factory=PromptConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    n_prompts: int = Field(16, description="the first N prompts of the run get samples")
+    samples: int = Field(4, description="samples per prompt (K)")
+    # the engine's own options class (HFOptions, LlamaCppOptions, OpenAIOptions); None = its defaults
+    engine_options: SerializeAsAny[EngineOptions] | None = None
+    shard_size: int = Field(64, description="samples per shard")
+    flush_seconds: float = Field(120.0, description="write a shard at least this often (seconds)")
+    progress: bool = Field(True, description="show a progress bar")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _options_of_the_engine(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        engine = data.get("engine", cls.model_fields["engine"].default)
+        if not isinstance(engine, str):
+            return data  # the field's own validation names the problem
+        options_cls = ENGINES.get(engine).Options  # an unknown engine lists the valid ones
+        opts = data.get("engine_options")
+        if opts is None:
+            opts = options_cls()
+        elif isinstance(opts, dict):
+            opts = options_cls.from_dict(opts, "engine_options")
+        elif not isinstance(opts, options_cls):
+            raise ConfigError(
+                f"engine_options are {type(opts).__name__}, but the {engine} engine takes {options_cls.__name__}",
+                f"pass {options_cls.__name__}(...) or a plain dict of its fields",
+            )
+        return {**data, "engine_options": opts}
+
+    @field_validator("n_prompts", "samples", "shard_size")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise FieldError(f"must be positive, got {v}")
+        return v
+
+    @field_validator("flush_seconds")
+    @classmethod
+    def _flush(cls, v: float) -> float:
+        if not v > 0:
+            raise FieldError(f"must be > 0 seconds, got {v}")
+        return v
+
+    @property
+    def options(self) -> EngineOptions:
+        """The engine options (never None once validated)."""
+        assert self.engine_options is not None
+        return self.engine_options
 
 
 @dataclass
@@ -60,18 +115,30 @@ class CollectSummary:
     seconds: float
     total_samples: int
     shards_written: int
+    set_aside: list[str] = field(default_factory=list)  # unreadable shards renamed to *.corrupt
 
     @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def _make_engine(cfg: CollectConfig, spec: Any, tokenizer: Any) -> Any:
-    cls = ENGINES.get(cfg.engine)
-    return cls.from_config(cfg, spec, tokenizer)
+@dataclass
+class CollectPlan:
+    """What :func:`prepare` worked out, before anything is written."""
+
+    card: dict[str, Any]
+    prompts: pd.DataFrame  # the first n_prompts of the run; attrs["filter_stats"] when newly built
+    setup: EngineSetup
+    existing: RunDir | None
+    done: set[tuple[str, int]]  # keys of the readable shards
+    corrupt: list[Path]  # shards that cannot be read (set aside by open_run)
+
+    @property
+    def card_hash(self) -> str:
+        return card_hash(self.card)
 
 
-def build_card(cfg: CollectConfig, spec: Any, tokenizer: Any, dataset_sha256: str, engine_identity: dict[str, Any]) -> dict[str, Any]:
+def build_card(cfg: CollectConfig, spec: ModelSpec, tokenizer: Any, dataset_sha256: str, engine_identity: dict[str, Any]) -> dict[str, Any]:
     template = getattr(tokenizer, "chat_template", None) or ""
     return {
         "schema": "lenpred.run/1",
@@ -128,23 +195,35 @@ class _Flusher:
         self.last = time.monotonic()
 
 
-def prepare(cfg: CollectConfig) -> tuple[dict[str, Any], pd.DataFrame, Any, Any, RunDir | None]:
-    """Validate everything and build the card and prompt table, writing nothing.
-
-    Returns (card, prompts, model spec, tokenizer, existing run or None). An existing run directory
-    is checked against the card here, so a mismatch fails before any file is touched.
-    """
+def run_card(cfg: CollectConfig) -> tuple[dict[str, Any], EngineSetup, pd.DataFrame, int]:
+    """The run card ``cfg`` makes, without touching ``cfg.run_dir``: (card, engine setup, the raw
+    prompt records, the model's context length). Loads the tokenizer, not the model."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from lenpred.models.loading import hf_folder
+    from lenpred.models.loading import hf_folder, resolve
 
-    spec, folder = hf_folder(cfg.model)
+    spec = resolve(cfg.model)  # a bad model name fails before the prompt file is read
+    raw = load_raw(cfg.prompts)
+    spec, folder = hf_folder(spec)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     context = int(getattr(AutoConfig.from_pretrained(folder), "max_position_embeddings", 2048))
-    raw = load_raw(cfg.prompts)
-    engine_cls = ENGINES.get(cfg.engine)
-    card = build_card(cfg, spec, tokenizer, raw.attrs.get("sha256", ""), engine_cls.identity_for(cfg, spec))
-    existing = RunDir.create(cfg.run_dir, card) if (Path(cfg.run_dir) / "card.json").exists() else None
+    setup = EngineSetup(cfg.model, spec, tokenizer, cfg.sampling, cfg.prompts.max_prompt_tokens)
+    identity = ENGINES.get(cfg.engine).identity(cfg.options, setup)
+    return build_card(cfg, spec, tokenizer, raw.attrs.get("sha256", ""), identity), setup, raw, context
+
+
+def prepare(cfg: CollectConfig) -> CollectPlan:
+    """Validate everything and build the card and prompt table, writing nothing.
+
+    An existing run directory is checked against the card here, so a mismatch fails before any
+    file is touched; its shards are scanned (keys only) and the unreadable ones listed.
+    """
+    check_run_target(cfg.run_dir)  # a file, or somebody's non-empty directory: refused at once
+    existing = RunDir.open(cfg.run_dir) if (Path(cfg.run_dir) / CARD).exists() else None
+    card, setup, raw, context = run_card(cfg)
+    tokenizer = setup.tokenizer
+    if existing is not None:
+        existing.require_card(card)
     have = existing.prompts() if existing is not None and existing.has_prompts() else None
     if have is not None and len(have.index) >= cfg.n_prompts:
         prompts = have.iloc[: cfg.n_prompts].copy()
@@ -154,13 +233,25 @@ def prepare(cfg: CollectConfig) -> tuple[dict[str, Any], pd.DataFrame, Any, Any,
     else:
         prompts, stats = build_prompt_table(cfg.prompts, tokenizer, cfg.n_prompts, context, cfg.sampling.max_new_tokens, raw)
         prompts.attrs["filter_stats"] = stats
-    return card, prompts, spec, tokenizer, existing
+    done, corrupt = existing.scan_shards() if existing is not None else (set(), [])
+    return CollectPlan(card, prompts, setup, existing, done, corrupt)
 
 
-def open_run(cfg: CollectConfig, card: dict[str, Any], prompts: pd.DataFrame) -> RunDir:
-    """Create (or reopen) the run directory and record the prompt table and targets."""
-    run = RunDir.create(cfg.run_dir, card)  # refuses a directory made under another card
+def _stderr(msg: str) -> None:
+    print(f"lenpred collect: {msg}", file=sys.stderr, flush=True)
+
+
+def open_run(cfg: CollectConfig, plan: CollectPlan, notify: Callable[[str], None] = _stderr) -> tuple[RunDir, list[str]]:
+    """Create (or reopen) the run directory, set unreadable shards aside, record the prompt table and
+    targets. Returns the run and the shards set aside."""
+    run = RunDir.create(cfg.run_dir, plan.card)  # refuses a directory made under another card
     run.clean_temp()
+    set_aside = []
+    for shard in plan.corrupt:
+        new = run.set_aside(shard)
+        set_aside.append(str(new))
+        notify(f"shard {shard} cannot be read: set aside as {new.name}; its samples are generated again")
+    prompts = plan.prompts
     if "filter_stats" in prompts.attrs:
         run.write_prompts(prompts)
         run.update_bookkeeping(prompt_filter=prompts.attrs["filter_stats"])
@@ -170,22 +261,25 @@ def open_run(cfg: CollectConfig, card: dict[str, Any], prompts: pd.DataFrame) ->
         targets.append(t)
     run.update_bookkeeping(
         targets=targets,
-        engine_runtime=ENGINES.get(cfg.engine).runtime_for(cfg),
+        engine_runtime=cfg.options.runtime(),
         updated_by={"lenpred_version": __version__, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
     )
-    return run
+    return run, set_aside
 
 
-def collect(cfg: CollectConfig) -> CollectSummary:
-    card, prompts, spec, tokenizer, existing = prepare(cfg)
-    done = existing.done_keys() if existing is not None else set()
-    jobs = _jobs(prompts, cfg.samples, done, cfg.sampling.seed)
-    engine = _make_engine(cfg, spec, tokenizer) if jobs else None  # fails (unreachable server...) before any write
-    run = open_run(cfg, card, prompts)
+def collect(cfg: CollectConfig, notify: Callable[[str], None] = _stderr) -> CollectSummary:
+    """Collect the missing samples of ``cfg``'s targets. ``notify`` receives one-line notes (a shard
+    set aside); the default prints them to stderr."""
+    plan = prepare(cfg)
+    jobs = _jobs(plan.prompts, cfg.samples, plan.done, cfg.sampling.seed)
+    if not jobs:
+        run, aside = open_run(cfg, plan, notify)
+        return CollectSummary(str(run.path), run.card_hash, 0, 0, 0.0, len(run.done_keys()), 0, aside)
+    engine = ENGINES.get(cfg.engine).create(cfg.options, plan.setup)  # fails (unreachable server...) before any write
+    run: RunDir | None = None
+    flusher: _Flusher | None = None
+    aside: list[str] = []
     t0 = time.monotonic()
-    if engine is None:
-        return CollectSummary(str(run.path), run.card_hash, 0, 0, 0.0, len(run.done_keys()), 0)
-    flusher = _Flusher(run, cfg.shard_size, cfg.flush_seconds)
     n_new = n_tok = 0
     main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
     old_term = signal.getsignal(signal.SIGTERM)
@@ -196,19 +290,25 @@ def collect(cfg: CollectConfig) -> CollectSummary:
     if main_thread:
         signal.signal(signal.SIGTERM, _on_term)
     try:
-        with _Progress(cfg.progress, len(jobs), prompts, cfg.samples, run.done_keys()) as bar:
+        with _Progress(cfg.progress, len(jobs), plan.prompts, cfg.samples, plan.done) as bar:
             for r in engine.generate(iter(jobs)):
+                if flusher is None:  # the first sample: only now is there something worth a directory
+                    run, aside = open_run(cfg, plan, notify)
+                    flusher = _Flusher(run, cfg.shard_size, cfg.flush_seconds)
                 flusher.add(r)
                 n_new += 1
                 n_tok += len(r.token_ids)
                 bar.advance(r, n_tok, time.monotonic() - t0)
     finally:
-        flusher.flush()  # a clean stop (Ctrl-C, SIGTERM, an error) keeps what was generated
+        if flusher is not None:
+            flusher.flush()  # a clean stop (Ctrl-C, SIGTERM, an error) keeps what was generated
         if main_thread:
             signal.signal(signal.SIGTERM, old_term)
         engine.close()
+    if run is None:  # the engine returned nothing for a non-empty job list: an engine bug
+        raise EngineError(f"the {cfg.engine} engine produced no sample for {len(jobs)} jobs", "report this as a bug")
     return CollectSummary(
-        str(run.path), run.card_hash, n_new, n_tok, time.monotonic() - t0, len(run.done_keys()), flusher.shards
+        str(run.path), run.card_hash, n_new, n_tok, time.monotonic() - t0, len(run.done_keys()), flusher.shards if flusher else 0, aside
     )
 
 

@@ -19,9 +19,10 @@ from lenpred.collect.runner import CollectConfig, collect
 from lenpred.data.rundir import RunDir
 from lenpred.data.sources import PromptConfig
 from lenpred.data.summary import print_run_summary
-from lenpred.errors import DataError
+from lenpred.errors import ConfigError, DataError
 
 REFERENCE = Path("data/runs/smollm2-sharegpt")
+DEMO_OPTIONS: dict[str, dict[str, int]] = {"llamacpp": {"n_parallel": 8}, "hf": {"batch_size": 8}}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,8 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _reference_card(path: Path) -> SamplingConfig | None:
     try:
-        return SamplingConfig(**RunDir.open(path).card["sampling"])
-    except DataError:
+        return SamplingConfig.from_dict(RunDir.open(path).card["sampling"], "reference card sampling")
+    except (DataError, ConfigError):
         return None
 
 
@@ -47,19 +48,21 @@ def run(a: argparse.Namespace) -> int:
     engine = a.engine or ("llamacpp" if importlib.util.find_spec("llama_cpp") else "hf")
     ref = _reference_card(Path(a.reference))
     base = ref or SamplingConfig(temperature=1.0, top_p=1.0, min_p=0.1)
-    sampling = SamplingConfig(**{**base.card(), "max_new_tokens": a.max_new_tokens})
+    sampling = base.replace(max_new_tokens=a.max_new_tokens)
     console.rule("[bold]lenpred demo: live sampling on the embedded SmolLM2-135M-Instruct")
     console.print(f"engine={engine}, {a.prompts} ShareGPT prompts x {a.samples} samples, card: {sampling.card()}")
     with tempfile.TemporaryDirectory(prefix="lenpred-demo-") as tmp:
         run_dir = a.run or str(Path(tmp) / "demo")
-        cfg = CollectConfig(
-            run_dir=run_dir,
-            engine=engine,
-            prompts=PromptConfig(max_prompt_tokens=256),
-            sampling=sampling,
-            n_prompts=a.prompts,
-            samples=a.samples,
-            engine_options={"n_parallel": 8, "batch_size": 8},
+        cfg = CollectConfig.from_dict(
+            {
+                "run_dir": run_dir,
+                "engine": engine,
+                "prompts": PromptConfig(max_prompt_tokens=256),
+                "sampling": sampling,
+                "n_prompts": a.prompts,
+                "samples": a.samples,
+                "engine_options": DEMO_OPTIONS.get(engine, {}),
+            }
         )
         s = collect(cfg)
         rd = RunDir.open(run_dir)

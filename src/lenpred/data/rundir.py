@@ -13,6 +13,11 @@ another card. A shard is either fully there (atomic ``os.replace``) or not there
 collection killed at any moment loses at most the samples of the shard it was filling and never
 leaves a half-written file. Duplicates are impossible as long as writers derive their job list
 from :meth:`RunDir.done_keys`.
+
+A shard damaged afterwards (a truncated copy, a foreign file named ``part-*.parquet``) is named by
+every reader (:class:`CorruptShardError`); ``lenpred collect`` sets it aside as
+``part-NNNNN.parquet.corrupt`` (:meth:`RunDir.set_aside`) and regenerates its samples, which the
+per-sample seeds make the same samples.
 """
 
 from __future__ import annotations
@@ -33,7 +38,16 @@ from lenpred import __version__
 from lenpred.errors import CardMismatchError, DataError
 from lenpred.fileio import atomic_write_bytes, atomic_write_json, atomic_write_table, canonical_json
 
-__all__ = ["RunDir", "card_hash", "atomic_write_bytes", "atomic_write_json", "atomic_write_table", "canonical_json"]
+__all__ = [
+    "CorruptShardError",
+    "RunDir",
+    "card_hash",
+    "check_run_target",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_table",
+    "canonical_json",
+]
 
 SCHEMA = "lenpred.run/1"
 CARD = "card.json"
@@ -54,6 +68,36 @@ SAMPLES_SCHEMA = pa.schema(
         ("seed", pa.int64()),
     ]
 )
+
+
+class CorruptShardError(DataError):
+    """A file in ``samples.parquet/`` that cannot be read as Parquet (truncated, or not Parquet)."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = Path(path)
+        super().__init__(
+            f"shard {path} is not a readable Parquet file ({reason})",
+            "rerun `lenpred collect` with the run's arguments: it sets the shard aside as .corrupt and "
+            "regenerates its samples (or move the file out of samples.parquet/)",
+        )
+
+
+def _arrow_reason(e: BaseException) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return first[:160]
+
+
+def check_run_target(path: str | os.PathLike[str]) -> None:
+    """Refuse a path that cannot hold a new run: a file, or a non-empty directory that is not a run
+    (writing a card beside someone's own files would mix them with the run's)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise DataError(f"{p} is a file, not a run directory", "pass a directory path (a new one, or an existing run)")
+    if p.is_dir() and not (p / CARD).exists() and any(p.iterdir()):
+        raise DataError(
+            f"{p} is a non-empty directory that is not a lenpred run (no {CARD})",
+            "pass a new or empty directory, or the directory of an existing run",
+        )
 
 
 def card_hash(card: dict[str, Any]) -> str:
@@ -102,18 +146,23 @@ class RunDir:
         h = card_hash(card)
         if (p / CARD).exists():
             existing = cls.open(p)
-            if existing.card_hash != h:
-                diff = _diff_identity(existing.card, card)
-                raise CardMismatchError(
-                    f"{p} holds a run made under another card ({diff})",
-                    "use the same arguments as the existing run, or a new --run directory",
-                )
+            existing.require_card(card)
             return existing
+        check_run_target(p)
         card["card_hash"] = h
         card.setdefault("created_by", {"lenpred_version": __version__})
         atomic_write_json(p / CARD, card)
         (p / SAMPLES).mkdir(parents=True, exist_ok=True)
         return cls(p, card)
+
+    def require_card(self, card: dict[str, Any]) -> None:
+        """Refuse a card whose identity differs from this run's, naming the differing fields."""
+        card = {"schema": SCHEMA, **card}
+        if card_hash(card) != self.card_hash:
+            raise CardMismatchError(
+                f"{self.path} holds a run made under another card ({_diff_identity(self.card, card)})",
+                "use the same arguments as the existing run, or a new --run directory",
+            )
 
     def update_bookkeeping(self, **fields: Any) -> None:
         """Update non-identity fields of the card (targets, runtime notes) atomically."""
@@ -134,7 +183,13 @@ class RunDir:
     def prompts(self) -> pd.DataFrame:
         if not self.has_prompts():
             raise DataError(f"{self.path} has no {PROMPTS} yet", "run `lenpred collect` first")
-        table = pq.read_table(self.prompts_path)
+        try:
+            table = pq.read_table(self.prompts_path)
+        except (pa.ArrowException, OSError) as e:
+            raise DataError(
+                f"{self.prompts_path} is not a readable Parquet file ({_arrow_reason(e)})",
+                "restore it from a copy (git); the prompt list of an existing run is never rebuilt",
+            ) from None
         self._check_meta(table.schema, self.prompts_path)
         return table.to_pandas().sort_values("idx").reset_index(drop=True)
 
@@ -177,7 +232,9 @@ class RunDir:
         return n
 
     def _next_shard_path(self) -> Path:
-        nums = [int(m.group(1)) for p in self.shard_paths() if (m := re.match(r"part-(\d+)", p.name))]
+        # numbers of shards set aside count too, so a new shard never takes a .corrupt file's name
+        names = (p.name for p in self.samples_dir.glob("part-*")) if self.samples_dir.is_dir() else iter(())
+        nums = [int(m.group(1)) for name in names if (m := re.match(r"part-(\d+)", name))]
         return self.samples_dir / f"part-{(max(nums) + 1 if nums else 0):05d}.parquet"
 
     def append_samples(self, rows: Iterable[dict[str, Any]] | pd.DataFrame) -> Path | None:
@@ -210,17 +267,21 @@ class RunDir:
         if not shards:
             cols = columns or [f.name for f in SAMPLES_SCHEMA]
             return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
-        tables = []
-        for s in shards:
-            t = pq.read_table(s, columns=columns)
-            self._check_meta(t.schema, s)  # the file's metadata comes along even with a column subset
-            tables.append(t)
-        df = pa.concat_tables(tables).to_pandas()
+        df = pa.concat_tables([self.read_shard(s, columns) for s in shards]).to_pandas()
         if "prompt_id" in df.columns and "sample_idx" in df.columns:
             order = {pid: i for i, pid in enumerate(self.prompts()["prompt_id"])} if self.has_prompts() else {}
             df["_o"] = df["prompt_id"].map(order).fillna(len(order))
             df = df.sort_values(["_o", "sample_idx"]).drop(columns="_o").reset_index(drop=True)
         return df
+
+    def read_shard(self, path: Path, columns: list[str] | None = None) -> pa.Table:
+        """One shard, checked: unreadable -> :class:`CorruptShardError`, foreign -> CardMismatchError."""
+        try:
+            t = pq.read_table(path, columns=columns)
+        except (pa.ArrowException, OSError) as e:
+            raise CorruptShardError(path, _arrow_reason(e)) from None
+        self._check_meta(t.schema, path)  # the file's metadata comes along even with a column subset
+        return t
 
     def done_keys(self) -> set[tuple[str, int]]:
         """Keys of all written samples (read once, then kept up to date by :meth:`append_samples`)."""
@@ -228,6 +289,37 @@ class RunDir:
             df = self.samples(columns=["prompt_id", "sample_idx"])
             self._done = set(zip(df["prompt_id"].astype(str), df["sample_idx"].astype(int), strict=True))
         return self._done
+
+    def scan_shards(self) -> tuple[set[tuple[str, int]], list[Path]]:
+        """(keys of the readable shards, unreadable shards), reading nothing but the key columns.
+
+        A shard made under another card still raises: it is someone else's data, not damage.
+        """
+        keys: set[tuple[str, int]] = set()
+        corrupt: list[Path] = []
+        for s in self.shard_paths():
+            try:
+                t = self.read_shard(s, ["prompt_id", "sample_idx"])
+            except CorruptShardError:
+                corrupt.append(s)
+                continue
+            keys.update(zip(map(str, t.column("prompt_id").to_pylist()), map(int, t.column("sample_idx").to_pylist()), strict=True))
+        return keys, corrupt
+
+    def set_aside(self, shard: Path) -> Path:
+        """Rename an unreadable shard to ``<name>.corrupt`` (kept for inspection, no longer read);
+        its samples count as missing again. Returns the new path."""
+        shard = Path(shard)
+        if shard.parent != self.samples_dir or not shard.is_file():
+            raise ValueError(f"{shard} is not a shard of {self.path}")
+        target = shard.with_name(shard.name + ".corrupt")
+        k = 1
+        while target.exists():
+            target = shard.with_name(f"{shard.name}.corrupt.{k}")
+            k += 1
+        os.replace(shard, target)
+        self._done = None
+        return target
 
     # ---------------------------------------------------------------- provenance
     def _with_meta(self, table: pa.Table) -> pa.Table:

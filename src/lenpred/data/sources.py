@@ -20,42 +20,52 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import Field, field_validator
 
-from lenpred.data.sharegpt import _first_exchange, load_sharegpt, recover_records
+from lenpred.collect.base import FieldError
+from lenpred.config import Config
+from lenpred.data.sharegpt import _first_exchange, load_sharegpt
 from lenpred.errors import ConfigError, DataError
 from lenpred.fileio import file_sha256
 from lenpred.registry import Registry
+
+__all__ = ["SOURCES", "PromptConfig", "build_prompt_table", "load_raw", "read_records", "render", "text_sha256"]
 
 RawLoader = Callable[[Path | None], pd.DataFrame]
 SOURCES: Registry[RawLoader] = Registry("prompt source")
 
 
-@dataclass(frozen=True)
-class PromptConfig:
+class PromptConfig(Config):
     """How the prompt list of a run is built. Part of the run card's identity."""
 
-    source: str = "sharegpt"
-    path: str | None = None
-    seed: int = 0
-    max_prompt_tokens: int = 512
-    chat_template: bool = True
-    system_prompt: str | None = None
-    dedup: bool = True
+    source: str = Field("sharegpt", description="prompt source: sharegpt, sharegpt-file, alpaca or jsonl")
+    path: str | None = Field(None, description="a local prompt file for sharegpt-file / alpaca / jsonl")
+    seed: int = Field(0, description="seed of the prompt order")
+    max_prompt_tokens: int = Field(512, description="skip prompts longer than this (rendered, in tokens)")
+    chat_template: bool = Field(True, description="render prompts with the model's chat template")
+    system_prompt: str | None = Field(None, description="system prompt (unset: the template's own)")
+    dedup: bool = Field(True, description="drop duplicate prompts")
 
-    def __post_init__(self) -> None:
-        if self.max_prompt_tokens <= 0:
-            raise ConfigError(f"max_prompt_tokens must be positive, got {self.max_prompt_tokens}")
-        if self.source not in SOURCES:
-            SOURCES.get(self.source)  # raises with the valid names
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        SOURCES.get(v)  # an unknown name raises UnknownKeyError listing the valid ones
+        return v
+
+    @field_validator("max_prompt_tokens")
+    @classmethod
+    def _max_prompt_tokens(cls, v: int) -> int:
+        if v <= 0:
+            raise FieldError(f"must be positive, got {v}")
+        return v
 
     def card(self, dataset_sha256: str) -> dict[str, Any]:
-        d = asdict(self)
+        d = self.model_dump()
         d["path"] = Path(self.path).name if self.path else None  # the hash identifies the content
         d["dataset_sha256"] = dataset_sha256
         return d
@@ -65,6 +75,8 @@ def _require_file(path: Path | None, source: str) -> Path:
     if path is None:
         raise ConfigError(f"prompt source {source!r} needs a file", "pass --prompts-file PATH")
     p = Path(path)
+    if p.is_dir():
+        raise DataError(f"prompt file {p} is a directory", "pass the path of a JSON or JSONL file inside it")
     if not p.is_file():
         raise DataError(f"prompt file {p} does not exist", "check the path")
     if p.stat().st_size == 0:
@@ -72,23 +84,63 @@ def _require_file(path: Path | None, source: str) -> Path:
     return p
 
 
-def _read_json_or_jsonl(p: Path) -> list[Any]:
-    text = p.read_text(encoding="utf-8", errors="replace")
-    stripped = text.lstrip()
-    if stripped.startswith("["):
+def _decode_utf8(p: Path) -> str:
+    """The file's text; a byte that is not UTF-8 is refused (naming line and byte offset), never
+    replaced: a replacement character would silently change the prompt the model sees."""
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise DataError(
+            f"{p}:{line}: byte 0x{data[e.start]:02x} at byte offset {e.start} (column {col}) is not UTF-8",
+            "re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+        ) from None
+
+
+def _line_at(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _read_json_array(p: Path, text: str) -> list[tuple[int, Any]]:
+    """Records of a JSON array with the line each starts on. A file cut off mid-record (like the
+    packaged ShareGPT file) keeps its whole records; an array that is closed but malformed is refused."""
+    dec = json.JSONDecoder()
+    i = text.index("[") + 1
+    n = len(text)
+    out: list[tuple[int, Any]] = []
+    while True:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n or text[i] == "]":
+            return out
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            data, dropped = recover_records(text)
-            if not data:
-                raise DataError(f"{p} is not valid JSON and no whole record could be recovered") from None
-        return list(data)
+            obj, j = dec.raw_decode(text, i)
+        except json.JSONDecodeError as e:
+            if not text.rstrip().endswith("]"):  # truncated, not malformed: keep the whole records
+                if not out:
+                    raise DataError(f"{p} is not valid JSON and no whole record could be recovered") from None
+                return out
+            raise DataError(
+                f"{p}:{_line_at(text, e.pos)} is not valid JSON ({e.msg} at column {e.pos - text.rfind(chr(10), 0, e.pos)})",
+                "fix that record",
+            ) from None
+        out.append((_line_at(text, i), obj))
+        i = j
+
+
+def read_records(p: Path) -> list[tuple[int, Any]]:
+    """(line, record) for every record of a JSON array or JSONL file; lines count from 1."""
+    text = _decode_utf8(p)
+    if text.lstrip().startswith("["):
+        return _read_json_array(p, text)
     rows = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append((n, json.loads(line)))
         except json.JSONDecodeError as e:
             raise DataError(
                 f"{p}:{n} is not valid JSON ({e.msg} at column {e.colno})",
@@ -97,6 +149,20 @@ def _read_json_or_jsonl(p: Path) -> list[Any]:
     if not rows:
         raise DataError(f"{p} holds no records", "pass a file with at least one prompt")
     return rows
+
+
+def _text(r: dict[str, Any], key: str, p: Path, line: int) -> str:
+    """A text field of a record: a JSON string, or missing / null (empty). A number, list or object
+    is refused: sampling the text "123" for a prompt written as 123 would be a silent guess."""
+    v = r.get(key)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise DataError(
+            f"{p}:{line}: {key!r} is a JSON {type(v).__name__} ({json.dumps(v)[:40]}), not a string",
+            f'write it as a JSON string, e.g. "{key}": "{json.dumps(v)[:20].strip(chr(34))}"',
+        )
+    return v
 
 
 def _frame(rows: list[dict[str, Any]], p: Path | None, what: str) -> pd.DataFrame:
@@ -121,13 +187,18 @@ def _sharegpt(path: Path | None) -> pd.DataFrame:
 def _sharegpt_file(path: Path | None) -> pd.DataFrame:
     p = _require_file(path, "sharegpt-file")
     rows = []
-    for i, r in enumerate(_read_json_or_jsonl(p)):
-        if not isinstance(r, dict) or not isinstance(r.get("conversations"), list):
+    for i, (line, r) in enumerate(read_records(p)):
+        conv = r.get("conversations") if isinstance(r, dict) else None
+        if not isinstance(conv, list):
             raise DataError(
-                f"{p}: record {i} has no 'conversations' list",
+                f"{p}:{line}: the record has no 'conversations' list",
                 "ShareGPT records look like {\"id\": ..., \"conversations\": [{\"from\": \"human\", \"value\": ...}]}",
             )
-        prompt, answer = _first_exchange(r["conversations"])
+        for turn in conv:
+            if not isinstance(turn, dict):
+                raise DataError(f"{p}:{line}: a turn of 'conversations' is not an object", 'turns look like {"from": "human", "value": "..."}')
+            _text(turn, "value", p, line)
+        prompt, answer = _first_exchange(conv)
         rows.append({"id": str(r.get("id", i)), "prompt": prompt, "answer": answer})
     return _frame(rows, p, "ShareGPT")
 
@@ -136,13 +207,14 @@ def _sharegpt_file(path: Path | None) -> pd.DataFrame:
 def _alpaca(path: Path | None) -> pd.DataFrame:
     p = _require_file(path, "alpaca")
     rows = []
-    for i, r in enumerate(_read_json_or_jsonl(p)):
+    for i, (line, r) in enumerate(read_records(p)):
         if not isinstance(r, dict) or "instruction" not in r:
-            raise DataError(f"{p}: record {i} has no 'instruction' field", "Alpaca records need instruction (+ input, output)")
-        prompt = str(r["instruction"])
-        if r.get("input"):
-            prompt = f"{prompt}\n\n{r['input']}"
-        rows.append({"id": str(r.get("id", i)), "prompt": prompt, "answer": str(r.get("output") or "")})
+            raise DataError(f"{p}:{line}: the record has no 'instruction' field", "Alpaca records need instruction (+ input, output)")
+        prompt = _text(r, "instruction", p, line)
+        extra = _text(r, "input", p, line)
+        if extra:
+            prompt = f"{prompt}\n\n{extra}"
+        rows.append({"id": str(r.get("id", i)), "prompt": prompt, "answer": _text(r, "output", p, line)})
     return _frame(rows, p, "Alpaca")
 
 
@@ -150,10 +222,12 @@ def _alpaca(path: Path | None) -> pd.DataFrame:
 def _jsonl(path: Path | None) -> pd.DataFrame:
     p = _require_file(path, "jsonl")
     rows = []
-    for i, r in enumerate(_read_json_or_jsonl(p)):
+    for i, (line, r) in enumerate(read_records(p)):
         if not isinstance(r, dict) or "prompt" not in r:
-            raise DataError(f"{p}: record {i} has no 'prompt' field", "each line needs {\"prompt\": \"...\"} (optional id, answer)")
-        rows.append({"id": str(r.get("id", i)), "prompt": str(r["prompt"] or ""), "answer": str(r.get("answer") or "")})
+            raise DataError(f"{p}:{line}: the record has no 'prompt' field", "each line needs {\"prompt\": \"...\"} (optional id, answer)")
+        # ids default to the record's 0-based position, as they always have (runs made from id-less
+        # files keep their prompt ids); messages count lines from 1
+        rows.append({"id": str(r.get("id", i)), "prompt": _text(r, "prompt", p, line), "answer": _text(r, "answer", p, line)})
     return _frame(rows, p, "JSONL")
 
 
@@ -186,6 +260,7 @@ def build_prompt_table(
         raise ConfigError(f"the number of prompts must be positive, got {n}")
     raw = load_raw(cfg) if raw is None else raw
     sha = raw.attrs.get("sha256", "")
+    n_raw = int(len(raw.index))
     raw = raw[raw["prompt"].astype(str).str.strip().str.len() > 0]
     stats: dict[str, Any] = {"records": int(len(raw.index)), "dataset_sha256": sha}
     if raw.empty:
@@ -229,9 +304,11 @@ def build_prompt_table(
             break
     stats["skipped_too_long"] = too_long
     if len(rows) < n:
+        empty, dups = n_raw - stats["records"], stats["records"] - stats["after_dedup"]
         raise DataError(
-            f"only {len(rows)} prompts pass the filters (max_prompt_tokens={cfg.max_prompt_tokens}), {n} were asked for",
-            "ask for fewer prompts or raise --max-prompt-tokens",
+            f"only {len(rows)} of {n_raw} prompts pass the filters ({empty} empty, {dups} duplicates, {too_long} "
+            f"longer than max_prompt_tokens={cfg.max_prompt_tokens}), {n} were asked for",
+            "ask for fewer prompts" + (" or raise --max-prompt-tokens" if too_long else ""),
         )
     df = pd.DataFrame(rows)
     if df["prompt_id"].duplicated().any():  # e.g. a JSONL without ids and dedup off

@@ -7,7 +7,8 @@ Names:
   (with tokenizer and chat template) under ``$LENPRED_HOME/models`` once, and later loads take <1 s.
   A GGUF-loaded model refuses ``save_pretrained`` while it still carries its quantizer, so the
   quantizer is dropped before saving (the weights are already plain fp32 tensors by then).
-* a local folder with ``config.json`` (a Hugging Face layout), or a local ``.gguf`` file;
+* a local folder with ``config.json`` (a Hugging Face layout), or a local GGUF file (checked by its
+  magic bytes, so a file that is not one is refused by name);
 * a Hugging Face hub id (``org/name``), resolved through the local hub cache.
 
 The fingerprint is a sha256 over the weight files' bytes: for the embedded model, the GGUF file
@@ -63,16 +64,41 @@ class LoadedModel:
         return int(getattr(cfg, "max_position_embeddings", 0) or 2048)
 
 
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _digest(path: Path) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) in this process: one collect resolves
+    the model several times (card, tokenizer, engine) and the GGUF is ~100 MB."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = file_sha256(path)
+    return _DIGESTS[key]
+
+
 def fingerprint_files(files: list[Path]) -> str:
     """sha256 over (name, sha256(bytes)) of the weight files, sorted by name."""
     if not files:
         raise ModelError("no weight files found to fingerprint")
     if len(files) == 1:
-        return "sha256:" + file_sha256(files[0])
+        return "sha256:" + _digest(files[0])
     h = hashlib.sha256()
     for f in sorted(files, key=lambda p: p.name):
-        h.update(f.name.encode() + b"\0" + file_sha256(f).encode() + b"\n")
+        h.update(f.name.encode() + b"\0" + _digest(f).encode() + b"\n")
     return "sha256:" + h.hexdigest()
+
+
+def _require_gguf(p: Path) -> None:
+    """A model file must be a GGUF (it starts with the magic bytes ``GGUF``); anything else would
+    reach transformers' GGUF reader and fail there with a traceback."""
+    with open(p, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ModelError(
+            f"{p} is not a GGUF file (it does not start with the GGUF magic bytes)",
+            "pass a .gguf model file, a Hugging Face model folder (config.json + weights) or a hub id",
+        )
 
 
 def embedded_gguf() -> Path:
@@ -115,7 +141,8 @@ def resolve(name_or_path: str) -> ModelSpec:
             upstream=_EMBEDDED_HF_ID,
         )
     p = Path(name).expanduser()
-    if p.is_file() and p.suffix == ".gguf":
+    if p.is_file():
+        _require_gguf(p)
         fp = fingerprint_files([p])
         cache = _cache_dir_for(p, fp)
         return ModelSpec(id=str(p), fingerprint=fp, hf_path=cache if (cache / "config.json").is_file() else None, gguf_path=p)
@@ -154,8 +181,14 @@ def _convert_gguf(spec: ModelSpec) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
         folder, fname = str(spec.gguf_path.parent), spec.gguf_path.name
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype="float32")
+        try:
+            tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype="float32")
+        except Exception as e:  # noqa: BLE001 - transformers raises many types for an unusable GGUF
+            raise ModelError(
+                f"transformers cannot load the GGUF {spec.gguf_path} ({type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''})",
+                "use a GGUF of an architecture transformers supports (llama, mistral, qwen2, ...) or a Hugging Face folder",
+            ) from None
         # The weights are plain tensors now; the GGUF quantizer only blocks save_pretrained.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -175,8 +208,9 @@ def _convert_gguf(spec: ModelSpec) -> Path:
     return target
 
 
-def hf_folder(name_or_path: str) -> tuple[ModelSpec, Path]:
-    spec = resolve(name_or_path)
+def hf_folder(name_or_path: str | ModelSpec) -> tuple[ModelSpec, Path]:
+    """The spec and a folder transformers loads without ``gguf_file`` (converting a GGUF once)."""
+    spec = name_or_path if isinstance(name_or_path, ModelSpec) else resolve(name_or_path)
     if spec.hf_path is None:
         path = _convert_gguf(spec)
         spec = ModelSpec(spec.id, spec.fingerprint, path, spec.gguf_path, spec.upstream)
