@@ -119,7 +119,7 @@ class SamplingConfig(Config):
     @classmethod
     def _max_new(cls, v: int) -> int:
         if v <= 0:
-            raise FieldError(f"must be positive, got {v}")
+            raise FieldError(f"must be positive, got {v}", "pass --max-new-tokens 1 or more")
         return v
 
     def card(self) -> dict[str, Any]:

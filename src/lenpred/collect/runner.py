@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import Field, SerializeAsAny, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from lenpred import __version__
 from lenpred.collect import engines as _engines  # noqa: F401  (registers every engine)
@@ -87,9 +87,10 @@ class CollectConfig(Config):
 
     @field_validator("n_prompts", "samples", "shard_size")
     @classmethod
-    def _positive(cls, v: int) -> int:
+    def _positive(cls, v: int, info: ValidationInfo) -> int:
         if v <= 0:
-            raise FieldError(f"must be positive, got {v}")
+            flag = {"n_prompts": "--prompts", "samples": "--samples", "shard_size": "--shard-size"}[str(info.field_name)]
+            raise FieldError(f"must be positive, got {v}", f"pass {flag} 1 or more")
         return v
 
     @field_validator("flush_seconds")

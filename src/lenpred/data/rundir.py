@@ -83,8 +83,12 @@ class CorruptShardError(DataError):
 
 
 def _arrow_reason(e: BaseException) -> str:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return first[:160]
+    """Arrow's reason in a few words: without the path it repeats, its first sentence only."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    text = re.sub(r"^Could not open Parquet input source '[^']*': ", "", text)
+    if text.startswith("Parquet magic bytes not found in footer"):
+        return "no Parquet footer: truncated, or not a Parquet file"
+    return text.split(". ")[0][:120]
 
 
 def check_run_target(path: str | os.PathLike[str]) -> None:

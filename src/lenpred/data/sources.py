@@ -61,7 +61,7 @@ class PromptConfig(Config):
     @classmethod
     def _max_prompt_tokens(cls, v: int) -> int:
         if v <= 0:
-            raise FieldError(f"must be positive, got {v}")
+            raise FieldError(f"must be positive, got {v}", "pass --max-prompt-tokens 1 or more (512 keeps most ShareGPT prompts)")
         return v
 
     def card(self, dataset_sha256: str) -> dict[str, Any]:
