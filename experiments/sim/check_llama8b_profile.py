@@ -43,7 +43,7 @@ def main() -> None:
     print(f"{'ISL/OSL':>11} {'requests':>8} {'published':>10} {'simulated':>10} {'sim/pub':>8}")
     ratios = []
     for isl, osl, n, pub in PUBLISHED:
-        reqs = [Request(i, 0.0, isl, osl) for i in range(n)]
+        reqs = [Request(i, 0.0, isl, osl, osl) for i in range(n)]
         res = simulate(reqs, ClusterConfig(mode="colocated", profile=prof.name, preemption="recompute"),
                        PolicyConfig())
         tput = float(res.output.sum()) / float(res.t_finish.max())

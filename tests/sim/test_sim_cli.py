@@ -41,7 +41,7 @@ def write(tmp_path: Path, cfg: dict) -> Path:
 
 
 def test_summary_of_the_hand_trace(toy_profile: LatencyProfile) -> None:
-    reqs = [Request(0, 0.0, 100, 3), Request(1, 0.0, 200, 2)]
+    reqs = [Request(0, 0.0, 100, 3, 3), Request(1, 0.0, 200, 2, 2)]
     res = simulate(reqs, ClusterConfig(mode="colocated"), PolicyConfig(), profile=toy_profile)
     s = summarize(res, slo_ttft_s=0.5, slo_tpot_s=0.0135)
     assert s["short_threshold_tokens"] == 2.5 and "median" in s["short_definition"]
@@ -60,10 +60,12 @@ def test_summary_of_the_hand_trace(toy_profile: LatencyProfile) -> None:
 
 
 def test_config_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="unknown key.*'colour'.*valid keys"):
-        SimConfig.from_dict({"colour": "blue"})
-    with pytest.raises(ConfigError, match="cluster: unknown key"):
+    with pytest.raises(ConfigError, match=r"^config\.colour: unknown key -- fix: valid keys: name, seed, cluster"):
+        SimConfig.from_dict({"colour": "blue"}, "config")
+    with pytest.raises(ConfigError, match=r"cluster\.n_gpus: unknown key -- fix: valid keys: mode, n_prefill"):
         SimConfig.from_dict({"cluster": {"n_gpus": 3}})
+    with pytest.raises(ConfigError, match=r"policies\[1\]\.colour: unknown key -- fix: valid keys: name, queue"):
+        SimConfig.from_dict({"policies": [{"name": "a"}, {"name": "b", "colour": 1}]})
     with pytest.raises(ConfigError, match="unique"):
         SimConfig.from_dict({"policies": [{"name": "a"}, {"name": "a"}]})
     with pytest.raises(ConfigError, match="baseline"):

@@ -54,7 +54,7 @@ def test_conservation_and_kv_budget(cluster: ClusterConfig, policy: PolicyConfig
 
 def test_preemption_happens_and_everything_still_finishes(toy_profile: LatencyProfile) -> None:
     # 6 requests of 100 prompt + 300 output tokens at once on one instance with room for ~3 of them
-    reqs = [Request(i, 0.0, 100, 300) for i in range(6)]
+    reqs = [Request(i, 0.0, 100, 300, 300) for i in range(6)]
     for mode in ("recompute", "swap"):
         cluster = ClusterConfig(mode="colocated", kv_capacity_tokens=1200, preemption=mode, watermark=0.0)
         sim = Simulator(reqs, cluster, PolicyConfig(), profile=toy_profile, check_invariants=True)
@@ -72,7 +72,7 @@ def test_preemption_happens_and_everything_still_finishes(toy_profile: LatencyPr
 
 
 def test_swap_costs_time(toy_profile: LatencyProfile) -> None:
-    reqs = [Request(i, 0.0, 100, 300) for i in range(6)]
+    reqs = [Request(i, 0.0, 100, 300, 300) for i in range(6)]
     fast = ClusterConfig(mode="colocated", kv_capacity_tokens=1200, preemption="swap", swap_gbps=1e6)
     slow = ClusterConfig(mode="colocated", kv_capacity_tokens=1200, preemption="swap", swap_gbps=0.0001)
     t_fast = simulate(reqs, fast, PolicyConfig(), profile=toy_profile).t_finish.max()
@@ -100,7 +100,7 @@ def test_rerunning_the_same_request_objects_is_identical(make_requests: MakeRequ
 
 
 def test_too_big_request_is_rejected_and_counted(toy_profile: LatencyProfile) -> None:
-    reqs = [Request(0, 0.0, 100, 50), Request(1, 0.1, 900, 200), Request(2, 0.2, 50, 50)]
+    reqs = [Request(0, 0.0, 100, 50, 50), Request(1, 0.1, 900, 200, 200), Request(2, 0.2, 50, 50, 50)]
     for cluster in (ClusterConfig(kv_capacity_tokens=1000), ClusterConfig(mode="colocated", kv_capacity_tokens=1000)):
         res = simulate(reqs, cluster, PolicyConfig(), profile=toy_profile)
         assert res.rejected.tolist() == [False, True, False]
@@ -111,7 +111,7 @@ def test_too_big_request_is_rejected_and_counted(toy_profile: LatencyProfile) ->
 
 def test_request_filling_the_whole_cache_alone_finishes(toy_profile: LatencyProfile) -> None:
     # prompt + output == capacity exactly: admitted despite the watermark, never a hang
-    reqs = [Request(0, 0.0, 600, 400), Request(1, 0.0, 10, 10)]
+    reqs = [Request(0, 0.0, 600, 400, 400), Request(1, 0.0, 10, 10, 10)]
     res = simulate(reqs, ClusterConfig(mode="colocated", kv_capacity_tokens=1000, watermark=0.2),
                    PolicyConfig(), profile=toy_profile, check_invariants=True)
     assert np.isfinite(res.t_finish).all()
@@ -120,10 +120,10 @@ def test_request_filling_the_whole_cache_alone_finishes(toy_profile: LatencyProf
 @pytest.mark.parametrize(
     "req, match",
     [
-        (Request(0, 0.0, 0, 10), "prompt length <= 0"),
-        (Request(0, 0.0, 10, 0), "output length <= 0"),
-        (Request(0, 0.0, -5, 10), "prompt length <= 0"),
-        (Request(0, -1.0, 10, 10), "arrival time"),
+        (Request(0, 0.0, 0, 10, 10), "prompt length <= 0"),
+        (Request(0, 0.0, 10, 0, 0), "output length <= 0"),
+        (Request(0, 0.0, -5, 10, 10), "prompt length <= 0"),
+        (Request(0, -1.0, 10, 10, 10), "arrival time"),
         (Request(0, 0.0, 10, 10, pred=float("nan")), "predicted length"),
     ],
 )
@@ -138,7 +138,7 @@ def test_no_requests_raises() -> None:
 
 
 def test_unknown_names_list_valid_ones() -> None:
-    reqs = [Request(0, 0.0, 10, 10)]
+    reqs = [Request(0, 0.0, 10, 10, 10)]
     with pytest.raises(UnknownKeyError, match="fcfs.*oracle.*sjf.*srpt"):
         Simulator(reqs, policy=PolicyConfig(queue="lifo"))
     with pytest.raises(UnknownKeyError, match="least-predicted-tokens"):
@@ -175,7 +175,7 @@ def test_repredictions_keep_the_bookkeeping_exact(mode: str, toy_profile: Latenc
     from lenpred.sim.workload import build_workload
 
     wl = build_workload(WorkloadConfig(n_requests=200), seed=5)
-    reqs = wl.requests(40.0, PredictionConfig(model="lognormal", rel_mae=0.5, repredict_every=16), seed=5)
+    reqs = wl.requests(40.0, wl.predictions(PredictionConfig(model="lognormal", rel_mae=0.5, repredict_every=16), 5))
     assert sum(len(r.repred) for r in reqs) > 1000
     cluster = ClusterConfig(mode=mode, n_prefill=1, n_decode=2, n_instances=2, kv_capacity_tokens=6000)
     sim = Simulator(reqs, cluster, PolicyConfig(queue="srpt", dispatch="least-predicted-tokens"),

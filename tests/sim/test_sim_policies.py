@@ -74,7 +74,7 @@ def test_sjf_quantile_uses_spread() -> None:
 def test_service_order_in_the_engine(policy: str, expected: list[int], toy_profile: LatencyProfile) -> None:
     # One colocated instance that runs one request at a time: the policy alone decides the order
     # (all four are queued while a blocker holds the instance).
-    blocker = Request(9, 0.0, 10, 30)
+    blocker = Request(9, 0.0, 10, 30, 30)
     reqs = [blocker] + [Request(r.rid, 0.001 + 0.001 * i, r.prompt, r.output, r.pred)
                         for i, r in enumerate(queue())]
     cluster = ClusterConfig(mode="colocated", max_batch=1)
@@ -86,7 +86,7 @@ def test_service_order_in_the_engine(policy: str, expected: list[int], toy_profi
 def test_round_robin_cycles() -> None:
     d = make_dispatcher("round-robin")
     pool = [_Fake(i, 0, 0.0) for i in range(3)]
-    assert [d.choose(pool, Request(0, 0, 1, 1)) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    assert [d.choose(pool, Request(0, 0, 1, 1, 1)) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
 
 
 class _Fake:
@@ -102,7 +102,7 @@ class _Fake:
 
 def test_least_loaded_dispatchers() -> None:
     pool = [_Fake(0, 3, 900.0), _Fake(1, 5, 100.0), _Fake(2, 2, 500.0)]
-    r = Request(0, 0, 1, 1)
+    r = Request(0, 0, 1, 1, 1)
     assert make_dispatcher("least-requests").choose(pool, r) == 2
     assert make_dispatcher("least-predicted-tokens").choose(pool, r) == 1
     # ties go to the lowest index
@@ -111,7 +111,7 @@ def test_least_loaded_dispatchers() -> None:
 
 def test_power_of_two_is_seeded_and_picks_the_lighter_of_two() -> None:
     pool = [_Fake(i, n, 0.0) for i, n in enumerate([5, 0, 7, 9])]
-    r = Request(0, 0, 1, 1)
+    r = Request(0, 0, 1, 1, 1)
     d1 = make_dispatcher("power-of-two", np.random.default_rng(1))
     d2 = make_dispatcher("power-of-two", np.random.default_rng(1))
     s1 = [d1.choose(pool, r) for _ in range(50)]

@@ -131,7 +131,7 @@ def test_profile_json_roundtrip_and_cli_fit(tmp_path: Path) -> None:
     from lenpred.sim.engine import simulate
     from lenpred.sim.request import Request
 
-    res = simulate([Request(0, 0.0, 10, 5)], ClusterConfig(profile=str(out)), PolicyConfig())
+    res = simulate([Request(0, 0.0, 10, 5, 5)], ClusterConfig(profile=str(out)), PolicyConfig())
     assert res.t_finish[0] > 0
     with pytest.raises(ConfigError, match="not found"):
         get_profile(str(tmp_path / "nope.json"))

@@ -12,7 +12,7 @@ from lenpred.sim.request import Request
 
 def two_requests() -> list[Request]:
     # A: 100 prompt tokens, 3 output tokens; B: 200 prompt tokens, 2 output tokens; both at t = 0.
-    return [Request(0, 0.0, 100, 3), Request(1, 0.0, 200, 2)]
+    return [Request(0, 0.0, 100, 3, 3), Request(1, 0.0, 200, 2, 2)]
 
 
 def test_colocated_two_requests_exact(toy_profile: LatencyProfile) -> None:
@@ -44,7 +44,7 @@ def test_disaggregated_two_requests_exact(toy_profile: LatencyProfile) -> None:
 
 
 def test_single_token_request_finishes_at_prefill(toy_profile: LatencyProfile) -> None:
-    reqs = [Request(0, 0.5, 50, 1)]
+    reqs = [Request(0, 0.5, 50, 1, 1)]
     for cluster in (ClusterConfig(mode="colocated"), ClusterConfig(mode="disaggregated")):
         res = simulate(reqs, cluster, PolicyConfig(), profile=toy_profile)
         assert res.t_first[0] == pytest.approx(0.5 + 0.1 + 0.05)
@@ -53,7 +53,7 @@ def test_single_token_request_finishes_at_prefill(toy_profile: LatencyProfile) -
 
 def test_later_arrival_waits_for_running_step(toy_profile: LatencyProfile) -> None:
     # A arrives at 0 and is prefilled alone (0.2 s); B arrives at 0.05 and waits for that step.
-    reqs = [Request(0, 0.0, 100, 2), Request(1, 0.05, 100, 2)]
+    reqs = [Request(0, 0.0, 100, 2, 2), Request(1, 0.05, 100, 2, 2)]
     res = simulate(reqs, ClusterConfig(mode="colocated"), PolicyConfig(), profile=toy_profile)
     assert res.t_first[0] == pytest.approx(0.2)
     # at 0.2: B is prefilled while A decodes one step: 0.2 (prefill) + 0.01 + 101e-5 + 0.001

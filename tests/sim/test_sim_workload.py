@@ -1,4 +1,4 @@
-"""Workloads: arrival processes, prediction noise at a chosen error, traces, run directories."""
+"""Workloads: arrival processes, traces, run directories, and how predictions are joined to them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 from lenpred.errors import ConfigError, DataError
 from lenpred.sim.arrivals import unit_arrivals
 from lenpred.sim.config import ArrivalConfig, LengthConfig, PredictionConfig, WorkloadConfig
-from lenpred.sim.predictions import lognormal_sigma, make_repredictions, predict_lengths
 from lenpred.sim.workload import build_workload, read_requests, requests_to_frame
 
 
@@ -34,7 +33,7 @@ def test_zero_rate_is_a_clear_error() -> None:
         ArrivalConfig(rate=0)
     wl = build_workload(WorkloadConfig(n_requests=10))
     with pytest.raises(ConfigError, match="rate must be > 0"):
-        wl.requests(0.0, PredictionConfig())
+        wl.requests(0.0, wl.predictions(PredictionConfig()))
 
 
 def test_workload_scales_with_load_and_is_seeded() -> None:
@@ -45,57 +44,15 @@ def test_workload_scales_with_load_and_is_seeded() -> None:
     wl2 = build_workload(WorkloadConfig(n_requests=500), seed=1)
     np.testing.assert_array_equal(wl.output, wl2.output)
     assert not np.array_equal(wl.output, build_workload(WorkloadConfig(n_requests=500), seed=2).output)
-    reqs = wl.requests(10.0, PredictionConfig(), seed=1)
-    assert [r.pred for r in reqs] == [r.pred for r in wl.requests(20.0, PredictionConfig(), seed=1)]
-
-
-@pytest.mark.parametrize("rel", [0.1, 0.3, 0.6])
-def test_lognormal_noise_hits_the_relative_mae(rel: float) -> None:
-    rng = np.random.default_rng(0)
-    true = rng.integers(10, 2000, 200_000)
-    pred, spread = predict_lengths(true, PredictionConfig(model="lognormal", rel_mae=rel), rng)
-    assert np.abs(pred - true).mean() / true.mean() == pytest.approx(rel, rel=0.02)
-    assert np.median(np.log(pred / true)) == pytest.approx(0.0, abs=0.01)  # median-unbiased
-    assert spread is not None and (spread > 0).all()
-    assert lognormal_sigma(0.0) == 0.0
-
-
-def test_additive_noise_hits_the_mae() -> None:
-    rng = np.random.default_rng(0)
-    true = rng.integers(500, 1000, 200_000)  # far from the floor at 1
-    pred, _ = predict_lengths(true, PredictionConfig(model="additive", mae=40.0, rel_mae=None), rng)
-    assert np.abs(pred - true).mean() == pytest.approx(40.0, rel=0.02)
-    pred2, _ = predict_lengths(true, PredictionConfig(model="additive", rel_mae=0.1), rng)
-    assert np.abs(pred2 - true).mean() == pytest.approx(0.1 * true.mean(), rel=0.02)
-
-
-def test_other_prediction_models() -> None:
-    true = np.array([10, 20, 30])
-    rng = np.random.default_rng(0)
-    assert predict_lengths(true, PredictionConfig(model="oracle"), rng)[0].tolist() == [10, 20, 30]
-    assert predict_lengths(true, PredictionConfig(model="constant"), rng)[0].tolist() == [20, 20, 20]
-    with pytest.raises(DataError, match="predicted_tokens"):
-        predict_lengths(true, PredictionConfig(model="input"), rng)
-    with pytest.raises(ConfigError, match="rundir"):
-        predict_lengths(true, PredictionConfig(model="prompt-median"), rng)
-    with pytest.raises(ConfigError, match="rel_mae or mae"):
-        PredictionConfig(model="additive", rel_mae=None)
-    with pytest.raises(ConfigError, match="unknown value"):
-        PredictionConfig(model="crystal-ball")
-
-
-def test_repredictions() -> None:
-    out = np.array([5, 100])
-    rp = make_repredictions(out, PredictionConfig(model="oracle", repredict_every=32), np.random.default_rng(0))
-    assert rp[0] == ()
-    assert rp[1] == ((32, 68.0), (64, 36.0), (96, 4.0))
-    noisy = make_repredictions(out, PredictionConfig(repredict_every=10), np.random.default_rng(0))
-    assert [g for g, _ in noisy[1]] == list(range(10, 100, 10))
+    reqs = wl.requests(10.0, wl.predictions(PredictionConfig(), seed=1))
+    again = wl.requests(20.0, wl.predictions(PredictionConfig(), seed=1))
+    assert [r.pred for r in reqs] == [r.pred for r in again]
+    assert [r.pred for r in reqs] != [r.pred for r in wl.requests(10.0, wl.predictions(PredictionConfig(), seed=2))]
 
 
 def test_trace_roundtrip(tmp_path: Path) -> None:
     wl = build_workload(WorkloadConfig(n_requests=20))
-    reqs = wl.requests(5.0, PredictionConfig(repredict_every=16), seed=0)
+    reqs = wl.requests(5.0, wl.predictions(PredictionConfig(repredict_every=16)))
     df = requests_to_frame(reqs)
     for suffix in ("csv", "parquet", "jsonl"):
         path = tmp_path / f"reqs.{suffix}"
@@ -142,7 +99,7 @@ def test_trace_arrivals_are_rescaled(tmp_path: Path) -> None:
     wl = build_workload(wc)
     assert wl.trace_rate == pytest.approx(3 / 4)
     np.testing.assert_allclose(wl.arrival_times(1.5), [0, 0.5, 1.0, 2.0])
-    reqs = wl.requests(1.5, PredictionConfig(model="input"))
+    reqs = wl.requests(1.5, wl.predictions(PredictionConfig(model="input")))
     assert [r.pred for r in reqs] == [1, 2, 3, 4]
 
 
@@ -161,7 +118,7 @@ def test_rundir_workload_and_prompt_median(tmp_path: Path) -> None:
     wl = build_workload(WorkloadConfig(n_requests=200, lengths=lc), seed=0)
     assert set(wl.prompt.tolist()) == {11, 22}
     assert set(wl.output.tolist()) <= {10, 20, 30, 100, 200, 512}
-    reqs = wl.requests(1.0, PredictionConfig(model="prompt-median"))
+    reqs = wl.requests(1.0, wl.predictions(PredictionConfig(model="prompt-median")))
     for r in reqs:  # leave-one-out median of the same prompt's other samples
         expect = {10: 25, 20: 20, 30: 15, 100: 356, 200: 306, 512: 150}[r.output]
         assert r.pred == expect

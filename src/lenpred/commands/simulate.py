@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
 
+from lenpred.config import add_arguments as add_config_arguments
 from lenpred.errors import ConfigError
 
 HELP = "discrete-event simulation of prefill/decode serving under length-aware policies"
@@ -21,10 +21,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a request table (CSV/Parquet/JSONL with arrival_s, prompt_tokens, output_tokens "
                         "[, predicted_tokens, predicted_spread, repredictions]) to replay instead of the "
                         "config's workload")
+    p.add_argument("--predictions", default=None, metavar="PARQUET",
+                   help="a predictions table (lenpred predict, or Predictions.write) for every arm without "
+                        "its own prediction: joined to a run-directory workload by (prompt_id, sample_idx); "
+                        "for other workloads prompt_id is the request id (row from 0) and sample_idx 0")
     p.add_argument("--loads", default=None, help="comma-separated loads overriding sweep.loads")
-    p.add_argument("--n-requests", type=int, default=None, help="override workload.n_requests")
-    p.add_argument("--seed", type=int, default=None, help="override the config's seed")
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    # overrides of single config fields: flags derived from the fields (None = keep the config's)
+    from lenpred.sim.config import SimConfig, WorkloadConfig
+
+    add_config_arguments(p, SimConfig, only=("seed", "plots"), defaults={"seed": None, "plots": None})
+    add_config_arguments(p, WorkloadConfig, only=("n_requests",), defaults={"n_requests": None})
     p.add_argument("--quiet", action="store_true", help="no per-run progress lines")
     p.add_argument("--list", action="store_true", help="list profiles, queue policies, dispatchers and exit")
     p.add_argument("--fit-profile", default=None, metavar="CSV",
@@ -36,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from lenpred.sim.config import PREDICTION_MODELS
+    from lenpred.sim.config import prediction_models
     from lenpred.sim.policies import DISPATCHERS, QUEUE_POLICIES
     from lenpred.sim.profiles import PROFILES
 
@@ -45,7 +51,7 @@ def _list() -> int:
         print(f"  {name:<18} {PROFILES.get(name).source}")
     print("queue policies:   " + ", ".join(QUEUE_POLICIES.names()))
     print("dispatchers:      " + ", ".join(DISPATCHERS.names()))
-    print("prediction models: " + ", ".join(PREDICTION_MODELS))
+    print("prediction models: " + ", ".join(prediction_models()))
     return 0
 
 
@@ -71,10 +77,16 @@ def build_config(args: argparse.Namespace) -> Any:
         cfg = SimConfig.load(args.config)
     if args.seed is not None:
         cfg = cfg.replace(seed=args.seed)
+    if args.plots is not None:
+        cfg = cfg.replace(plots=args.plots)
     if args.n_requests is not None:
-        cfg = cfg.replace(workload=dataclasses.replace(cfg.workload, n_requests=args.n_requests))
+        cfg = cfg.nested("workload", n_requests=args.n_requests)
     if args.loads is not None:
-        cfg = cfg.replace(sweep=dataclasses.replace(cfg.sweep, loads=_parse_loads(args.loads)))
+        cfg = cfg.nested("sweep", loads=_parse_loads(args.loads))
+    if args.predictions is not None:
+        from lenpred.sim.config import PredictionConfig
+
+        cfg = cfg.replace(prediction=PredictionConfig(model="table", path=args.predictions))
     return cfg
 
 
@@ -167,20 +179,19 @@ def run(args: argparse.Namespace) -> int:
     workload = None
     if args.requests:
         workload = workload_from_table(args.requests)
-        wl_cfg = dataclasses.replace(
-            cfg.workload, n_requests=workload.n,
-            arrival=dataclasses.replace(cfg.workload.arrival, process="trace"),
-        )
-        pred = PredictionConfig(model="input") if workload.given_pred is not None else cfg.prediction
-        cfg = cfg.replace(workload=wl_cfg, prediction=pred,
-                          sweep=dataclasses.replace(cfg.sweep, loads=(), load_unit="req/s"))
+        wl_cfg = cfg.workload.replace(n_requests=workload.n,
+                                      arrival=cfg.workload.arrival.replace(process="trace"))
+        pred = cfg.prediction
+        if workload.has_given_predictions and args.predictions is None:
+            pred = PredictionConfig(model="input")
+        cfg = cfg.replace(workload=wl_cfg, prediction=pred, sweep=cfg.sweep.replace(loads=(), load_unit="req/s"))
     out = Path(args.out) if args.out else Path("out") / "sim" / cfg.name
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     res = run_sweep(cfg, progress=say, workload=workload)
     path = res.write(out)
     md = print_table(res)
     (out / "table.md").write_text(md + "\n")
-    if cfg.plots and not args.no_plots:
+    if cfg.plots:
         from lenpred.sim.plots import write_plots
 
         for p in write_plots(res, out):

@@ -24,7 +24,13 @@ from lenpred.sim.policies import DISPATCHERS, QUEUE_POLICIES, Dispatcher, QueueP
 from lenpred.sim.profiles import PROFILES, LatencyProfile, Timing, derive_profile, fit_profile, get_profile
 from lenpred.sim.request import Request
 from lenpred.sim.sweep import SweepResult, run_sweep
-from lenpred.sim.workload import Workload, build_workload, read_requests, requests_to_frame
+from lenpred.sim.workload import (
+    Workload,
+    build_workload,
+    read_requests,
+    requests_to_frame,
+    workload_from_table,
+)
 
 __all__ = [
     "ArrivalConfig", "ClusterConfig", "DISPATCHERS", "Dispatcher", "LatencyProfile", "LengthConfig",
@@ -32,4 +38,5 @@ __all__ = [
     "Request", "SimConfig", "SimResult", "SimulationError", "Simulator", "SweepConfig", "SweepResult",
     "Timing", "Workload", "WorkloadConfig", "build_workload", "derive_profile", "fit_profile",
     "get_profile", "read_requests", "requests_to_frame", "run_sweep", "simulate", "summarize",
+    "workload_from_table",
 ]

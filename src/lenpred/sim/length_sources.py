@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -99,6 +101,15 @@ def rundir_lengths(path: str, cfg: LengthConfig) -> pd.DataFrame:
     df = df.sort_values(["prompt_id"], kind="stable").reset_index(drop=True)
     df["prompt_tokens"] = df["prompt_tokens"].astype(np.int64)
     return df[["prompt_id", "sample_idx", "prompt_tokens", "output_tokens"]]
+
+
+def parse_repredictions(x: Any) -> tuple[tuple[int, float], ...]:
+    """A trace cell of re-predictions (a JSON string or a list of pairs) as a tuple of pairs."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ()
+    if isinstance(x, str):
+        x = json.loads(x) if x.strip() else []
+    return tuple((int(g), float(r)) for g, r in x)
 
 
 def read_trace(path: str | Path) -> pd.DataFrame:

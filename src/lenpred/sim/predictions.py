@@ -1,96 +1,81 @@
-"""Predicted lengths for experiments without a trained predictor (noise models on the truth).
+"""Predictions reach the simulator one way: a :class:`lenpred.predictions.Predictions` table,
+joined to the workload by ``(prompt_id, sample_idx)``.
 
-* ``lognormal``: ``true * exp(sigma * Z)``, sigma chosen so that ``E|pred - true| / E[true]``
-  equals ``rel_mae`` exactly (``E|e^{sigma Z} - 1| = e^{sigma^2/2} (2 Phi(sigma) - 1)``);
-* ``additive``: ``true + N(0, s)``, ``s = mae * sqrt(pi / 2)`` so that ``E|err| = mae``, floored at 1;
-* ``oracle`` (the truth), ``constant`` (the mean), ``input`` (a trace's own predictions),
-  ``prompt-median`` (run directories: the median of the prompt's other samples).
+Where the table comes from is the arm's ``prediction`` config (:func:`predictions_for`):
+
+* a synthetic predictor (:mod:`lenpred.predictors.synthetic`) run on the workload's samples;
+* ``table``: a Parquet file written by ``lenpred predict`` (or any code through
+  :meth:`Predictions.write`); for a run-directory workload it must have been made for that run;
+* ``input``: the request table's own ``predicted_tokens`` (``predicted_spread``,
+  ``repredictions``) columns.
+
+:func:`aligned` joins a table to a workload with :meth:`Predictions.for_samples`, so a request
+without a prediction is an error naming the first one, never a silent oracle.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from lenpred.errors import ConfigError, DataError
+from lenpred.errors import DataError
+from lenpred.predictions import Predictions, read_predictions
 from lenpred.sim.config import PredictionConfig
+from lenpred.sim.length_sources import parse_repredictions
 
 
-def lognormal_sigma(rel_mae: float) -> float:
-    """sigma such that E|exp(sigma Z) - 1| = rel_mae (Z standard normal)."""
-    from scipy.optimize import brentq
-    from scipy.stats import norm
-
-    if rel_mae <= 0:
-        return 0.0
-
-    def f(s: float) -> float:
-        return math.exp(s * s / 2) * (2 * norm.cdf(s) - 1) - rel_mae
-
-    return float(brentq(f, 1e-9, 20.0))
-
-
-def _noisy(true: np.ndarray, cfg: PredictionConfig, rng: np.random.Generator, mean_true: float
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """(pred, spread) for the lognormal / additive models applied to ``true`` (tokens)."""
-    if cfg.model == "lognormal":
-        sigma = lognormal_sigma(float(cfg.rel_mae or 0.0))
-        pred = true * np.exp(sigma * rng.standard_normal(true.shape))
-        spread = pred * math.sqrt(math.expm1(sigma * sigma))
-        return pred, spread
-    mae = cfg.mae if cfg.mae is not None else float(cfg.rel_mae or 0.0) * mean_true
-    s = mae * math.sqrt(math.pi / 2)
-    pred = np.maximum(true + s * rng.standard_normal(true.shape), 1.0)
-    return pred, np.full(true.shape, s)
-
-
-def predict_lengths(
-    output: np.ndarray,
+def predictions_for(
     cfg: PredictionConfig,
-    rng: np.random.Generator,
     *,
-    given: np.ndarray | None = None,
-    given_spread: np.ndarray | None = None,
-    prompt_median: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Predicted output tokens (and a spread, or None) for true lengths ``output`` (n,)."""
-    true = output.astype(np.float64)
-    if cfg.model == "oracle":
-        return true.copy(), None
-    if cfg.model == "constant":
-        return np.full_like(true, true.mean()), np.full_like(true, true.std())
+    population: pd.DataFrame,
+    keys: pd.DataFrame,
+    card: Mapping[str, Any] | None = None,
+    table: pd.DataFrame | None = None,
+    source: str = "synthetic",
+    seed: int = 0,
+) -> Predictions:
+    """The predictions table an arm with prediction config ``cfg`` sees on a workload.
+
+    ``population``: the samples synthetic predictors predict on (prompt_id, sample_idx, n_tokens);
+    ``keys``: the requests' join keys; ``card``: the run card (a table must match it);
+    ``table``: a request table's rows aligned with ``keys`` (model ``input``).
+    """
+    if cfg.model == "table":
+        assert cfg.path is not None  # the config refuses model 'table' without a path
+        return read_predictions(cfg.path, card=card)
     if cfg.model == "input":
-        if given is None or np.isnan(given).any():
+        if table is None or "predicted_tokens" not in table:
             raise DataError("prediction model 'input' needs a predicted_tokens value for every request",
-                            "add the column to the trace, or pick a noise model")
-        return given.astype(np.float64), given_spread
-    if cfg.model == "prompt-median":
-        if prompt_median is None:
-            raise ConfigError("prediction model 'prompt-median' needs a run-directory workload",
-                              "set workload.lengths.source to 'rundir'")
-        return prompt_median.astype(np.float64), None
-    return _noisy(true, cfg, rng, float(true.mean()))
+                            "add the column to the request table, or pick another prediction model")
+        return trace_predictions(table, keys, f"request table of the {source} workload")
+    from lenpred.predictors.synthetic import make_synthetic
+
+    pred = make_synthetic(cfg.model, rel_mae=cfg.rel_mae, mae=cfg.mae, repredict_every=cfg.repredict_every)
+    return pred.predict_table(population, seed=seed, card=card, source=source)
 
 
-def make_repredictions(output: np.ndarray, cfg: PredictionConfig, rng: np.random.Generator
-                       ) -> list[tuple[tuple[int, float], ...]]:
-    """Every ``repredict_every`` generated tokens, a fresh prediction of the remaining length
-    (the same noise model applied to the true remaining length)."""
-    k = cfg.repredict_every
-    out: list[tuple[tuple[int, float], ...]] = []
-    if k is None:
-        return [()] * len(output)
-    mean_true = float(np.mean(output))
-    for n in output.tolist():
-        gs = np.arange(k, n, k)
-        if gs.size == 0:
-            out.append(())
-            continue
-        rem = (n - gs).astype(np.float64)
-        if cfg.model in ("lognormal", "additive"):
-            pr, _ = _noisy(rem, cfg, rng, mean_true)
-        else:
-            pr = rem
-        out.append(tuple(zip(gs.tolist(), pr.tolist(), strict=True)))
-    return out
+def aligned(preds: Predictions, keys: pd.DataFrame, what: str = "predictions") -> pd.DataFrame:
+    """``preds`` row for row with the requests' ``keys`` (an error if any has no prediction)."""
+    return preds.for_samples(keys, what=what)
+
+
+def trace_predictions(df: pd.DataFrame, keys: pd.DataFrame, where: str) -> Predictions:
+    """A request table's own prediction columns as a predictions table (rows aligned with keys)."""
+    pred = pd.to_numeric(df["predicted_tokens"], errors="coerce").to_numpy(dtype=float)
+    bad = ~np.isfinite(pred)
+    if bad.any():
+        raise DataError(f"prediction model 'input' needs a predicted_tokens value for every request "
+                        f"({int(bad.sum())} missing or not a number in the {where})",
+                        "give every request a prediction, or pick another prediction model")
+    frame = pd.DataFrame({"prompt_id": keys["prompt_id"].to_numpy(), "sample_idx": keys["sample_idx"].to_numpy(),
+                          "pred_tokens": pred})
+    if "predicted_spread" in df:
+        frame["spread"] = pd.to_numeric(df["predicted_spread"], errors="coerce").to_numpy(dtype=float)
+    if "repredictions" in df:
+        reps = [parse_repredictions(x) for x in df["repredictions"]]
+        frame["repred_gen"] = [[g for g, _ in r] for r in reps]
+        frame["repred_remaining"] = [[x for _, x in r] for r in reps]
+    return Predictions.from_frame(frame, made_by="request-table", config={"path": where}, where=where)

@@ -2,7 +2,8 @@
 
 A predictor's output reaches the policies only through these fields:
 
-* ``pred``: predicted number of output tokens (at arrival, from the prompt alone);
+* ``pred``: predicted number of output tokens (at arrival, from the prompt alone); required: a
+  request without a prediction is an error (an oracle is a predictor too: pass the true length);
 * ``spread``: optional predictive spread (a standard deviation, tokens);
 * ``repred``: optional re-predictions made while decoding, as ``(tokens_generated,
   predicted_remaining)`` pairs sorted by ``tokens_generated`` (trajectory-aware predictors).
@@ -20,6 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from typing import Any
+
+from lenpred.errors import DataError
 
 NAN = math.nan
 
@@ -72,7 +75,7 @@ class Request:
         arrival: float,
         prompt: int,
         output: int,
-        pred: float | None = None,
+        pred: float | None,
         spread: float | None = None,
         repred: Sequence[tuple[int, float]] = (),
     ) -> None:
@@ -80,7 +83,10 @@ class Request:
         self.arrival = float(arrival)  # seconds
         self.prompt = int(prompt)  # prompt tokens
         self.output = int(output)  # true output tokens (including the first, made by prefill)
-        self.pred = float(output if pred is None else pred)  # predicted output tokens
+        if pred is None:
+            raise DataError(f"request {rid} has no predicted length",
+                            "give every request a prediction (a predictions table, or the oracle predictor)")
+        self.pred = float(pred)  # predicted output tokens
         self.spread = None if spread is None else float(spread)
         self.repred = tuple((int(g), float(r)) for g, r in repred)
         self.reset()

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from lenpred.predictions import Predictions
 from lenpred.sim.config import PolicyConfig, PredictionConfig, SimConfig
 from lenpred.sim.engine import SimResult, Simulator
 from lenpred.sim.metrics import latency_arrays, steady_throughput, summarize
@@ -106,10 +107,27 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+class PredictionCache:
+    """Predictions tables of one workload, made once per prediction config (they do not depend on
+    the load, so every load of a sweep sees the same predictions)."""
+
+    def __init__(self, workload: Workload, seed: int) -> None:
+        self.workload = workload
+        self.seed = seed
+        self._tables: dict[PredictionConfig, Predictions] = {}
+
+    def get(self, prediction: PredictionConfig) -> Predictions:
+        if prediction not in self._tables:
+            self._tables[prediction] = self.workload.predictions(prediction, self.seed)
+        return self._tables[prediction]
+
+
 def run_one(cfg: SimConfig, workload: Workload, policy: PolicyConfig, rate: float | None,
-            prediction: PredictionConfig | None = None) -> SimResult:
+            prediction: PredictionConfig | None = None, cache: PredictionCache | None = None) -> SimResult:
     """One simulation of ``workload`` at ``rate`` requests/s under ``policy``."""
-    reqs = workload.requests(rate, prediction or cfg.prediction_for(policy), seed=cfg.seed)
+    pc = prediction or cfg.prediction_for(policy)
+    preds = cache.get(pc) if cache is not None else workload.predictions(pc, cfg.seed)
+    reqs = workload.requests(rate, preds)
     return Simulator(reqs, cfg.cluster, policy, seed=cfg.seed).run()
 
 
@@ -125,8 +143,8 @@ def measure_capacity(cfg: SimConfig, workload: Workload, policy: PolicyConfig) -
     n_dec = cfg.cluster.n_instances if cfg.cluster.mode == "colocated" else cfg.cluster.n_decode
     slots = n_dec * prof.max_batch
     n = max(cfg.sweep.probe_requests, 5 * slots)
-    probe = Workload(prompt=np.resize(workload.prompt, n), output=np.resize(workload.output, n),
-                     arrivals=np.zeros(n))
+    probe = Workload.from_lengths(np.resize(workload.prompt, n), np.resize(workload.output, n), np.zeros(n),
+                                  source="probe")
     res = run_one(cfg, probe, policy, None, PredictionConfig(model="oracle"))
     return steady_throughput(res, lo=0.1, hi=1.0 - slots / n)
 
@@ -137,6 +155,9 @@ def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Worklo
     t0 = time.perf_counter()
     say = progress or (lambda _msg: None)
     wl = workload if workload is not None else build_workload(cfg.workload, cfg.seed)
+    cache = PredictionCache(wl, cfg.seed)
+    for pol in cfg.policies:  # every arm's predictions first: a bad table fails before any run
+        cache.get(cfg.prediction_for(pol))
     thr = cfg.metrics.short_threshold
     thr = float(np.median(wl.output)) if thr is None else float(thr)
     baseline = cfg.sweep.baseline or cfg.policies[0].name
@@ -158,7 +179,7 @@ def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Worklo
         else:
             rate = load * capacity if capacity is not None else load
         for pol in cfg.policies:
-            res = run_one(cfg, wl, pol, rate)
+            res = run_one(cfg, wl, pol, rate, cache=cache)
             summ = summarize(res, short_threshold=thr, slo_ttft_s=cfg.metrics.slo_ttft_s,
                              slo_tpot_s=cfg.metrics.slo_tpot_s)
             lat = latency_arrays(res)

@@ -3,8 +3,12 @@
 A :class:`Workload` combines a length source (:mod:`~lenpred.sim.length_sources`) with an
 arrival process (:mod:`~lenpred.sim.arrivals`) and keeps arrivals at unit rate, so every load of a
 sweep uses the same requests and the same arrival pattern, only compressed in time (common random
-numbers: policy and load differences are not drowned by sampling noise). Predictions are attached
-when requests are built (:mod:`~lenpred.sim.predictions`).
+numbers: policy and load differences are not drowned by sampling noise).
+
+Every request carries a key ``(prompt_id, sample_idx)`` that predictions are joined on
+(:mod:`~lenpred.sim.predictions`): the sample's own key for a run-directory workload (a sample
+drawn twice gets the same prediction, as from any real predictor), and ``(str(request id), 0)``
+otherwise. Request ids count from 0: in generation order, or a request table's row order.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from lenpred.errors import ConfigError, DataError
+from lenpred.predictions import Predictions
 from lenpred.sim.arrivals import require_rate, trace_arrivals, unit_arrivals
 from lenpred.sim.config import PredictionConfig, WorkloadConfig
 from lenpred.sim.length_sources import (
@@ -29,36 +34,47 @@ from lenpred.sim.length_sources import (
     sharegpt_token_table,
     synthetic_lengths,
 )
-from lenpred.sim.predictions import make_repredictions, predict_lengths
+from lenpred.sim.predictions import aligned, predictions_for
 from lenpred.sim.request import Request
 
 
-def parse_repredictions(x: Any) -> tuple[tuple[int, float], ...]:
-    """A trace cell of re-predictions (a JSON string or a list of pairs) as a tuple of pairs."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return ()
-    if isinstance(x, str):
-        x = json.loads(x) if x.strip() else []
-    return tuple((int(g), float(r)) for g, r in x)
+def request_keys(rid: np.ndarray) -> pd.DataFrame:
+    """Join keys of requests that are not run samples: ``(str(request id), 0)``."""
+    return pd.DataFrame({"prompt_id": rid.astype(str), "sample_idx": np.zeros(rid.size, dtype=np.int64)})
 
 
 @dataclass
 class Workload:
-    """Requests before a load and a predictor are chosen. Arrays are (n,)."""
+    """Requests before a load and a predictor are chosen. Arrays are (n,), in arrival order."""
 
     prompt: np.ndarray  # prompt tokens
     output: np.ndarray  # true output tokens
     arrivals: np.ndarray  # seconds at 1 request/s (or a trace's own times: see trace_rate)
+    rid: np.ndarray  # request ids
+    keys: pd.DataFrame  # (n,) prompt_id, sample_idx: what predictions are joined on
+    population: pd.DataFrame  # what synthetic predictors predict on: prompt_id, sample_idx, n_tokens
     trace_rate: float | None = None  # mean rate of trace arrivals (None: unit-rate arrivals)
-    given_pred: np.ndarray | None = None
-    given_spread: np.ndarray | None = None
-    given_repred: list[tuple[tuple[int, float], ...]] | None = None
-    prompt_median: np.ndarray | None = None
+    table: pd.DataFrame | None = None  # a request table's rows, in workload order (model 'input')
+    card: dict[str, Any] | None = None  # the run card of a run-directory workload
     source: str = "synthetic"
+
+    @classmethod
+    def from_lengths(cls, prompt: np.ndarray, output: np.ndarray, arrivals: np.ndarray, *,
+                     rid: np.ndarray | None = None, **kw: Any) -> Workload:
+        """A workload whose requests are not run samples (keyed by request id)."""
+        rid = np.arange(prompt.size, dtype=np.int64) if rid is None else rid
+        keys = request_keys(rid)
+        population = keys.assign(n_tokens=output)
+        return cls(prompt=prompt, output=output, arrivals=arrivals, rid=rid, keys=keys, population=population, **kw)
 
     @property
     def n(self) -> int:
         return int(self.prompt.size)
+
+    @property
+    def has_given_predictions(self) -> bool:
+        """Whether the request table brings its own predictions (``predicted_tokens``)."""
+        return self.table is not None and "predicted_tokens" in self.table
 
     def arrival_times(self, rate: float | None) -> np.ndarray:
         """Arrival times (s) at ``rate`` requests/s (None: as stored)."""
@@ -69,23 +85,23 @@ class Workload:
         base = self.trace_rate or 1.0
         return self.arrivals * (base / rate)
 
-    def requests(self, rate: float | None, prediction: PredictionConfig, seed: int = 0) -> list[Request]:
-        """Build :class:`Request` objects; the prediction noise depends only on ``seed``."""
-        rng = np.random.default_rng([seed, 3])
-        pred, spread = predict_lengths(self.output, prediction, rng, given=self.given_pred,
-                                       given_spread=self.given_spread, prompt_median=self.prompt_median)
-        if prediction.model == "input" and self.given_repred is not None:
-            repred = self.given_repred
-        else:
-            repred = make_repredictions(self.output, prediction, np.random.default_rng([seed, 4]))
+    def predictions(self, prediction: PredictionConfig, seed: int = 0) -> Predictions:
+        """The predictions table of an arm (synthetic noise depends only on ``seed``)."""
+        return predictions_for(prediction, population=self.population, keys=self.keys, card=self.card,
+                               table=self.table, source=self.source, seed=seed)
+
+    def requests(self, rate: float | None, predictions: Predictions) -> list[Request]:
+        """:class:`Request` objects at ``rate`` requests/s, with predictions from the table (every
+        request must have one)."""
+        a = aligned(predictions, self.keys, what=f"predictions for the {self.source} workload")
+        spread = [None if x != x else x for x in a["spread"].tolist()]
+        repred = [tuple(zip(g, r, strict=True)) for g, r in zip(a["repred_gen"], a["repred_remaining"], strict=True)]
         t = self.arrival_times(rate)
-        sp = [None] * self.n if spread is None else [None if x != x else x for x in spread.tolist()]
         return [
-            Request(i, a, p, o, pr, s, rp)
-            for i, (a, p, o, pr, s, rp) in enumerate(
-                zip(t.tolist(), self.prompt.tolist(), self.output.tolist(), pred.tolist(), sp, repred,
-                    strict=True)
-            )
+            Request(i, at, p, o, pr, s, rp)
+            for i, at, p, o, pr, s, rp in zip(self.rid.tolist(), t.tolist(), self.prompt.tolist(),
+                                              self.output.tolist(), a["pred_tokens"].tolist(), spread, repred,
+                                              strict=True)
         ]
 
 
@@ -94,93 +110,98 @@ def _sample_rows(df: pd.DataFrame, n: int, rng: np.random.Generator) -> pd.DataF
     return df.iloc[idx].reset_index(drop=True)
 
 
+def _check_lengths(prompt: np.ndarray, output: np.ndarray) -> None:
+    if (prompt <= 0).any() or (output <= 0).any():
+        bad = int(((prompt <= 0) | (output <= 0)).sum())
+        raise DataError(f"{bad} request(s) with zero or negative prompt/output length",
+                        "drop them from the source (every request needs >= 1 prompt and output token)")
+
+
 def build_workload(cfg: WorkloadConfig, seed: int = 0) -> Workload:
     """Lengths and unit-rate arrivals for ``cfg.n_requests`` requests (deterministic in ``seed``)."""
     n = cfg.n_requests
     lc = cfg.lengths
     rng_len = np.random.default_rng([seed, 1])
     rng_arr = np.random.default_rng([seed, 2])
-    extra: dict[str, Any] = {}
-    trace_times: np.ndarray | None = None
+    if lc.source == "rundir":
+        return _rundir_workload(cfg, rng_len, rng_arr)
+    trace: pd.DataFrame | None = None
     if lc.source == "synthetic":
         df = synthetic_lengths(n, lc, rng_len)
     elif lc.source == "sharegpt":
         df = _sample_rows(filter_lengths(sharegpt_token_table(lc.tokenizer), lc), n, rng_len)
-    elif lc.source == "rundir":
-        from lenpred.data.lengths import loo_median
-
-        run = rundir_lengths(str(lc.path), lc)
-        # the per-prompt oracle: the median of the prompt's other samples (before the length filters)
-        run["loo_median"] = loo_median(run["output_tokens"], run["prompt_id"],
-                                       fill=float(run["output_tokens"].median()))
-        df = _sample_rows(filter_lengths(run, lc), n, rng_len)
-        extra["prompt_median"] = df["loo_median"].to_numpy(dtype=float)
     else:  # trace: used in file order, first n rows
         df = read_trace(str(lc.path))
         if len(df) < n:
             raise DataError(f"trace {lc.path} has {len(df)} requests, the workload asks for {n}",
                             "lower workload.n_requests")
-        df = df.iloc[:n].reset_index(drop=True)
-        if "predicted_tokens" in df:
-            extra["given_pred"] = df["predicted_tokens"].to_numpy(dtype=float)
-        if "predicted_spread" in df:
-            extra["given_spread"] = df["predicted_spread"].to_numpy(dtype=float)
-        if "repredictions" in df:
-            extra["given_repred"] = [parse_repredictions(x) for x in df["repredictions"]]
-        if "arrival_s" in df:
-            trace_times = df["arrival_s"].to_numpy(dtype=float)
+        df = trace = df.iloc[:n].reset_index(drop=True)
     prompt = df["prompt_tokens"].to_numpy(dtype=np.int64)
     output = df["output_tokens"].to_numpy(dtype=np.int64)
-    if (prompt <= 0).any() or (output <= 0).any():
-        bad = int(((prompt <= 0) | (output <= 0)).sum())
-        raise DataError(f"{bad} request(s) with zero or negative prompt/output length",
-                        "drop them from the source (every request needs >= 1 prompt and output token)")
+    _check_lengths(prompt, output)
+    rid = np.arange(n, dtype=np.int64)
     trace_rate = None
     if cfg.arrival.process == "trace":
-        if trace_times is None:
+        if trace is None or "arrival_s" not in trace:
             raise ConfigError("arrival process 'trace' needs a trace file with an arrival_s column",
                               "set workload.lengths.source to 'trace'")
-        order, arrivals, trace_rate = trace_arrivals(trace_times)
+        order, arrivals, trace_rate = trace_arrivals(trace["arrival_s"].to_numpy(dtype=float))
         require_rate(trace_rate)
-        prompt, output = prompt[order], output[order]
-        for k in ("given_pred", "given_spread"):
-            if k in extra:
-                extra[k] = extra[k][order]
-        if "given_repred" in extra:
-            extra["given_repred"] = [extra["given_repred"][i] for i in order]
+        prompt, output, rid = prompt[order], output[order], rid[order]
+        trace = trace.iloc[order].reset_index(drop=True)
     else:
         arrivals = unit_arrivals(n, cfg.arrival, rng_arr)
-    return Workload(prompt=prompt, output=output, arrivals=arrivals, trace_rate=trace_rate,
-                    source=lc.source, **extra)
+    return Workload.from_lengths(prompt, output, arrivals, rid=rid, trace_rate=trace_rate, source=lc.source,
+                                 table=trace)
+
+
+def _rundir_workload(cfg: WorkloadConfig, rng_len: np.random.Generator, rng_arr: np.random.Generator
+                     ) -> Workload:
+    from lenpred.data.rundir import RunDir
+
+    lc = cfg.lengths
+    if cfg.arrival.process == "trace":
+        raise ConfigError("arrival process 'trace' needs a trace file with an arrival_s column",
+                          "set workload.lengths.source to 'trace'")
+    run = rundir_lengths(str(lc.path), lc)
+    df = _sample_rows(filter_lengths(run, lc), cfg.n_requests, rng_len)
+    prompt = df["prompt_tokens"].to_numpy(dtype=np.int64)
+    output = df["output_tokens"].to_numpy(dtype=np.int64)
+    _check_lengths(prompt, output)
+    # Synthetic predictors see every sample of the run (before the length filters, as a predictor
+    # run on the run would): the prompt-median oracle uses all of a prompt's other samples.
+    population = run[["prompt_id", "sample_idx"]].assign(n_tokens=run["output_tokens"].to_numpy())
+    return Workload(
+        prompt=prompt, output=output, arrivals=unit_arrivals(cfg.n_requests, cfg.arrival, rng_arr),
+        rid=np.arange(cfg.n_requests, dtype=np.int64), keys=df[["prompt_id", "sample_idx"]].copy(),
+        population=population, card=RunDir.open(str(lc.path)).card, source="rundir",
+    )
 
 
 def workload_from_table(path: str | Path) -> Workload:
     """A workload whose requests arrive exactly as a request table says (``arrival_s`` required),
-    with the table's predictions when it has them (prediction model ``input``)."""
+    with the table's predictions when it has them (prediction model ``input``). Request ids are
+    the table's rows, counted from 0."""
     df = read_trace(path)
     if "arrival_s" not in df:
         raise DataError(f"{path} lacks an arrival_s column", "add arrival times (seconds) or use a config")
-    df = df.sort_values("arrival_s", kind="stable").reset_index(drop=True)
-    return Workload(
-        prompt=df["prompt_tokens"].to_numpy(dtype=np.int64),
-        output=df["output_tokens"].to_numpy(dtype=np.int64),
-        arrivals=df["arrival_s"].to_numpy(dtype=float),
-        given_pred=df["predicted_tokens"].to_numpy(dtype=float) if "predicted_tokens" in df else None,
-        given_spread=df["predicted_spread"].to_numpy(dtype=float) if "predicted_spread" in df else None,
-        given_repred=[parse_repredictions(x) for x in df["repredictions"]] if "repredictions" in df else None,
-        source="trace",
-    )
+    order = np.argsort(df["arrival_s"].to_numpy(dtype=float), kind="stable")
+    df = df.iloc[order].reset_index(drop=True)
+    prompt = df["prompt_tokens"].to_numpy(dtype=np.int64)
+    output = df["output_tokens"].to_numpy(dtype=np.int64)
+    return Workload.from_lengths(prompt, output, df["arrival_s"].to_numpy(dtype=float),
+                                 rid=order.astype(np.int64), source="trace", table=df)
 
 
 def read_requests(path: str | Path, prediction: PredictionConfig | None = None, seed: int = 0
                   ) -> list[Request]:
     """Requests straight from a table with ``arrival_s`` (and optionally predictions): the input
     format for predictors evaluated outside lenpred. Without ``predicted_tokens`` (or with an
-    explicit ``prediction``), predictions come from the noise model."""
+    explicit ``prediction``), predictions come from that prediction config."""
     wl = workload_from_table(path)
     if prediction is None:
-        prediction = PredictionConfig(model="input") if wl.given_pred is not None else PredictionConfig()
-    return wl.requests(None, prediction, seed)
+        prediction = PredictionConfig(model="input") if wl.has_given_predictions else PredictionConfig()
+    return wl.requests(None, wl.predictions(prediction, seed))
 
 
 def requests_to_frame(requests: Sequence[Request]) -> pd.DataFrame:
