@@ -4,9 +4,14 @@ Layout (a :mod:`lenpred.artifacts` directory, kind ``features``, card scope ``ru
 
     FEATS/
       meta.json            + "feature_spec": {model fingerprint, layers, pools, side_names, ...}
-      weights.safetensors  one float32 (N, d) tensor per block, named "<layer>.<pool>"
-                           (e.g. "15.last", "30.entropy") or any other block name, plus "side" (N, S)
-      index.parquet        prompt_id of each row, in row order
+      weights.safetensors  one (N, d) tensor per block, named "<layer>.<pool>" (e.g. "15.last",
+                           "30.entropy") or any other block name, stored as the spec's ``dtype``
+                           (float16 by default from ``lenpred features``: half the bytes, and the
+                           reference run's features fit in git), plus "side" (N, S) in float32
+      index.parquet        prompt_id of each row, in row order (and ``idx``, the prompt's position
+                           in its run, where the writer knew it: merging shards restores run order)
+
+:func:`load_features` always returns float32 arrays, whatever the stored dtype.
 
 A predictor names the blocks it reads (``blocks=("15.mean", "30.last")``) and records the feature
 spec it was trained on; loading a head checks the spec of the features it is given.
@@ -24,12 +29,22 @@ import pandas as pd
 
 from lenpred.errors import DataError
 
-__all__ = ["Features", "save_features", "load_features", "KIND", "SCHEMA_VERSION"]
+__all__ = ["Features", "save_features", "load_features", "spec_key", "KIND", "SCHEMA_VERSION", "STORE_DTYPES"]
 
 KIND = "features"
 SCHEMA_VERSION = 1
 INDEX = "index.parquet"
 SIDE = "side"
+STORE_DTYPES = ("float32", "float16")
+# spec fields that say who wrote the features, not what they are: two specs that differ only here
+# describe the same features (shards from two lenpred versions may be merged, a head may read them)
+SPEC_BOOKKEEPING = ("lenpred_version",)
+_F16_MAX = float(np.finfo(np.float16).max)
+
+
+def spec_key(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a feature spec that defines the features (without bookkeeping fields)."""
+    return {k: v for k, v in spec.items() if k not in SPEC_BOOKKEEPING}
 
 
 @dataclass
@@ -96,15 +111,34 @@ class Features:
 
 
 def save_features(path: str | os.PathLike[str], feats: Features, card: Mapping[str, Any],
-                  config: Any = None, meta: Mapping[str, Any] | None = None) -> Any:
+                  config: Any = None, meta: Mapping[str, Any] | None = None, *,
+                  dtype: str | None = None, positions: Sequence[int] | None = None) -> Any:
+    """Write ``feats`` as a features artifact of ``card``'s run.
+
+    Blocks are stored as ``dtype`` (default: the spec's ``dtype``, else float32), which is then
+    recorded in the spec; ``side`` always stays float32 (token counts need the integer range).
+    ``positions`` (each row's ``idx`` in the run) go into the index table when given.
+    """
     from lenpred.artifacts import write_artifact
 
-    tensors = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in feats.blocks.items()}
+    dtype = dtype or str(feats.spec.get("dtype", "float32"))
+    if dtype not in STORE_DTYPES:
+        raise DataError(f"features cannot be stored as {dtype!r}", f"use one of: {', '.join(STORE_DTYPES)}")
+    tensors = {}
+    for k, v in feats.blocks.items():
+        if dtype == "float16" and v.size and float(np.abs(v).max()) > _F16_MAX:
+            raise DataError(f"features block {k!r} overflows float16 (max |x| = {float(np.abs(v).max()):.4g})",
+                            "store the features as float32 (lenpred features --dtype float32)")
+        tensors[k] = np.ascontiguousarray(v, dtype=dtype)
     tensors[SIDE] = np.ascontiguousarray(feats.side, dtype=np.float32)
+    index = pd.DataFrame({"prompt_id": feats.prompt_ids})
+    if positions is not None:
+        index["idx"] = np.asarray(positions, dtype=np.int64)
+    spec = {**feats.spec, "dtype": dtype}
     return write_artifact(
         path, kind=KIND, schema_version=SCHEMA_VERSION, config=config, card=card, card_scope="run",
-        tensors=tensors, tables={INDEX: pd.DataFrame({"prompt_id": feats.prompt_ids})},
-        meta={"feature_spec": dict(feats.spec), "side_names": list(feats.side_names), "n": feats.n, **(meta or {})},
+        tensors=tensors, tables={INDEX: index},
+        meta={"feature_spec": spec, "side_names": list(feats.side_names), "n": feats.n, **(meta or {})},
     )
 
 
@@ -113,7 +147,7 @@ def load_features(path: str | os.PathLike[str], card: Mapping[str, Any] | None =
     from lenpred.artifacts import load_artifact
 
     art = load_artifact(path, kind=KIND, schema_versions=(SCHEMA_VERSION,), card=card, what="features")
-    t = art.tensors()
+    t = {k: v.astype(np.float32, copy=False) for k, v in art.tensors().items()}  # float16 on disk -> float32
     side = t.pop(SIDE)
     ids = art.table(INDEX)["prompt_id"].to_numpy()
     for k, v in t.items():
