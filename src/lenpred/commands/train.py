@@ -1,0 +1,47 @@
+"""`lenpred train`: fit one length predictor (head) on a run's training split and save it.
+
+Trains on the split's train prompts (``--roles``; test is always refused), stops early on its
+validation prompts, prints the training time and the validation MAE (beside the constant predictor's
+on the same samples), and writes the head directory atomically (weights.safetensors + meta.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, help="run directory (its samples are the targets, its split.json the split)")
+    p.add_argument("--features", default=None,
+                   help="features artifact of the run (lenpred features); not needed by the proxy head")
+    p.add_argument("--predictor", required=True, help="head to train (constant, prompt-length, ridge, mlp, softlabel, egtp, film, moe, proxy, probe)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="a hyperparameter, repeatable; VALUE is JSON where it parses (e.g. hidden=128, "
+                        "blocks=15.mean,30.last, target=samples)")
+    p.add_argument("--out", required=True, help="head directory to write")
+    p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
+    p.add_argument("--roles", default="train",
+                   help="split roles to train on, comma-separated (default train; 'train,val' trains on both "
+                        "without early stopping; test is refused)")
+    p.add_argument("--no-early-stopping", action="store_true", help="train all epochs; ignore the validation prompts")
+
+
+def run(a: argparse.Namespace) -> int:
+    from lenpred.predictors.pipeline import parse_params, train_on_run
+
+    roles = [r.strip() for r in a.roles.split(",") if r.strip()]
+    _, rep = train_on_run(a.predictor, parse_params(a.param), a.run, a.features, a.out, a.split, roles,
+                          early_stopping=not a.no_early_stopping)
+    val = f", early stopping on {rep.n_val} validation prompts" if rep.n_val else ""
+    print(f"train: {rep.predictor} on {rep.n_train} prompts ({rep.n_train_samples} samples) of {rep.run}{val}")
+    if rep.unassigned:
+        print(f"  note: {rep.unassigned} prompt(s) with samples have no role in the split yet (not used; "
+              f"`lenpred split {rep.run}` adds them)")
+    log = rep.train_log or {}
+    epochs = f" ({log['epochs_run']} epochs, best {log['best_epoch']})" if "epochs_run" in log else ""
+    print(f"  training time {rep.seconds:.2f} s{epochs}")
+    if rep.val_mae is not None:
+        print(f"  val MAE {rep.val_mae:.1f} tokens (constant {rep.val_mae_constant:.1f}) on {rep.n_val_samples} "
+              f"samples of {rep.n_val} prompts")
+    print(f"  head -> {rep.head}")
+    return 0

@@ -1,0 +1,33 @@
+"""Length predictors: estimators on features (see base.py), and synthetic noise models (synthetic.py).
+
+Every predictor writes the same predictions table (:mod:`lenpred.predictions`).
+
+The trained heads (one file each: constant, prompt_length, ridge, mlp, softlabel, egtp, film, moe,
+proxy, probe) follow the estimator contract of :mod:`lenpred.predictors.base`, are listed in
+:mod:`lenpred.predictors.registry`, and are saved / loaded by :mod:`lenpred.predictors.io`;
+:mod:`lenpred.predictors.pipeline` trains them on a run's split and predicts a run. The names below
+are imported lazily, so that importing this package does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "PREDICTORS": "lenpred.predictors.registry",
+    "make_predictor": "lenpred.predictors.registry",
+    "load_head": "lenpred.predictors.io",
+    "save_head": "lenpred.predictors.io",
+    "Targets": "lenpred.predictors.targets",
+    "Dist": "lenpred.predictors.dist",
+    "Predictor": "lenpred.predictors.base",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

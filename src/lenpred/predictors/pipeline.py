@@ -1,0 +1,220 @@
+"""Train a head on a run's split, and predict a run with a trained head (what ``train`` / ``predict`` call).
+
+Training reads the run's lengths (:func:`lenpred.data.lengths.sample_lengths`), its split
+(:func:`lenpred.data.split.load_split`) and a features artifact of the same run; it fits on the
+split's ``train`` prompts, stops early on its ``val`` prompts, and refuses any test prompt. The
+head is saved with the run's model and sampling card fields (scope ``model+sampling``).
+
+Prediction checks the head against the run (same model and sampling card; another prompt set is a
+transfer evaluation and allowed), the features against the run (scope ``run``) and against the
+head (feature spec, blocks, widths), and returns a :class:`~lenpred.predictions.Predictions` table
+with one row per prompt (``sample_idx`` -1), the point prediction and the q10 / q50 / q90 interval.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lenpred.errors import ConfigError, DataError
+from lenpred.predictors.base import Predictor
+from lenpred.predictors.targets import Targets
+
+__all__ = ["TrainReport", "train_on_run", "predict_run", "run_cap", "ROLES"]
+
+ROLES = ("train", "val", "test")
+PathLike = str | os.PathLike[str]
+
+
+@dataclass
+class TrainReport:
+    predictor: str
+    params: dict[str, Any]
+    run: str
+    card_hash: str
+    n_train: int
+    n_train_samples: int
+    n_val: int
+    n_val_samples: int
+    unassigned: int  # prompts with samples that the split does not cover yet (not used)
+    seconds: float
+    val_mae: float | None
+    val_mae_constant: float | None  # the training median on the same validation samples, for scale
+    train_log: dict[str, Any] | None = None
+    head: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_cap(card: dict[str, Any]) -> float | None:
+    v = (card.get("sampling") or {}).get("max_new_tokens")
+    return float(v) if v is not None else None
+
+
+def _roles(roles: Sequence[str]) -> tuple[str, ...]:
+    bad = sorted(set(roles) - set(ROLES))
+    if bad or not roles:
+        raise ConfigError(f"unknown split role(s) {bad or roles!r}", f"roles are {', '.join(ROLES)}")
+    return tuple(dict.fromkeys(roles))
+
+
+def _inputs(head: Predictor, rd: Any, feats: Any, ids: list[str]) -> Any:
+    """What ``head`` reads for prompts ``ids``: a Features subset, or the prompts' texts (proxy)."""
+    if head.input_kind == "text":
+        p = rd.prompts().set_index("prompt_id")
+        missing = [i for i in ids if i not in p.index]
+        if missing:
+            raise DataError(f"{rd.path}: {len(missing)} prompt(s) have no text (first: {missing[0]!r})")
+        return p.loc[ids, "text"].astype(str).tolist()
+    return feats.subset(ids)
+
+
+def _features(head: Predictor, rd: Any, features: PathLike | None) -> Any:
+    if head.input_kind != "features":
+        return None
+    if features is None:
+        raise ConfigError(f"the {head.name} head reads hidden-state features: pass --features FEATS",
+                          f"compute them with `lenpred features --run {rd.path} --out FEATS`")
+    from lenpred.features.store import load_features
+
+    return load_features(features, card=rd.card)
+
+
+def train_on_run(
+    name: str,
+    params: dict[str, Any] | None,
+    run: PathLike,
+    features: PathLike | None = None,
+    out: PathLike | None = None,
+    split: PathLike | None = None,
+    roles: Sequence[str] = ("train",),
+    early_stopping: bool = True,
+) -> tuple[Predictor, TrainReport]:
+    """Fit head ``name`` on the split's ``roles`` prompts of ``run`` (never ``test``) and save it to ``out``."""
+    from lenpred.data.lengths import sample_lengths
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import load_split
+    from lenpred.predictors.mlp import weighted_mae
+    from lenpred.predictors.registry import make_predictor
+
+    head = make_predictor(name, params)
+    roles = _roles(roles)
+    rd = RunDir.open(run)
+    sp = load_split(rd, split, require_complete=False)
+    train_ids = sorted(set().union(*(sp.ids(r) for r in roles)))
+    sp.check_no_test(train_ids, what=f"training data (roles {', '.join(roles)})")
+    val_ids = sorted(sp.val) if early_stopping and "val" not in roles else []
+    if len(train_ids) < 2:
+        raise DataError(f"the split of {rd.path} has {len(train_ids)} prompt(s) in {', '.join(roles)}",
+                        "collect more prompts, or re-run `lenpred split`")
+    lengths = sample_lengths(rd, with_prompts=False)
+    unassigned = int(len(set(lengths["prompt_id"].unique()) - set(sp.roles)))
+    cap = run_cap(rd.card)
+    feats = _features(head, rd, features)
+    T = Targets.from_lengths(lengths, train_ids, cap)
+    Tv = Targets.from_lengths(lengths, val_ids, cap) if val_ids else None
+    Xv = _inputs(head, rd, feats, val_ids) if val_ids else None
+    head.fit(_inputs(head, rd, feats, train_ids), T, X_val=Xv, y_val=Tv)
+    val_mae = val_const = None
+    if Tv is not None:
+        val_mae = weighted_mae(head.predict(Xv), Tv)
+        _, y, w = T.flat()
+        from lenpred.predictors.dist import weighted_quantile
+
+        val_const = weighted_mae(np.full(Tv.n, float(weighted_quantile(y, w, 0.5))), Tv)
+    report = TrainReport(
+        predictor=name, params={k: list(v) if isinstance(v, tuple) else v for k, v in head.get_params().items()},
+        run=str(rd.path), card_hash=rd.card_hash, n_train=T.n, n_train_samples=int(T.counts.sum()),
+        n_val=0 if Tv is None else Tv.n, n_val_samples=0 if Tv is None else int(Tv.counts.sum()),
+        unassigned=unassigned, seconds=float(head.fit_seconds_), val_mae=val_mae, val_mae_constant=val_const,
+        train_log=getattr(head, "train_log_", None),
+    )
+    if out is not None:
+        meta = {"run": str(rd.path), "card_hash": rd.card_hash, "roles": list(roles), "val_prompts": report.n_val,
+                "n_samples": report.n_train_samples, "val_mae": val_mae}
+        head.save(out, card=rd.card, meta=meta)
+        report.head = str(out)
+    return head, report
+
+
+@dataclass
+class PredictReport:
+    predictor: str
+    n_prompts: int
+    transfer: bool  # the run is not the one the head was trained on (same model and sampling card)
+    head_run: str | None
+    seconds: float
+
+
+def predict_run(
+    head_path: PathLike,
+    run: PathLike,
+    features: PathLike | None = None,
+    roles: Sequence[str] | None = None,
+    split: PathLike | None = None,
+) -> tuple[Any, PredictReport]:
+    """Predictions of the head at ``head_path`` for every prompt of ``run`` (or of the split's ``roles``)."""
+    import time
+
+    from lenpred.data.rundir import RunDir
+    from lenpred.predictions import Predictions
+    from lenpred.predictors.io import read_head
+
+    rd = RunDir.open(run)
+    head, art = read_head(head_path, card=rd.card)
+    feats = _features(head, rd, features)
+    if head.input_kind == "text":
+        ids = rd.prompts()["prompt_id"].astype(str).tolist()
+    else:
+        ids = feats.prompt_ids.tolist()
+    if roles is not None:
+        from lenpred.data.split import load_split
+
+        sp = load_split(rd, split, require_complete=False)
+        want = set().union(*(sp.ids(r) for r in _roles(roles)))
+        ids = [i for i in ids if i in want]
+        if not ids:
+            raise DataError(f"no prompt of {rd.path} has role {', '.join(roles)}", "check --roles and the run's split")
+    X = _inputs(head, rd, feats, ids) if (roles is not None or head.input_kind == "text") else feats
+    t0 = time.perf_counter()
+    point = head.predict(X)
+    dist = head.predict_dist(X)
+    seconds = time.perf_counter() - t0
+    train = art.meta.get("train") or {}
+    transfer = art.meta.get("card_hash") != rd.card_hash
+    preds = Predictions.from_frame(
+        dist.frame(np.asarray(ids), point), made_by=head.name,
+        config={"head": str(head_path), "predictor": head.name, "params": art.meta.get("params")}, card=rd.card,
+        extra={"head_card_hash": art.meta.get("card_hash"), "head_run": train.get("run"), "transfer": transfer},
+    )
+    return preds, PredictReport(head.name, len(ids), transfer, train.get("run"), seconds)
+
+
+def parse_params(items: Sequence[str]) -> dict[str, Any]:
+    """``k=v`` strings -> dict; v is JSON where it parses (numbers, true/false, lists), else a string."""
+    import json
+
+    out: dict[str, Any] = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or not k.strip():
+            raise ConfigError(f"--param {it!r} is not KEY=VALUE", "e.g. --param hidden=128 --param blocks=15.mean,30.last")
+        try:
+            out[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip()] = v
+    return out
+
+
+def head_summary(path: PathLike) -> dict[str, Any]:
+    """meta.json of a head, for printing."""
+    from lenpred.artifacts import load_artifact
+
+    return load_artifact(Path(path), kind="head", what="head", verify=False).meta

@@ -1,0 +1,166 @@
+"""``softlabel``: length bins with soft targets; the point prediction is the predicted distribution's median.
+
+The range [0, cap] is cut into ``n_bins`` equal-width bins (a truncated sample, which generated
+exactly ``cap`` tokens, falls in the last one). An MLP outputs a distribution over the bins, trained
+with cross-entropy against a soft target per prompt:
+
+* ``target="histogram"`` -- the prompt's own sample histogram (the distributional target), each sample
+  spread by a Gaussian kernel of ``smoothing`` bins (0: hard one-hot bins). With 2 samples a prompt's
+  histogram is rough; pooled over prompts the network learns the conditional distribution.
+* ``target="kernel"`` -- a Gaussian kernel of ``smoothing`` bins around the bin of the prompt's median.
+
+The predictive distribution is the histogram (uniform within bins): its median is the point (or its
+mean, with ``point="mean"``), its 10/90% quantiles the interval -- a spread of its own, no affine law.
+
+:class:`BinnedHead` is shared with ``egtp`` and ``probe``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from lenpred.predictors.base import Inputs, Predictor, check_param
+from lenpred.predictors.dist import Dist, binned
+from lenpred.predictors.nn import (
+    Standardizer,
+    load_module,
+    mlp,
+    module_tensors,
+    one_thread,
+    seeded,
+    train_loop,
+)
+from lenpred.predictors.targets import Targets
+
+__all__ = ["BinnedHead", "SoftLabelHead", "soft_targets"]
+
+
+def soft_targets(T: Targets, edges: np.ndarray, kind: str, smoothing: float) -> np.ndarray:
+    """(n, B) target distributions over the bins ``edges`` (B+1,) (see the module docstring)."""
+    n_bins = len(edges) - 1
+    w = edges[1] - edges[0]
+    j = np.arange(n_bins)  # (B,)
+
+    def kernel(pos: np.ndarray) -> np.ndarray:  # pos (..., ) continuous bin coordinates -> (..., B)
+        if smoothing <= 0:
+            return (j == np.clip(np.floor(pos + 0.5), 0, n_bins - 1)[..., None]).astype(np.float64)
+        k = np.exp(-0.5 * ((j - pos[..., None]) / smoothing) ** 2)
+        return k / k.sum(-1, keepdims=True)
+
+    def position(y: np.ndarray) -> np.ndarray:  # the centre of a value's bin is at integer j
+        return np.clip(y / w - 0.5, 0.0, n_bins - 1.0)
+
+    if kind == "kernel":
+        return kernel(position(T.median()))
+    v = T.values  # (n, K), NaN-padded
+    have = ~np.isnan(v)
+    k = kernel(position(np.where(have, v, 0.0)))  # (n, K, B)
+    k = np.where(have[..., None], k, 0.0)
+    return k.sum(1) / have.sum(1, keepdims=True)
+
+
+class BinnedHead(Predictor):
+    """An MLP classifier over equal-width length bins, trained on soft targets (cross-entropy)."""
+
+    own_spread = True
+
+    def _check_params(self) -> None:
+        n = self.name
+        check_param(isinstance(self.n_bins, int) and self.n_bins >= 2, n, "n_bins", "must be an integer >= 2")
+        check_param(self.target in ("histogram", "kernel"), n, "target", "must be 'histogram' or 'kernel'")
+        check_param(float(self.smoothing) >= 0, n, "smoothing", "must be >= 0 (bins)")
+        check_param(self.point in ("median", "mean"), n, "point", "must be 'median' or 'mean'")
+        for k in ("hidden", "epochs", "batch_size", "patience"):
+            check_param(isinstance(getattr(self, k), int) and getattr(self, k) >= 1, n, k, "must be an integer >= 1")
+        check_param(isinstance(self.depth, int) and self.depth >= 0, n, "depth", "must be an integer >= 0")
+        check_param(0.0 <= float(self.dropout) < 1.0, n, "dropout", "must be in [0, 1)")
+        check_param(float(self.lr) > 0 and float(self.weight_decay) >= 0, n, "lr", "must be > 0 (weight_decay >= 0)")
+
+    def _fit(self, Z: Inputs, T: Targets, Zv: Inputs | None, Tv: Targets | None) -> None:
+        assert Z.x is not None
+        hi = float(T.cap) if T.cap is not None else float(np.nanmax(T.values)) + 1.0
+        self.edges_ = np.linspace(0.0, hi, self.n_bins + 1)  # (B+1,)
+        q = torch.from_numpy(soft_targets(T, self.edges_, self.target, float(self.smoothing)).astype(np.float32))  # (n, B)
+        self.scaler_ = Standardizer.fit(Z.x)
+        xt = self.scaler_(Z.x)
+        self.d_in_ = int(Z.x.shape[1])
+
+        def loss_of(idx: torch.Tensor) -> torch.Tensor:
+            logp = torch.log_softmax(self.net_(xt[idx]), dim=-1)  # (B, n_bins)
+            return -(q[idx] * logp).sum(-1).mean()
+
+        val = None
+        if Zv is not None and Tv is not None:
+            from lenpred.predictors.mlp import weighted_mae
+
+            xv = self.scaler_(Zv.x)
+
+            def val() -> float:
+                return weighted_mae(self._summaries(xv)[1], Tv)
+
+        with seeded(self.seed):
+            self.net_ = mlp(self.d_in_, self.hidden, self.depth, self.n_bins, float(self.dropout))
+            log = train_loop(self.net_, loss_of, T.n, val_mae=val, epochs=self.epochs, batch_size=self.batch_size,
+                             lr=float(self.lr), weight_decay=float(self.weight_decay), patience=self.patience, seed=self.seed)
+        self.train_log_ = log.__dict__
+
+    def _probs(self, xt: torch.Tensor) -> np.ndarray:
+        self.net_.eval()
+        with torch.no_grad(), one_thread():
+            return torch.softmax(self.net_(xt), dim=-1).numpy().astype(np.float64)  # (n, B)
+
+    def _summaries(self, xt: torch.Tensor) -> tuple[Dist, np.ndarray]:
+        d = binned(self._probs(xt), self.edges_)
+        return d, (d.q50 if self.point == "median" else d.mean)
+
+    def _point(self, Z: Inputs) -> np.ndarray:
+        return self._summaries(self.scaler_(Z.x))[1]
+
+    def _dist(self, Z: Inputs) -> Dist:
+        return self._summaries(self.scaler_(Z.x))[0]
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """(n, n_bins) predicted distribution over the bins ``edges_``."""
+        self._check_fitted()
+        return self._probs(self.scaler_(self._prepare(X).x))
+
+    def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        t = module_tensors(self.net_) | {"x_mean": self.scaler_.mean, "x_scale": self.scaler_.scale, "edges": self.edges_}
+        return t, {"d_in": self.d_in_, "train_log": self.train_log_}
+
+    def _set_state(self, tensors: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+        self.d_in_ = int(info["d_in"])
+        self.scaler_ = Standardizer(tensors["x_mean"], tensors["x_scale"])
+        self.edges_ = tensors["edges"]
+        self.train_log_ = dict(info.get("train_log") or {})
+        with seeded(self.seed):
+            self.net_: nn.Module = mlp(self.d_in_, self.hidden, self.depth, self.n_bins, float(self.dropout))
+        load_module(self.net_, tensors)
+
+
+class SoftLabelHead(BinnedHead):
+    name = "softlabel"
+    default_blocks = ("@mid.mean", "@high.last")
+
+    def __init__(self, blocks: tuple[str, ...] | None = None, n_bins: int = 32, target: str = "histogram",
+                 smoothing: float = 1.0, point: str = "median", hidden: int = 256, depth: int = 2, dropout: float = 0.1,
+                 epochs: int = 200, batch_size: int = 128, lr: float = 1e-3, weight_decay: float = 1e-4,
+                 patience: int = 20, seed: int = 0) -> None:
+        self.blocks = blocks
+        self.n_bins = n_bins
+        self.target = target
+        self.smoothing = smoothing
+        self.point = point
+        self.hidden = hidden
+        self.depth = depth
+        self.dropout = dropout
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.patience = patience
+        self.seed = seed
