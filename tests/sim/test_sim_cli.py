@@ -156,3 +156,30 @@ def test_cli_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--list"]) == 0
     out = capsys.readouterr().out
     assert "distserve-opt13b" in out and "least-predicted-tokens" in out and "lognormal" in out
+
+
+def test_a_replayed_trace_keeps_its_own_times_unless_a_load_is_asked_for(tmp_path: Path) -> None:
+    from lenpred.sim.sweep import replay_config
+    from lenpred.sim.workload import read_requests
+
+    reqs = tmp_path / "reqs.csv"
+    # 41 requests over 20 s: a mean rate of 2 requests/s, in file order that is not arrival order
+    times = [0.5 * i for i in range(41)]
+    times[3], times[7] = times[7], times[3]
+    lines = ["arrival_s,prompt_tokens,output_tokens,predicted_tokens"]
+    lines += [f"{t},{20 + i},{10 + 7 * i},{10 + 7 * i}" for i, t in enumerate(times)]
+    reqs.write_text("\n".join(lines) + "\n")
+    cfg = SimConfig.from_dict(dict(TINY, workload={"arrival": {"rate": 5.0}}, sweep={}))  # rate 5: not the trace's
+    said: list[str] = []
+    cfg2, wl = replay_config(cfg, reqs)
+    res = run_sweep(cfg2, progress=said.append, workload=wl)
+    run = res.runs[0]
+    assert run.load is None and run.rate_rps == pytest.approx(2.0)
+    assert all("load" not in m and "2.0 req/s on average" in m for m in said)
+    # exactly the requests as the file says: the same end-to-end times as simulating them directly
+    direct = simulate(read_requests(reqs), cfg.cluster, cfg.policies[0], seed=cfg.seed)
+    np.testing.assert_array_equal(run.e2e, direct.t_finish - direct.arrival)
+    # asked for explicitly, a load rescales the trace to that mean rate (here 4 req/s: twice as dense)
+    cfg3, wl3 = replay_config(cfg.nested("sweep", loads=(4.0,)), reqs, loads_given=True)
+    assert wl3.arrival_times(4.0) == pytest.approx(np.sort(times) / 2)
+    assert run_sweep(cfg3, workload=wl3).runs[0].rate_rps == 4.0

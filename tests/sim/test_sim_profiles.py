@@ -20,19 +20,54 @@ from lenpred.sim.profiles import (
 )
 
 
-def test_distserve_opt13b_coefficients() -> None:
+# DistServe's simulator (LLMServe/DistServe @82831f1, simdistserve/), written out as their code
+# computes it, in milliseconds, for PP = 1: the fit after "Realign the curve" (4c68ed9) plus
+# Worker.add_ray_overhead (2 + 1e-4 * sum of context lengths, every step) and pp_const (1 per prefill).
+DS_PREFILL = (18.10254647486372, 0.1019122572698738, 7.122264314252114e-06)
+DS_SMALL = (19.934702624895458, 0.0006269356524350583, 0.03850697740828398)
+DS_LARGE = (7.1661889468253595, 0.0005798000403396046, 0.15831096191764046)
+
+
+def distserve_prefill_ms(lens: list[int]) -> float:
+    a, b, c = DS_PREFILL
+    return a + b * sum(lens) + c * sum(n * n for n in lens) + 1 + (2 + 1e-4 * sum(lens))
+
+
+def distserve_decode_ms(context_lens: list[int]) -> float:
+    """``context_lens``: prompt + tokens decoded so far (DistServe's current_context_len)."""
+    a, b, c = DS_SMALL if len(context_lens) < 95 else DS_LARGE
+    return a + b * sum(x + 1 for x in context_lens) + c * len(context_lens) + (2 + 1e-4 * sum(context_lens))
+
+
+def test_distserve_opt13b_step_times_are_distserves() -> None:
     p = get_profile("distserve-opt13b")
-    # milliseconds in DistServe's JSON -> seconds here
-    assert p.prefill[0] == pytest.approx(16.456860431694288e-3)
-    assert p.prefill_time([512]) == pytest.approx(
-        (16.456860431694288 + 0.09264750660897617 * 512 + 6.474785740229194e-06 * 512**2) * 1e-3
-    )
-    small = p.decode_time(10, 5000)
-    assert small == pytest.approx((19.934702624895458 + 0.0006269356524350583 * 5000 + 0.03850697740828398 * 10) * 1e-3)
-    large = p.decode_time(100, 50000)  # >= 95: the large-batch fit
-    assert large == pytest.approx((7.1661889468253595 + 0.0005798000403396046 * 50000 + 0.15831096191764046 * 100) * 1e-3)
+    assert p.prefill_time([512]) == pytest.approx(distserve_prefill_ms([512]) * 1e-3, rel=1e-12)
+    assert p.prefill_time([100, 900, 7]) == pytest.approx(distserve_prefill_ms([100, 900, 7]) * 1e-3, rel=1e-12)
+    # our context counts the prefill's token too: DistServe's context + 1 per request
+    for ctx_ds in ([300] * 10, list(range(200, 300))):  # batch 10 (small fit), batch 100 (large fit)
+        ours = p.decode_time(len(ctx_ds), sum(x + 1 for x in ctx_ds))
+        assert ours == pytest.approx(distserve_decode_ms(ctx_ds) * 1e-3, rel=1e-12)
     assert p.kv_capacity_tokens == 66144
     assert p.kv_bytes_per_token == 819_200
+    assert "4c68ed9" in p.source and "82831f1" in p.source
+
+
+def test_one_isolated_request_has_distserves_closed_form_ttft_and_decode_time() -> None:
+    from lenpred.sim.config import ClusterConfig, PolicyConfig
+    from lenpred.sim.engine import simulate
+    from lenpred.sim.request import Request
+
+    prompt, output = 512, 100  # 1 token from prefill, 99 decode steps
+    link = 25e9  # bytes/s: the transfer of 512 tokens x 819,200 B takes 16.78 ms
+    res = simulate([Request(0, 1.0, prompt, output, output)], ClusterConfig(profile="distserve-opt13b"),
+                   PolicyConfig())
+    ttft = distserve_prefill_ms([prompt]) * 1e-3
+    assert res.t_first[0] - 1.0 == pytest.approx(ttft, rel=1e-12)
+    assert ttft == pytest.approx(0.07520, abs=1e-5)  # 18.10 + 52.18 + 1.87 + 1 + 2 + 0.05 ms
+    transfer = prompt * 819_200 / link
+    decode = sum(distserve_decode_ms([prompt + k]) for k in range(output - 1)) * 1e-3
+    assert res.t_finish[0] - res.t_first[0] == pytest.approx(transfer + decode, rel=1e-12)
+    assert decode / (output - 1) == pytest.approx(0.02238, abs=1e-5)  # 19.93 + 2 + 0.04 + 0.41 ms per step
 
 
 def test_llama8b_first_principles_numbers() -> None:

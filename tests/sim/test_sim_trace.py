@@ -60,3 +60,24 @@ def test_later_arrival_waits_for_running_step(toy_profile: LatencyProfile) -> No
     step2 = 0.2 + 0.01 + 101e-5 + 0.001
     assert res.t_first[1] == pytest.approx(0.2 + step2)
     assert res.t_finish[0] == pytest.approx(0.2 + step2)  # A's 2nd token came from that step
+
+
+def test_request_handed_to_a_busy_decode_instance_joins_at_the_next_boundary() -> None:
+    # Step times: prefill 0.1 s + 1 ms/token; decode 20 ms + 5 ms per request (no context term);
+    # KV 1000 B/token over a 1 GB/s link: a 100-token prompt transfers in 0.1 ms.
+    prof = LatencyProfile(name="hand", prefill=(0.1, 0.001, 0.0), decode=(0.02, 0.0, 0.005),
+                          kv_bytes_per_token=1000, kv_capacity_tokens=100_000, max_batch=16,
+                          max_prefill_tokens=4096)
+    reqs = [Request(0, 0.0, 100, 20, 20),  # A: prefilled 0 -> 0.2, lands 0.2001, 19 decode steps
+            Request(1, 0.05, 110, 3, 3)]  # B: waits for A's prefill; prefilled 0.2 -> 0.41
+    res = simulate(reqs, ClusterConfig(n_prefill=1, n_decode=1, link_gbps=1.0), PolicyConfig(),
+                   profile=prof, check_invariants=True)
+    assert res.t_first == pytest.approx([0.2, 0.41])
+    # A decodes alone in 25 ms steps from 0.2001: boundaries 0.4001, 0.4251, ... B is handed over at
+    # 0.41, mid-step: admitted at once, its transfer (0.11 ms) lands at 0.41011, and it joins at the
+    # next boundary, 0.4251. (Admitting it only at 0.4251 would make it join one step later, 0.4501.)
+    assert res.t_decode_admit == pytest.approx([0.2, 0.41])
+    # B's 2 decode steps at batch 2 (30 ms each): 0.4251 -> 0.4551 -> 0.4851
+    assert res.t_finish[1] == pytest.approx(0.4851)
+    # A: 9 steps done by 0.4251, 2 at batch 2, then 8 alone: 0.4851 + 8 * 0.025 = 0.6851
+    assert res.t_finish[0] == pytest.approx(0.6851)

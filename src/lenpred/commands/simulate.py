@@ -20,7 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", default=None,
                    help="a request table (CSV/Parquet/JSONL with arrival_s, prompt_tokens, output_tokens "
                         "[, predicted_tokens, predicted_spread, repredictions]) to replay instead of the "
-                        "config's workload")
+                        "config's workload, at its own arrival times unless --loads is given (req/s, or "
+                        "the config's sweep.load_unit)")
     p.add_argument("--predictions", default=None, metavar="PARQUET",
                    help="a predictions table (lenpred predict, or Predictions.write) for every arm without "
                         "its own prediction: joined to a run-directory workload by (prompt_id, sample_idx); "
@@ -171,20 +172,13 @@ def run(args: argparse.Namespace) -> int:
         return _list()
     if args.fit_profile:
         return _fit(args)
-    from lenpred.sim.config import PredictionConfig
-    from lenpred.sim.sweep import run_sweep
-    from lenpred.sim.workload import workload_from_table
+    from lenpred.sim.sweep import replay_config, run_sweep
 
     cfg = build_config(args)
     workload = None
     if args.requests:
-        workload = workload_from_table(args.requests)
-        wl_cfg = cfg.workload.replace(n_requests=workload.n,
-                                      arrival=cfg.workload.arrival.replace(process="trace"))
-        pred = cfg.prediction
-        if workload.has_given_predictions and args.predictions is None:
-            pred = PredictionConfig(model="input")
-        cfg = cfg.replace(workload=wl_cfg, prediction=pred, sweep=cfg.sweep.replace(loads=(), load_unit="req/s"))
+        # the table's own arrival times, unless --loads asks for loads explicitly
+        cfg, workload = replay_config(cfg, args.requests, loads_given=args.loads is not None)
     out = Path(args.out) if args.out else Path("out") / "sim" / cfg.name
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     res = run_sweep(cfg, progress=say, workload=workload)

@@ -149,14 +149,26 @@ class PolicyConfig(Config):
 
 
 class ArrivalConfig(Config):
+    """When requests arrive. A trace keeps its own timestamps unless a rate (or a sweep load) is
+    asked for explicitly; then they are compressed or stretched to that mean rate."""
+
     process: str = Field("poisson", description="poisson | gamma (bursty, cv) | trace | burst")
-    rate: float = Field(1.0, description="requests per second (ignored by burst; rescales a trace)")
+    rate: float | None = Field(
+        None, description="requests/s (default 1 for poisson/gamma; a trace keeps its own times unless "
+                          "set; ignored by burst)")
     cv: float = Field(1.0, description="gamma inter-arrival coefficient of variation (1 = Poisson)")
+
+    @property
+    def effective_rate(self) -> float | None:
+        """The rate a single run uses: None keeps the arrival times as generated or given."""
+        if self.process == "burst" or (self.process == "trace" and self.rate is None):
+            return None
+        return 1.0 if self.rate is None else self.rate
 
     @model_validator(mode="after")
     def _check(self) -> ArrivalConfig:
         _choice("workload.arrival", "process", self.process, ARRIVALS)
-        if not (math.isfinite(self.rate) and self.rate > 0):
+        if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
             raise ConfigError(
                 f"workload.arrival.rate must be > 0 requests/s, got {self.rate!r}",
                 "an arrival rate of 0 never sends a request; use process 'burst' for all at t=0",

@@ -22,6 +22,10 @@ prediction, or when its next re-prediction applies. A step:
 4. duration = prefill time (of anything prefilled in this step) + decode time (batch, context) +
    swap time.
 
+A prefilled request handed over *during* a step is admitted at once when it is next in policy
+order and KV and batch slots allow (not after a preemption in this step): its KV transfer starts
+then, and it joins at the first step boundary after the transfer lands, as in DistServe.
+
 **Prefill instance**: batches queued prompts in policy order up to ``max_prefill_tokens`` and its
 KV budget; each prompt's KV stays there until the decode instance that will run the request has
 pulled it (DistServe's pull model), so a saturated decode pool backs up into the prefill pool.
@@ -202,6 +206,7 @@ class DecodeInstance(_Instance):
         self._seq = 0
         self._step_batch = 0
         self._step_post: list[Request] = []
+        self._preempted_in_step = False
         self._started = 0.0
         # statistics
         self.busy_time = 0.0
@@ -289,6 +294,17 @@ class DecodeInstance(_Instance):
         r.q_rem = r.pred_remaining(r.gen)
         heapq.heappush(self.waiting, (self.policy.key(r, r.gen), self._next_seq(), r))
         self.waiting_pred += r.q_rem
+        if self.busy:
+            if r.need != NEED_TRANSFER or self._preempted_in_step:
+                return []  # considered at the next step start
+            # Mid-step admission: KV and slots only change at step boundaries, so what fits now
+            # fits then; starting the transfer now lets the request join at the next boundary.
+            events: list[Event] = []
+            self._admit(t, events, [], [], transfers_only=True)
+            kv = self.ctx + self._step_batch + self.kv_reserved
+            if kv > self.peak_kv:
+                self.peak_kv = kv
+            return events
         return self.kick(t)
 
     def on_transfer_done(self, r: Request, t: float) -> list[Event]:
@@ -337,6 +353,7 @@ class DecodeInstance(_Instance):
         while self.n_run and self.ctx + self.kv_reserved + self.n_run > cap:
             extra += self._preempt_one()
             preempted = True
+        self._preempted_in_step = preempted
         # 3. admit queued requests in policy order (not after a preemption, as vLLM)
         if self.waiting and not preempted:
             extra += self._admit(t, events, prefill_lens, post)
@@ -359,13 +376,18 @@ class DecodeInstance(_Instance):
         events.append((t + dt, PRIO[STEP_DONE], STEP_DONE, self))
         return events
 
-    def _admit(self, t: float, events: list[Event], prefill_lens: list[int], post: list[Request]) -> float:
+    def _admit(self, t: float, events: list[Event], prefill_lens: list[int], post: list[Request],
+               transfers_only: bool = False) -> float:
+        """Admit queued requests in policy order while they fit; ``transfers_only`` (mid-step)
+        stops at the first one that would have to join or be prefilled in a step."""
         waiting = self.waiting
         extra = 0.0
         slots = self.n_run + self.n_reserved
         pre_tokens = 0
         while waiting and slots < self.max_batch:
             r = waiting[0][2]
+            if transfers_only and r.need != NEED_TRANSFER:
+                break
             need = kv_need(r)
             joins_now = r.need in (NEED_RECOMPUTE, NEED_SWAP_IN)
             used = self.ctx + self.kv_reserved + self.n_run + need + (1 if joins_now else 0)

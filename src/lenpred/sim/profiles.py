@@ -11,8 +11,9 @@ the KV capacity of one instance in tokens (admission and preemption).
 
 Profiles:
 
-* ``distserve-opt13b``: DistServe's published fit for OPT-13B, TP=1, on an A100-80GB (their
-  profiler data, converted from milliseconds).
+* ``distserve-opt13b``: DistServe's simulator model of OPT-13B, TP=1, on an A100-80GB: their
+  profiler fit as re-aligned on 2024-05-01, plus the fixed per-step overheads their simulator adds
+  (converted from milliseconds; see the block below).
 * ``llama8b-h100`` / ``llama8b-h100-fp8``: Llama-3.1-8B on one H100-SXM derived from first
   principles by :func:`derive_profile` (bytes over HBM bandwidth, FLOPs over tensor-core rate, with
   the numbers written below). The FP8 variant exists to check the derivation against NVIDIA's
@@ -101,24 +102,50 @@ PROFILES: Registry[LatencyProfile] = Registry("latency profile")
 
 
 # ---------------------------------------------------------------- DistServe OPT-13B
-# Source: LLMServe/DistServe, simdistserve/estimators/profile_data/profiler-a100-80g.distserve.json
-# ("facebook/opt-13b", TP "1"), used by simdistserve/estimators/time_estimator.py; values there are
-# milliseconds. KV capacity: simdistserve/estimators/profile_data/max_num_tokens.csv
-# (opt-13b, tp=1, pp=1 -> 66144 tokens). OPT-13B: 40 layers, hidden 5120, fp16 KV.
+# Source: LLMServe/DistServe at commit 82831f1 (2025-04-06), simdistserve/. Values there are ms.
+# * Fit: estimators/profile_data/profiler-a100-80g.distserve.json, "facebook/opt-13b", TP "1", as
+#   changed by commit 4c68ed9 "Realign the curve" (2024-05-01), which folded the x1.1 that
+#   time_estimator.get_prefill_time used to apply into the stored prefill values (decode unchanged).
+# * Overheads in the same simulator, on top of the fit (PP = 1):
+#   - base/worker.py Worker.add_ray_overhead: 2 ms + 1e-4 ms x the sum of the batch's context
+#     lengths, added to every prefill batch and every decode step;
+#   - estimators/time_estimator.get_prefill_time: pp_const = 1 ms per prefill batch.
+#   Context there is prompt + tokens decoded so far, without the prefill's token, while the fit's
+#   decode term reads prompt + decoded + 1, which is our context (KV entries, the prefill token
+#   included); so the overhead's per-context term is 1e-4 x (context - batch) in our terms.
+# * KV capacity: estimators/profile_data/max_num_tokens.csv (opt-13b, tp=1, pp=1: 66144 tokens).
+#   OPT-13B: 40 layers, hidden 5120, fp16 KV.
 _MS = 1e-3
+_DS_PREFILL = (18.10254647486372, 0.1019122572698738, 7.122264314252114e-06)
+_DS_DECODE_SMALL = (19.934702624895458, 0.0006269356524350583, 0.03850697740828398)
+_DS_DECODE_LARGE = (7.1661889468253595, 0.0005798000403396046, 0.15831096191764046)
+_DS_STEP_MS, _DS_CONTEXT_MS, _DS_PREFILL_MS = 2.0, 1e-4, 1.0
+
+
+def _ds_prefill(a: float, b: float, c: float) -> Coeffs:
+    return ((a + _DS_PREFILL_MS + _DS_STEP_MS) * _MS, (b + _DS_CONTEXT_MS) * _MS, c * _MS)
+
+
+def _ds_decode(a: float, b: float, c: float) -> Coeffs:
+    return ((a + _DS_STEP_MS) * _MS, (b + _DS_CONTEXT_MS) * _MS, (c - _DS_CONTEXT_MS) * _MS)
+
+
 PROFILES.add(
     "distserve-opt13b",
     LatencyProfile(
         name="distserve-opt13b",
-        prefill=(16.456860431694288 * _MS, 0.09264750660897617 * _MS, 6.474785740229194e-06 * _MS),
-        decode=(19.934702624895458 * _MS, 0.0006269356524350583 * _MS, 0.03850697740828398 * _MS),
-        decode_large=(7.1661889468253595 * _MS, 0.0005798000403396046 * _MS, 0.15831096191764046 * _MS),
+        prefill=_ds_prefill(*_DS_PREFILL),
+        decode=_ds_decode(*_DS_DECODE_SMALL),
+        decode_large=_ds_decode(*_DS_DECODE_LARGE),
         large_batch_threshold=95,
         kv_bytes_per_token=2 * 40 * 5120 * 2,  # K,V x layers x hidden x fp16 = 819,200 B
         kv_capacity_tokens=66144,
         max_batch=256,
         max_prefill_tokens=8192,
-        source="DistServe profiler-a100-80g.distserve.json, facebook/opt-13b TP=1 (A100-80GB)",
+        source=("LLMServe/DistServe simdistserve @82831f1: profiler-a100-80g.distserve.json facebook/opt-13b "
+                "TP=1 (A100-80GB) as re-aligned by 4c68ed9 'Realign the curve' (2024-05-01), plus the "
+                "simulator's overheads: 2 ms + 1e-4 ms/context token per step (add_ray_overhead), "
+                "1 ms per prefill (pp_const)"),
     ),
 )
 

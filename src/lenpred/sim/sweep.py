@@ -29,8 +29,8 @@ Progress = Callable[[str], None]
 @dataclass
 class Run:
     policy: str
-    load: float | None  # as given in the config (req/s or a multiple of capacity)
-    rate_rps: float | None
+    load: float | None  # as given in the config (req/s or a multiple of capacity); None: times as given
+    rate_rps: float | None  # the arrival rate simulated (a kept trace: its mean rate; burst: None)
     summary: dict[str, Any]
     e2e: np.ndarray  # (n,) end-to-end latency per request, NaN if rejected
     short: np.ndarray  # (n,) bool
@@ -149,6 +149,27 @@ def measure_capacity(cfg: SimConfig, workload: Workload, policy: PolicyConfig) -
     return steady_throughput(res, lo=0.1, hi=1.0 - slots / n)
 
 
+def replay_config(cfg: SimConfig, path: str | Path, *, loads_given: bool = False) -> tuple[SimConfig, Workload]:
+    """The config and workload that replay a request table instead of ``cfg``'s workload.
+
+    The table's arrival times are kept (one run, load None) unless ``loads_given``: then
+    ``cfg.sweep.loads`` (in ``cfg.sweep.load_unit``) rescale them to those mean rates. The config's
+    own arrival rate describes its own workload and is ignored. Predictions: the table's
+    ``predicted_tokens`` (model ``input``) when it has them, unless the config's default prediction
+    is a predictions table (``--predictions``).
+    """
+    from lenpred.sim.config import ArrivalConfig
+    from lenpred.sim.workload import workload_from_table
+
+    wl = workload_from_table(path)
+    pred = cfg.prediction
+    if wl.has_given_predictions and pred.model != "table":
+        pred = PredictionConfig(model="input")
+    sweep = cfg.sweep if loads_given else cfg.sweep.replace(loads=(), load_unit="req/s")
+    workload = cfg.workload.replace(n_requests=wl.n, arrival=ArrivalConfig(process="trace"))
+    return cfg.replace(workload=workload, prediction=pred, sweep=sweep), wl
+
+
 def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Workload | None = None
               ) -> SweepResult:
     """Simulate every arm at every load; returns the tabulated result (nothing written)."""
@@ -171,21 +192,23 @@ def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Worklo
     elif cfg.sweep.loads:
         loads = list(cfg.sweep.loads)
     else:
-        loads = [None if cfg.workload.arrival.process == "burst" else cfg.workload.arrival.rate]
+        # one run at the configured rate; burst arrivals and a trace without an explicit rate keep
+        # their own times (load None)
+        loads = [cfg.workload.arrival.effective_rate]
     result = SweepResult(config=cfg, capacity_rps=capacity, short_threshold=thr, baseline=baseline)
     for load in loads:
-        if load is None:
-            rate = None if cfg.workload.arrival.process in ("burst", "trace") else cfg.workload.arrival.rate
-        else:
-            rate = load * capacity if capacity is not None else load
+        rate = None if load is None else (load * capacity if capacity is not None else load)
+        shown = rate if rate is not None else wl.mean_rate()  # a kept trace: its own mean rate
+        where = (f"load {load:g} ({rate:.1f} req/s)" if load is not None else
+                 "arrivals as given" + (f" ({shown:.1f} req/s on average)" if shown else ""))
         for pol in cfg.policies:
             res = run_one(cfg, wl, pol, rate, cache=cache)
             summ = summarize(res, short_threshold=thr, slo_ttft_s=cfg.metrics.slo_ttft_s,
                              slo_tpot_s=cfg.metrics.slo_tpot_s)
             lat = latency_arrays(res)
-            result.runs.append(Run(pol.name, load, rate, summ, lat["e2e"], res.output < thr))
+            result.runs.append(Run(pol.name, load, shown, summ, lat["e2e"], res.output < thr))
             p99 = summ["latency"]["short"]["e2e"]["p99"]
-            say(f"load {load if load is not None else '-'} ({rate or 0:.1f} req/s) {pol.name}: short P99 E2E "
+            say(f"{where} {pol.name}: short P99 E2E "
                 f"{p99 if p99 is not None else float('nan'):.3f} s, {summ['n_events']} events in {res.wall_s:.2f} s")
     result.wall_s = time.perf_counter() - t0
     return result

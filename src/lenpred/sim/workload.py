@@ -53,7 +53,8 @@ class Workload:
     rid: np.ndarray  # request ids
     keys: pd.DataFrame  # (n,) prompt_id, sample_idx: what predictions are joined on
     population: pd.DataFrame  # what synthetic predictors predict on: prompt_id, sample_idx, n_tokens
-    trace_rate: float | None = None  # mean rate of trace arrivals (None: unit-rate arrivals)
+    trace_rate: float | None = None  # mean rate of a trace's own times (None: all at once, or unit-rate)
+    own_times: bool = False  # arrivals are a trace's own timestamps (else generated at 1 request/s)
     table: pd.DataFrame | None = None  # a request table's rows, in workload order (model 'input')
     card: dict[str, Any] | None = None  # the run card of a run-directory workload
     source: str = "synthetic"
@@ -71,19 +72,28 @@ class Workload:
     def n(self) -> int:
         return int(self.prompt.size)
 
+    def mean_rate(self) -> float | None:
+        """Mean arrival rate of the stored times (requests/s), None when they all coincide."""
+        span = float(self.arrivals.max() - self.arrivals.min()) if self.n else 0.0
+        return (self.n - 1) / span if span > 0 else None
+
     @property
     def has_given_predictions(self) -> bool:
         """Whether the request table brings its own predictions (``predicted_tokens``)."""
         return self.table is not None and "predicted_tokens" in self.table
 
     def arrival_times(self, rate: float | None) -> np.ndarray:
-        """Arrival times (s) at ``rate`` requests/s (None: as stored)."""
+        """Arrival times (s) at a mean rate of ``rate`` requests/s (None: as stored). A trace's
+        times are rescaled by its own mean rate; synthetic ones are stored at 1 request/s."""
         if rate is None:
             return self.arrivals.copy()
         if not (rate > 0 and math.isfinite(rate)):
             raise ConfigError(f"arrival rate must be > 0 requests/s, got {rate!r}")
-        base = self.trace_rate or 1.0
-        return self.arrivals * (base / rate)
+        if not self.own_times:
+            return self.arrivals * (1.0 / rate)
+        require_rate(self.trace_rate)
+        assert self.trace_rate is not None
+        return self.arrivals * (self.trace_rate / rate)
 
     def predictions(self, prediction: PredictionConfig, seed: int = 0) -> Predictions:
         """The predictions table of an arm (synthetic noise depends only on ``seed``)."""
@@ -146,13 +156,12 @@ def build_workload(cfg: WorkloadConfig, seed: int = 0) -> Workload:
             raise ConfigError("arrival process 'trace' needs a trace file with an arrival_s column",
                               "set workload.lengths.source to 'trace'")
         order, arrivals, trace_rate = trace_arrivals(trace["arrival_s"].to_numpy(dtype=float))
-        require_rate(trace_rate)
         prompt, output, rid = prompt[order], output[order], rid[order]
         trace = trace.iloc[order].reset_index(drop=True)
     else:
         arrivals = unit_arrivals(n, cfg.arrival, rng_arr)
     return Workload.from_lengths(prompt, output, arrivals, rid=rid, trace_rate=trace_rate, source=lc.source,
-                                 table=trace)
+                                 table=trace, own_times=cfg.arrival.process == "trace")
 
 
 def _rundir_workload(cfg: WorkloadConfig, rng_len: np.random.Generator, rng_arr: np.random.Generator
@@ -189,8 +198,12 @@ def workload_from_table(path: str | Path) -> Workload:
     df = df.iloc[order].reset_index(drop=True)
     prompt = df["prompt_tokens"].to_numpy(dtype=np.int64)
     output = df["output_tokens"].to_numpy(dtype=np.int64)
-    return Workload.from_lengths(prompt, output, df["arrival_s"].to_numpy(dtype=float),
-                                 rid=order.astype(np.int64), source="trace", table=df)
+    arrivals = df["arrival_s"].to_numpy(dtype=float)
+    # times are kept as given (not shifted to start at 0); the mean rate rescales them on request
+    span = float(arrivals[-1] - arrivals[0]) if len(arrivals) else 0.0
+    trace_rate = (len(arrivals) - 1) / span if span > 0 else None
+    return Workload.from_lengths(prompt, output, arrivals, rid=order.astype(np.int64), source="trace",
+                                 table=df, trace_rate=trace_rate, own_times=True)
 
 
 def read_requests(path: str | Path, prediction: PredictionConfig | None = None, seed: int = 0
