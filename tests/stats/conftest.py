@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lenpred.stats import BoundAnalysis, BoundConfig, analyse_run
-from lenpred.stats import simulate as sim
+from lenpred.stats import BoundAnalysis, BoundConfig, BoundSummary, analyse_run
+from lenpred.stats import synthetic as sim
 
 # small bootstrap / reference sizes: the tests check point estimates and coverage, not CI precision
 FAST = BoundConfig(n_boot=300, n_boot_robust=30, n_normal_reference=1500, n_imputations=10)
@@ -25,7 +25,7 @@ class SynthRun:
     analysis: BoundAnalysis
 
     @property
-    def summary(self) -> dict:
+    def summary(self) -> BoundSummary:
         return self.analysis.summary
 
 

@@ -50,24 +50,40 @@ def test_tail_check_tells_tails_from_loops(censored_run, tmp_path) -> None:
     """Truncations from a long tail pass the check; a runaway mode (loops) that always hits the cap fails it,
     and then the headline bound is the capped one and the theory is checked on EOS samples."""
     from lenpred.stats import BoundConfig, analyse_run
-    from lenpred.stats import simulate as sim
+    from lenpred.stats import synthetic as sim
 
-    tc = censored_run.summary["tail_check"]
-    assert tc["consistent"] and tc["observed_truncated"] > 100
-    assert censored_run.summary["headline"] == "censored" == censored_run.summary["theory_variant"]
+    tc = censored_run.summary.tail_check
+    assert tc.tested and tc.consistent and tc.observed_truncated > 100
+    assert tc.ratio == pytest.approx(tc.observed_truncated / tc.expected_truncated)
+    assert censored_run.summary.headline == "censored" == censored_run.summary.theory_variant
 
     truth = sim.write_synthetic_run(
         tmp_path / "loops", sim.ramping_hazard(120, seed=6), k=8, max_new_tokens=900, seed=6, runaway=0.08
     )
     a = analyse_run(tmp_path / "loops", BoundConfig(n_boot=200, n_boot_robust=20, n_normal_reference=500))
     s = a.summary
-    assert not s["tail_check"]["consistent"] and s["tail_check"]["ratio"] > 20
-    assert s["headline"] == "capped" and s["theory_variant"] == "eos"
-    assert "separate mode" in s["variant_choice"]
-    assert "truncations" in " ".join(s["cautions"])
+    assert not s.tail_check.consistent and s.tail_check.ratio > 20
+    assert s.headline == "capped" and s.theory_variant == "eos"
+    assert "separate mode" in s.variant_choice
+    assert any(c.startswith(f"{s.tail_check.observed_truncated} truncations where") for c in s.cautions)
     t = truth.summary()
-    assert s["variants"]["capped"]["oracle_mae"] == pytest.approx(t["capped_oracle_mae"], rel=0.1)
-    # the responses that end still show the theory's normal law
-    assert s["verdicts"]["normal_law"].startswith("HOLDS")
-    assert s["verdicts"]["hazard_ramp"].startswith("HOLDS")  # loops left out, they would dilute the ramp
-    assert s["variants"]["eos"]["oracle_mae"] == pytest.approx(t["oracle_mae"], rel=0.1)
+    assert s.variants["capped"].oracle_mae == pytest.approx(t["capped_oracle_mae"], rel=0.1)
+    # the responses that end still show the theory's normal law and its ramp (loops left out of the
+    # hazard: kept at risk for ever they would dilute the late hazard)
+    assert s.verdicts["normal_law"].status == "HOLDS"
+    assert s.verdicts["hazard_ramp"].status == "HOLDS"
+    assert s.hazard.normalized.late_early_ratio >= 2.0
+    assert s.variants["eos"].oracle_mae == pytest.approx(t["oracle_mae"], rel=0.1)
+
+
+def test_tail_check_counts_only_the_prompts_it_can_fit() -> None:
+    """A prompt with fewer than 3 EOS samples cannot be fitted; its truncations are not counted, and a
+    check that fitted no prompt says so (tested is False) instead of reporting '0 truncated'."""
+    from lenpred.stats.censoring import tail_check
+
+    fit = (np.array([100.0, 110.0, 120.0, 130.0, 140.0]), np.zeros(5, dtype=bool))
+    unfit = (np.array([50.0, 200.0, 200.0]), np.array([False, True, True]))
+    tc = tail_check([fit, unfit], cap=200)
+    assert tc.n_prompts == 1 and tc.observed_truncated == 0 and tc.tested
+    none = tail_check([unfit, unfit], cap=200)
+    assert none.n_prompts == 0 and not none.tested

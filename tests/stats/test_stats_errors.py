@@ -12,7 +12,7 @@ from lenpred.cli import main
 from lenpred.data.rundir import RunDir
 from lenpred.errors import CardMismatchError, ConfigError, DataError
 from lenpred.stats import BoundConfig, analyse_run
-from lenpred.stats import simulate as sim
+from lenpred.stats import synthetic as sim
 
 QUICK = BoundConfig(n_boot=50, n_boot_robust=5, n_normal_reference=200, n_imputations=4)
 
@@ -31,7 +31,7 @@ def _run(path: Path, rows: list[tuple[str, int, int, str]], cap: int = 100) -> P
 
 def _cli_fails(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
     assert (
-        main(["bound", str(path), "--out", str(path.parent / "out"), "--no-plots", "--boot", "50", *extra])
+        main(["bound", str(path), "--out", str(path.parent / "out"), "--no-plots", "--n-boot", "50", *extra])
         == 1
     )
     err = capsys.readouterr().err
@@ -45,6 +45,7 @@ def test_one_sample_per_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str
         analyse_run(path, QUICK)
     err = _cli_fails(path, capsys)
     assert "--samples 8" in err  # the fix names how many samples to collect
+    assert not (path.parent / "out").exists()  # nothing written
 
 
 def test_every_sample_truncated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,10 +60,12 @@ def test_prompts_all_truncated_are_dropped_and_counted(tmp_path: Path) -> None:
     rows += [(p, j, 20 + 7 * j + 3 * i, "eos") for i, p in enumerate("bcdefg") for j in range(4)]
     a = analyse_run(_run(tmp_path / "r", rows), QUICK)
     s = a.summary
-    assert s["counts"]["prompts_all_truncated"] == 1
-    assert s["variants"]["censored"]["dropped_prompts"] == {"all_truncated": 1}
-    assert s["variants"]["eos"]["n_prompts"] == 6
-    assert s["variants"]["capped"]["n_prompts"] == 7  # served lengths: prompt a is always exactly 100
+    assert s.counts.prompts_all_truncated == 1 and s.counts.truncated_samples == 4
+    assert s.variants["censored"].dropped_prompts == {"all_truncated": 1}
+    assert s.variants["eos"].n_prompts == 6
+    assert s.variants["capped"].n_prompts == 7  # served lengths: prompt a is always exactly 100
+    capped = a.variants_per_prompt["capped"].set_index("prompt_id")
+    assert capped.loc["a", "mae_oracle"] == 0.0 and capped.loc["a", "mean"] == 100.0
 
 
 def test_headline_variant_with_no_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -71,13 +74,12 @@ def test_headline_variant_with_no_prompt(tmp_path: Path, capsys: pytest.CaptureF
     rows = [(p, j, 100 if j < 2 else 30 + j, "length" if j < 2 else "eos") for p in "abc" for j in range(4)]
     path = _run(tmp_path / "r", rows)
     with pytest.raises(DataError, match="censoring-aware variant keeps no prompt"):
-        analyse_run(
-            path, BoundConfig(headline="censored", n_boot=20, n_boot_robust=5, n_normal_reference=100)
-        )
+        analyse_run(path, QUICK.replace(headline="censored"))
     assert "--headline" in _cli_fails(path, capsys, "--headline", "censored")
     a = analyse_run(path, QUICK)
-    assert a.summary["headline"] == "capped" and a.summary["theory_variant"] == "eos"
-    assert a.summary["variants"]["censored"]["available"] is False
+    assert a.summary.headline == "capped" and a.summary.theory_variant == "eos"
+    cens = a.summary.variants["censored"]
+    assert cens.available is False and "3 half or more truncated" in cens.reason
 
 
 def test_empty_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,16 +104,23 @@ def test_directory_mixing_cards(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "cannot be mixed" in _cli_fails(tmp_path / "a", capsys)
 
 
-def test_bad_configuration(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ConfigError):
-        BoundConfig(min_samples=1)
-    with pytest.raises(ConfigError):
-        BoundConfig(ci=1.5)
-    with pytest.raises(ConfigError):
-        BoundConfig(segment_regex="(")
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [("min_samples", 1, "use --min-samples 2 or more"), ("ci", 1.5, "[0.5, 1)"),
+     ("segment_regex", "(", "does not compile"), ("n_boot", 0, "at least 1"), ("headline", "best", "auto")],
+)
+def test_bad_configuration(field: str, value: object, says: str) -> None:
+    with pytest.raises(ConfigError, match=field) as e:
+        BoundConfig.from_dict({field: value})
+    assert says in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_configuration_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "r"
     sim.write_synthetic_run(path, sim.segment_sum(10, seed=0), k=4)
-    assert "min_samples=1" in _cli_fails(path, capsys, "--min-samples", "1")
+    err = _cli_fails(path, capsys, "--min-samples", "1")
+    assert "min_samples: 1 is too small" in err and "use --min-samples 2 or more" in err
 
 
 def test_partial_run_with_unequal_sample_counts(tmp_path: Path) -> None:
@@ -119,13 +128,43 @@ def test_partial_run_with_unequal_sample_counts(tmp_path: Path) -> None:
     rows = [("solo", 0, 50, "eos")]
     rows += [(f"p{i}", j, 40 + 5 * i + 3 * j, "eos") for i in range(12) for j in range(3 if i % 2 else 8)]
     a = analyse_run(_run(tmp_path / "r", rows), QUICK)
-    v = a.summary["variants"]["censored"]
-    assert v["n_prompts"] == 12 and v["dropped_prompts"] == {}
-    assert a.summary["counts"]["prompts_left_out_few_samples"] == 1  # left out before any variant
-    assert v["samples_per_prompt"] == {"min": 3, "median": 5.5, "max": 8}
-    assert {k: b["n_prompts"] for k, b in v["by_k"].items()} == {"3": 6, "8": 6}
+    v = a.summary.variants["censored"]
+    assert v.n_prompts == 12 and v.dropped_prompts == {}
+    assert a.summary.counts.prompts_left_out_few_samples == 1  # left out before any variant
+    assert v.samples_per_prompt.model_dump() == {"min": 3, "median": 5.5, "max": 8}
+    assert {k: b.n_prompts for k, b in v.by_k.items()} == {"3": 6, "8": 6}
+    # the by-K figures are the means over each K's prompts
+    pp = a.variants_per_prompt["censored"]
+    assert v.by_k["8"].oracle_mae == pytest.approx(pp.loc[pp["k"] == 8, "mae_oracle"].mean())
     assert set(a.per_prompt["k"]) == {3, 8}
-    cautions = " ".join(a.summary["cautions"])
+    cautions = " ".join(a.summary.cautions)
     assert (
         "only 12 prompts" in cautions and "incomplete: 12 of 13" not in cautions
     )  # all 13 listed have samples
+
+
+def test_tiny_run_mostly_truncated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """3 prompts x 3 samples, 2 of 3 truncated: no prompt keeps 2 samples that ended, so the theory
+    checks have nothing to work on. auto refuses in one line (naming the share truncated and the flags
+    that analyse the served lengths anyway); with those flags the report says how many were truncated,
+    no numpy warning escapes, and the tail check says it could not run."""
+    rows = [(f"p{i}", j, 100 if j % 3 else 20 + 5 * j + i, "length" if j % 3 else "eos") for i in range(3)
+            for j in range(3)]
+    path = _run(tmp_path / "r", rows)
+    err = _cli_fails(path, capsys)
+    assert "6 of 9 samples (67%) stopped at max_new_tokens=100" in err and "--theory capped" in err
+    out = tmp_path / "out"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Mean of empty slice" and friends become failures
+        rc = main(["bound", str(path), "--out", str(out), "--n-boot", "50", "--headline", "capped",
+                   "--theory", "capped", "--grid", "3"])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert "Warning" not in captured.err
+    md = (out / "summary.md").read_text()
+    assert "6 (66.7%) truncated at max_new_tokens=100" in md
+    assert "Tail check: not possible" in md and "0 truncated" not in md
+    text = " ".join(captured.out.split())
+    assert "6 (66.7%) truncated" in text and "nan" not in text.lower().replace("n/a", "")

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from stats_helpers import covers
 
 from lenpred.stats import BoundConfig, analyse_run
-from lenpred.stats import simulate as sim
+from lenpred.stats import synthetic as sim
 from lenpred.stats.segments import count_segments
-
-
-def covers(ci: tuple[float, float], value: float, slack: float = 0.25) -> bool:
-    """``value`` inside the 95% interval widened by ``slack`` of its width on each side (~99% coverage):
-    one synthetic run is one draw, and a test must not fail on the 5% of draws a 95% interval misses."""
-    lo, hi = ci
-    return lo - slack * (hi - lo) < value < hi + slack * (hi - lo)
-
 
 TEXT = (
     "First sentence. Second one!\nA line without a stop\n\n  \n\nNew paragraph? Yes.\n- item one\n- item two"
@@ -41,21 +34,24 @@ def test_synthetic_text_has_the_generated_segments() -> None:
 
 
 def test_segment_cv_all_units(segment_run) -> None:
-    seg = segment_run.summary["segments"]
+    seg = segment_run.summary.segments
     cv = segment_run.truth.summary()["segment_cv"]
-    assert seg["available"] and seg["unit"] == "paragraph"
-    for unit, value in seg["all_units_cv_mean"].items():
+    assert seg.available and seg.unit == "paragraph"
+    assert set(seg.all_units_cv_mean) == {"paragraph", "sentence", "line"}
+    for unit, value in seg.all_units_cv_mean.items():
         assert value == pytest.approx(cv, abs=0.02), unit
-    assert covers(seg["cv_mean_ci"], cv)
+    assert covers(seg.cv_mean_ci, cv)
     # N segments of independent length: CV(L)^2 = CV(N)^2 + CV(X)^2 / E[N] > CV(N)^2 and
     # corr(N, L) = CV(N) / CV(L), about 0.9 for these parameters (0.4 segment CV, 5-30 segments)
-    assert seg["length_cv_mean"] > seg["cv_mean"]
-    assert 0.8 < seg["count_length_corr_mean"] < 1.0
+    assert seg.length_cv_mean > seg.cv_mean
+    assert 0.8 < seg.count_length_corr_mean < 1.0
 
 
 def test_run_without_text(tmp_path) -> None:
     sim.write_synthetic_run(tmp_path / "r", sim.segment_sum(40, seed=4), k=4, text=False)
     a = analyse_run(tmp_path / "r", BoundConfig(n_boot=50, n_boot_robust=5, n_normal_reference=200))
-    assert a.summary["segments"]["available"] is False
-    assert "text" in a.summary["segments"]["reason"]
-    assert a.summary["verdicts"]["alpha_is_segment_cv"].startswith("NOT TESTED")
+    seg = a.summary.segments
+    assert seg.available is False and seg.reason == "the run stores no decoded text"
+    assert a.summary.alpha_vs_segment_cv.available is False
+    v = a.summary.verdicts["alpha_is_segment_cv"]
+    assert v.status == "NOT TESTED" and v.detail == "the run stores no decoded text."

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lenpred.cli import main
-from lenpred.stats import simulate as sim
+from lenpred.stats import synthetic as sim
 
 
 @pytest.mark.filterwarnings("error")
@@ -16,15 +16,15 @@ from lenpred.stats import simulate as sim
 def test_small_k_end_to_end(tmp_path: Path, k: int, capsys: pytest.CaptureFixture[str]) -> None:
     sim.write_synthetic_run(tmp_path / "r", sim.ramping_hazard(12, seed=k), k=k, max_new_tokens=330, seed=k)
     out = tmp_path / "out"
-    assert main(["bound", str(tmp_path / "r"), "--out", str(out), "--boot", "50", "--grid", "4"]) == 0
+    assert main(["bound", str(tmp_path / "r"), "--out", str(out), "--n-boot", "50", "--grid", "4"]) == 0
     b = json.loads((out / "bound.json").read_text())
     if k == 2:
         # with two samples the MAE-to-sd ratio is 1 by construction: the law is not tested
         nl = b["normal_law"]
         assert nl["available"] is False and nl["prompts_left_out"] == b["variants"]["censored"]["n_prompts"]
-        assert b["verdicts"]["normal_law"].startswith("NOT TESTED")
+        assert b["verdicts"]["normal_law"] == "NOT TESTED: the normal-law checks need 3 or more samples per prompt."
     else:
         v = b["normal_law"]["observed"]
         assert v["shapiro_reject_share"] is not None and v["excess_kurtosis_mean"] is None  # kurtosis needs 4
     assert "alpha" in capsys.readouterr().out
-    assert (out / "hazard.png").is_file()
+    assert (out / "hazard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,4 +1,4 @@
-"""Plots of the bound analysis (``lenpred bound``): four PNG files beside bound.json.
+"""Plots of the bound analysis (``lenpred bound``): four PNG images beside bound.json.
 
 * ``hist_grid.png``  per-prompt length histograms against the fitted normal, for prompts spread over
   the range of mean lengths (truncated samples drawn apart, at the cap);
@@ -9,14 +9,14 @@
 * ``mae_normal.png`` per-prompt oracle MAE against its normal-law value sqrt(2/pi) * sd.
 
 Figures are built on :class:`matplotlib.figure.Figure` with the Agg canvas, never through pyplot,
-so plotting has no global state and needs no display.
+so plotting has no global state and needs no display. Each function returns the PNG's bytes;
+:func:`lenpred.report.bound.write_bound` puts them into the artifact.
 """
 
 from __future__ import annotations
 
+import io
 import math
-from os import PathLike
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,8 +24,9 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from lenpred.stats.analysis import BoundAnalysis
 from lenpred.stats.normal import NORMAL_MAE_FACTOR
-from lenpred.stats.report import BoundAnalysis
+from lenpred.stats.results import AffineFit, NormalLaw, SegmentCV
 
 DPI = 110
 EOS_COLOR, TRUNC_COLOR, FIT_COLOR, ROBUST_COLOR, REF_COLOR = (
@@ -37,10 +38,11 @@ EOS_COLOR, TRUNC_COLOR, FIT_COLOR, ROBUST_COLOR, REF_COLOR = (
 )
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def _png(fig: Figure) -> bytes:
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=DPI)
-    return path
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=DPI, format="png")
+    return buf.getvalue()
 
 
 def _pick_prompts(pp: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -52,7 +54,7 @@ def _pick_prompts(pp: pd.DataFrame, n: int) -> pd.DataFrame:
     return rich.iloc[idx]
 
 
-def plot_hist_grid(analysis: BoundAnalysis, path: Path, n: int = 16) -> Path:
+def plot_hist_grid(analysis: BoundAnalysis, n: int = 16) -> bytes:
     pp = analysis.per_prompt
     picks = _pick_prompts(pp, n)
     cols = math.ceil(math.sqrt(len(picks)))
@@ -83,53 +85,46 @@ def plot_hist_grid(analysis: BoundAnalysis, path: Path, n: int = 16) -> Path:
         "Per-prompt decode lengths (blue: EOS, orange: truncated at the cap) vs fitted normal (red)",
         fontsize=10,
     )
-    return _save(fig, path)
+    return _png(fig)
 
 
-def plot_sd_vs_mu(analysis: BoundAnalysis, path: Path) -> Path:
+def plot_sd_vs_mu(analysis: BoundAnalysis) -> bytes:
     pp, summ = analysis.per_prompt, analysis.summary
-    af, seg = summ["affine"], summ["segments"]
+    af, seg = summ.affine, summ.segments
     fig = Figure(figsize=(6.4, 4.8), layout="constrained")
     ax = fig.subplots()
     ax.scatter(
         pp["mean"], pp["sd_unbiased"], s=10, alpha=0.5, color=EOS_COLOR, label="prompts (sd = s / c4(K))"
     )
     grid = np.linspace(0, float(pp["mean"].max()) * 1.05, 50)
-    if af.get("available"):
+    if isinstance(af, AffineFit):
+        ax.plot(grid, af.alpha * grid + af.b, color=FIT_COLOR, label=f"OLS: {af.alpha:.3f} mu + {af.b:.1f}")
+        rb = af.robust
         ax.plot(
             grid,
-            af["alpha"] * grid + af["b"],
-            color=FIT_COLOR,
-            label=f"OLS: {af['alpha']:.3f} mu + {af['b']:.1f}",
-        )
-        rb = af["robust"]
-        ax.plot(
-            grid,
-            rb["alpha"] * grid + rb["b"],
+            rb.alpha * grid + rb.b,
             color=ROBUST_COLOR,
             ls="--",
-            label=f"Theil-Sen: {rb['alpha']:.3f} mu + {rb['b']:.1f}",
+            label=f"Theil-Sen: {rb.alpha:.3f} mu + {rb.b:.1f}",
         )
-        if seg.get("available"):
+        if isinstance(seg, SegmentCV):
             # the slope the segment model predicts, through the same centre of mass as the OLS line
-            cv = seg["cv_mean"]
+            cv = seg.cv_mean
             mx, my = float(pp["mean"].mean()), float(pp["sd_unbiased"].mean())
             ax.plot(
                 grid,
                 my + cv * (grid - mx),
                 color=REF_COLOR,
                 ls=":",
-                label=f"slope = {seg['unit']}-count CV {cv:.3f}",
+                label=f"slope = {seg.unit}-count CV {cv:.3f}",
             )
-        ax.set_title(
-            f"Affine variance law (R^2 = {af['r2']:.2f}, denoised {af['r2_denoised']:.2f})", fontsize=10
-        )
+        ax.set_title(f"Affine variance law (R^2 = {af.r2:.2f}, denoised {af.r2_denoised:.2f})", fontsize=10)
     ax.set_xlabel("mean decode length mu_i (tokens)")
     ax.set_ylabel("sd_i (tokens)")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _png(fig)
 
 
 def _curve(ax: Any, table: pd.DataFrame, x: str, label: str, color: str, band: bool = False) -> None:
@@ -140,37 +135,35 @@ def _curve(ax: Any, table: pd.DataFrame, x: str, label: str, color: str, band: b
         ax.fill_between(table[x], table["lo"], table["hi"], step="post", color=color, alpha=0.2)
 
 
-def plot_hazard(analysis: BoundAnalysis, path: Path) -> Path:
-    hz = analysis.hazard
+def plot_hazard(analysis: BoundAnalysis) -> bytes:
+    hz = analysis.summary.hazard
     fig = Figure(figsize=(11, 4.4), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
-    pooled = hz["pooled"]
-    _curve(ax1, pooled["table"], "start", "pooled", "black", band=True)
+    pooled = hz.pooled
+    _curve(ax1, pooled.table.frame(), "start", "pooled", "black", band=True)
     cmap = ["#3b75af", "#3a923a", "#e1812c", "#c03d3e", "#8c61b5", "#84584e"]
-    for i, b in enumerate(hz["buckets"]):
-        lo, hi = b["median_range"]
-        _curve(ax1, b["table"], "start", f"median {lo:.0f}-{hi:.0f}", cmap[i % len(cmap)])
-    ax1.axhline(pooled["constant_hazard"], color=REF_COLOR, ls="--", label="constant hazard (same stops)")
-    ax1.set_xlabel(f"decode step t (bins of {pooled['bin_width']} tokens)")
+    for i, b in enumerate(hz.buckets):
+        lo, hi = b.median_range or (float("nan"), float("nan"))
+        _curve(ax1, b.table.frame(), "start", f"median {lo:.0f}-{hi:.0f}", cmap[i % len(cmap)])
+    ax1.axhline(pooled.constant_hazard, color=REF_COLOR, ls="--", label="constant hazard (same stops)")
+    ax1.set_xlabel(f"decode step t (bins of {pooled.bin_width} tokens)")
     ax1.set_ylabel("P(stop at t | not stopped before t)")
     ax1.set_title("Per-token stopping probability", fontsize=10)
     ax1.legend(fontsize=7)
-    nh = hz.get("normalized")
-    if nh is not None and len(nh["table"]):
-        _curve(ax2, nh["table"], "u_start", "all prompts", "black")
-        ax2.axhline(
-            nh["memoryless_value"], color=REF_COLOR, ls="--", label="constant per-prompt hazard (ln 2)"
-        )
+    nh = hz.normalized
+    if nh is not None and len(nh.table.hazard):
+        _curve(ax2, nh.table.frame(), "u_start", "all prompts", "black")
+        ax2.axhline(nh.memoryless_value, color=REF_COLOR, ls="--", label="constant per-prompt hazard (ln 2)")
         ax2.set_yscale("log")
     ax2.set_xlabel("normalised time u = t / median_i")
     ax2.set_ylabel("stops per median length")
     ax2.set_title("Normalised time: a ramp rises, a memoryless process stays flat", fontsize=10)
     if ax2.get_legend_handles_labels()[0]:  # nothing to label when too few samples were at risk
         ax2.legend(fontsize=7)
-    return _save(fig, path)
+    return _png(fig)
 
 
-def plot_mae_normal(analysis: BoundAnalysis, path: Path) -> Path:
+def plot_mae_normal(analysis: BoundAnalysis) -> bytes:
     pp = analysis.per_prompt
     fig = Figure(figsize=(6.0, 5.4), layout="constrained")
     ax = fig.subplots()
@@ -182,29 +175,27 @@ def plot_mae_normal(analysis: BoundAnalysis, path: Path) -> Path:
     ax.fill_between(grid, 0.9 * grid, 1.1 * grid, color=FIT_COLOR, alpha=0.12, label="+-10%")
     ax.set_xlabel(f"normal-law MAE_i = {NORMAL_MAE_FACTOR:.3f} * sd_i (tokens)")
     ax.set_ylabel("empirical oracle MAE_i (tokens)")
-    nl = analysis.summary["normal_law"]
-    if nl.get("available"):
-        obs, ref = nl["observed"], nl["if_normal"]
+    nl = analysis.summary.normal_law
+    if isinstance(nl, NormalLaw):
+        obs, ref = nl.observed, nl.if_normal
         ax.set_title(
-            f"sum ratio {obs['mae_ratio_aggregate']:.3f} ({ref['mae_ratio_aggregate']:.3f} if normal); "
-            f"within 10%: {obs['share_within_10pct']:.0%} ({ref['share_within_10pct']:.0%} if normal)",
+            f"sum ratio {obs.mae_ratio_aggregate:.3f} ({ref.mae_ratio_aggregate:.3f} if normal); "
+            f"within 10%: {obs.share_within_10pct:.0%} ({ref.share_within_10pct:.0%} if normal)",
             fontsize=9,
         )
     else:
-        ax.set_title(f"normal law not tested: {nl.get('reason')}", fontsize=9)
+        ax.set_title(f"normal law not tested: {nl.reason}", fontsize=9)
     ax.set_xlim(0, top)
     ax.set_ylim(0, top)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _png(fig)
 
 
-def write_bound_plots(analysis: BoundAnalysis, out_dir: str | PathLike[str], grid: int = 16) -> list[Path]:
-    """Write the four plots into ``out_dir``; returns their paths."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    return [
-        plot_hist_grid(analysis, out / "hist_grid.png", grid),
-        plot_sd_vs_mu(analysis, out / "sd_vs_mu.png"),
-        plot_hazard(analysis, out / "hazard.png"),
-        plot_mae_normal(analysis, out / "mae_normal.png"),
-    ]
+def render_bound_plots(analysis: BoundAnalysis, grid: int = 16) -> dict[str, bytes]:
+    """The four plots as PNG bytes, by file name."""
+    return {
+        "hist_grid.png": plot_hist_grid(analysis, grid),
+        "sd_vs_mu.png": plot_sd_vs_mu(analysis),
+        "hazard.png": plot_hazard(analysis),
+        "mae_normal.png": plot_mae_normal(analysis),
+    }

@@ -1,20 +1,48 @@
-"""Decode-length statistics and the prefill bound: pure numpy/scipy/pandas functions.
+"""Decode-length statistics and the prefill bound: pure numpy/scipy/pandas computations, typed results.
+
+Entry points (what ``lenpred bound`` calls)::
+
+    from lenpred.stats import BoundConfig, analyse_run, analyse_lengths, load_bound
+
+    a = analyse_run("data/runs/smollm2-sharegpt", BoundConfig(n_boot=500))
+    a.summary.headline_bound.oracle_mae          # tokens; .oracle_mae_ci, .relative_mae, ...
+    a.summary.verdicts["normal_law"].status      # "HOLDS", "DOES NOT HOLD", ...
+    a.per_prompt                                 # one row per prompt (DataFrame)
+    analyse_lengths("vllm_lengths.csv")          # prompt_id, n_tokens[, stop_reason, max_new_tokens]
 
 Modules, in the order the analysis uses them:
 
-- :mod:`~lenpred.stats.lengths` reads a run and builds the three treatments of truncation
-  (censoring-aware, EOS-only, capped); :mod:`~lenpred.stats.censoring` fits and imputes the tail.
-- :mod:`~lenpred.stats.perprompt` per-prompt statistics; :mod:`~lenpred.stats.bound` the oracle MAE
+- :mod:`~lenpred.stats.lengths` the lengths of a run (read through :mod:`lenpred.data.lengths`) in
+  three treatments of truncation; :mod:`~lenpred.stats.table` the same from a plain CSV / Parquet
+  table; :mod:`~lenpred.stats.censoring` fits and imputes the tail beyond the cap.
+- :mod:`~lenpred.stats.perprompt` per-prompt statistics; :mod:`~lenpred.stats.oracle` the oracle MAE
   (bracketed by in-sample and leave-one-out estimates) and the squared-error oracle.
 - :mod:`~lenpred.stats.normal` the normal law, :mod:`~lenpred.stats.affine` sd = alpha * mu + b,
   :mod:`~lenpred.stats.segments` the segment-count CV, :mod:`~lenpred.stats.hazard` the stopping hazard.
-- :mod:`~lenpred.stats.simulate` synthetic generators with exact ground truth.
-- :mod:`~lenpred.stats.report` runs it all (:func:`analyse_run`) and writes bound.json;
-  :mod:`~lenpred.stats.verdicts` states which claims hold; :mod:`~lenpred.stats.summary_md` writes
-  summary.md. Plots: :mod:`lenpred.report.bound_plots`.
+- :mod:`~lenpred.stats.verdicts` states which claims hold; :mod:`~lenpred.stats.analysis` runs it
+  all; :mod:`~lenpred.stats.results` the typed results (bound.json); :mod:`~lenpred.stats.artifact`
+  reads a written result back.
+- :mod:`~lenpred.stats.synthetic` synthetic runs with exact ground truth (for tests and docs).
+
+Presentation (console tables, summary.md, plots) is :mod:`lenpred.report.bound`.
 """
 
+from lenpred.stats.analysis import BoundAnalysis, analyse, analyse_lengths, analyse_run
+from lenpred.stats.artifact import load_bound, load_per_prompt
 from lenpred.stats.config import BoundConfig
-from lenpred.stats.report import BoundAnalysis, analyse_run
+from lenpred.stats.results import BoundSummary, VariantBound, Verdict
+from lenpred.stats.table import read_length_table
 
-__all__ = ["BoundAnalysis", "BoundConfig", "analyse_run"]
+__all__ = [
+    "BoundAnalysis",
+    "BoundConfig",
+    "BoundSummary",
+    "VariantBound",
+    "Verdict",
+    "analyse",
+    "analyse_lengths",
+    "analyse_run",
+    "load_bound",
+    "load_per_prompt",
+    "read_length_table",
+]

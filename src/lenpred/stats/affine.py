@@ -20,12 +20,12 @@ K = 8 the raw R^2 cannot approach 1 even when the law is exact.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from lenpred.stats.bootstrap import percentile_ci, resample_indices
 from lenpred.stats.perprompt import c4
+from lenpred.stats.results import AffineFit, AffineUnavailable, Line, RobustFit
 
 MIN_RELIABILITY = 0.5
 MAX_PAIRS = 200_000
@@ -80,6 +80,8 @@ def theil_sen_slope(x: np.ndarray, y: np.ndarray, max_pairs: int = MAX_PAIRS, se
         i, j = rng.integers(0, n, max_pairs), rng.integers(0, n, max_pairs)
     dx, dy = x[j] - x[i], y[j] - y[i]
     ok = dx != 0
+    if not ok.any():  # every x equal (a bootstrap resample of a few prompts can draw one prompt only)
+        return float("nan")
     return float(np.median(dy[ok] / dx[ok]))
 
 
@@ -99,7 +101,7 @@ def fit_affine(
     n_boot_robust: int,
     ci: float,
     rng: np.random.Generator,
-) -> dict[str, Any]:
+) -> AffineFit | AffineUnavailable:
     """Fit sd = alpha * mu + b over prompts.
 
     mu: sample means, s: sample sds (ddof=1), k: sample counts, skew: sample skewness (or None) per prompt.
@@ -113,7 +115,7 @@ def fit_affine(
     sd = s / c4(k)
     n = mu.size
     if n < 3 or np.ptp(mu) == 0:
-        return {"n_prompts": int(n), "available": False, "reason": "fewer than 3 prompts with distinct means"}
+        return AffineUnavailable(n_prompts=int(n), reason="fewer than 3 prompts with distinct means")
     noise = _Noise.of(s, k, g)
     lam = _denominator(mu, noise)[1]
     alpha, b = _ols(mu, sd, noise)
@@ -136,25 +138,24 @@ def fit_affine(
     ts_boot = np.array(
         [_theil_sen(mu[i], sd[i], noise_of(i)) for i in resample_indices(n, n_boot_robust, rng)]
     )
-    return {
-        "available": True,
-        "n_prompts": int(n),
-        "alpha": alpha,
-        "alpha_ci": percentile_ci(boot[:, 0], ci),
-        "b": b,
-        "b_ci": percentile_ci(boot[:, 1], ci),
-        "r2": float(r2),
-        "r2_denoised": r2_denoised,
-        "robust": {
-            "method": "Theil-Sen",
-            "alpha": ts_alpha,
-            "alpha_ci": percentile_ci(ts_boot[:, 0], ci),
-            "b": ts_b,
-            "b_ci": percentile_ci(ts_boot[:, 1], ci),
-        },
+    return AffineFit(
+        n_prompts=int(n),
+        alpha=alpha,
+        alpha_ci=percentile_ci(boot[:, 0], ci),
+        b=b,
+        b_ci=percentile_ci(boot[:, 1], ci),
+        r2=float(r2),
+        r2_denoised=r2_denoised,
+        robust=RobustFit(
+            method="Theil-Sen",
+            alpha=ts_alpha,
+            alpha_ci=percentile_ci(ts_boot[:, 0], ci),
+            b=ts_b,
+            b_ci=percentile_ci(ts_boot[:, 1], ci),
+        ),
         # the naive fit of s on the sample means, for comparison with fits that ignore both biases
-        "uncorrected_ols": dict(zip(("alpha", "b"), _ols(mu, s, None), strict=True)),
-        "reliability": lam,
-        "reliability_floored": bool(lam <= MIN_RELIABILITY),
-        "sd_estimator": "s / c4(K)",
-    }
+        uncorrected_ols=Line(**dict(zip(("alpha", "b"), _ols(mu, s, None), strict=True))),
+        reliability=lam,
+        reliability_floored=bool(lam <= MIN_RELIABILITY),
+        sd_estimator="s / c4(K)",
+    )

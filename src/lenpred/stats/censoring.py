@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize, special, stats
 
+from lenpred.stats.results import TailCheck
+
 # A sd below half a token is not resolvable with integer lengths; it also keeps log(sigma) finite.
 MIN_SIGMA = 0.5
 _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
@@ -116,9 +118,12 @@ def fit_truncated_normal(x: np.ndarray, upper: float) -> tuple[float, float]:
     return float(mu), float(np.clip(np.exp(log_sigma), MIN_SIGMA, 10.0 * sd0 + MIN_SIGMA))
 
 
+MIN_EOS_TAIL = 3  # EOS samples a prompt needs for its tail to be fitted
+
+
 def tail_check(
-    per_prompt: list[tuple[np.ndarray, np.ndarray]], cap: float, min_eos: int = 3
-) -> dict[str, float | int | bool]:
+    per_prompt: list[tuple[np.ndarray, np.ndarray]], cap: float, min_eos: int = MIN_EOS_TAIL
+) -> TailCheck:
     """Are the truncations the upper tail of each prompt's (normal) length law, as the imputation assumes?
 
     For every prompt with ``min_eos`` or more EOS samples, a normal is fitted to the EOS lengths alone,
@@ -126,7 +131,8 @@ def tail_check(
     beyond the cap is added up. If lengths are normal per prompt, the observed number of truncations
     is close to that (Poisson); if a separate mode runs into the cap (repetition loops, say), many
     more are truncated than any tail explains and the imputed tails are a guess.
-    ``per_prompt``: (lengths, censored) arrays for each prompt.
+    ``per_prompt``: (lengths, censored) arrays for each prompt. The counts are over the prompts the
+    check could fit (``n_prompts``; 0 when none has ``min_eos`` varied EOS samples: then it tells nothing).
     """
     observed, expected, used = 0, 0.0, 0
     for x, c in per_prompt:
@@ -138,12 +144,12 @@ def tail_check(
         observed += int(c.sum())
         used += 1
     p = float(stats.poisson.sf(observed - 1, expected)) if expected > 0 else (0.0 if observed else 1.0)
-    return {
-        "n_prompts": used,
-        "observed_truncated": observed,
-        "expected_truncated": expected,
-        "ratio": observed / expected if expected > 0 else (float("inf") if observed else float("nan")),
-        "p_value": p,
+    return TailCheck(
+        n_prompts=used,
+        observed_truncated=observed,
+        expected_truncated=expected,
+        ratio=observed / expected if expected > 0 else (float("inf") if observed else float("nan")),
+        p_value=p,
         # a factor 3 and p < 0.001: far more truncations than a normal tail can explain
-        "consistent": bool(not (observed > 3 * expected and p < 1e-3)),
-    }
+        consistent=bool(not (observed > 3 * expected and p < 1e-3)),
+    )

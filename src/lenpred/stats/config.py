@@ -1,14 +1,18 @@
-"""Configuration of the bound analysis (``lenpred bound``): one frozen dataclass, validated on creation.
+"""Configuration of the bound analysis (``lenpred bound``): one frozen pydantic model, validated on creation.
 
-Every field is written into ``bound.json`` so that a figure can always be traced back to the settings
-that produced it.
+Every field is written into ``bound.json`` (and the artifact's ``meta.json``) so that a figure can
+always be traced back to the settings that produced it; the ``lenpred bound`` flags are derived from
+these fields (``--n-boot``, ``--min-samples``, ...), their help from the descriptions.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+import re
+from typing import Literal
 
+from pydantic import Field, field_validator
+
+from lenpred.config import Config
 from lenpred.errors import ConfigError
 
 SEGMENT_UNITS = ("paragraph", "sentence", "line")
@@ -21,71 +25,85 @@ MIN_SAMPLES_FLOOR = 2
 RECOMMENDED_SAMPLES = 8
 
 
-@dataclass(frozen=True)
-class BoundConfig:
+class _FieldError(ConfigError, ValueError):
+    """A validator's error: pydantic collects it (a ValueError) and lenpred.config prints problem and fix."""
+
+
+Choice = Literal["auto", "censored", "eos", "capped"]
+
+
+class BoundConfig(Config):
     """Settings of one bound analysis. Constructing it only validates; it has no side effects."""
 
-    # which of the three treatments of truncated samples carries the headline bound, and which one the
-    # normal / affine checks use (see lenpred.stats.lengths and report.choose_variants); "auto" decides
-    # from the tail check
-    headline: str = "auto"
-    theory: str = "auto"
-    # prompts with fewer usable samples than this are left out of a variant (>= 2, see above)
-    min_samples: int = MIN_SAMPLES_FLOOR
-    # segments for the alpha-vs-segment-CV comparison; a regex, when given, overrides the unit
-    segment_unit: str = "paragraph"
-    segment_regex: str | None = None
-    # bootstrap over prompts for every confidence interval
-    n_boot: int = 2000
-    # Theil-Sen is O(n^2) per refit, so its intercept CI uses fewer bootstrap replicates
-    n_boot_robust: int = 200
-    ci: float = 0.95
-    # multiple imputations of the tail beyond max_new_tokens (censoring-aware variant)
-    n_imputations: int = 20
-    # simulated exactly-normal prompts that calibrate the normal-law checks at the run's K
-    n_normal_reference: int = 4000
-    # hazard: tokens per bin (0 = automatic), prompt-length buckets, minimum samples at risk per bin
-    hazard_bin: int = 0
-    n_buckets: int = 4
-    min_at_risk: int = 20
-    seed: int = 0
+    headline: Choice = Field(
+        "auto",
+        description="treatment of truncated samples for the headline bound: censored (normal tail imputed "
+        "beyond the cap), eos (EOS samples only), capped (at max_new_tokens), or auto: censored unless the "
+        "truncations are not a normal tail (runaway generations), then capped",
+    )
+    theory: Choice = Field(
+        "auto",
+        description="variant for the normal-law, affine and hazard checks; auto: censored, or eos when the "
+        "truncations are a separate mode",
+    )
+    min_samples: int = Field(
+        MIN_SAMPLES_FLOOR, description="prompts with fewer samples in the run are left out (>= 2)"
+    )
+    segment_unit: Literal["paragraph", "sentence", "line"] = Field(
+        "paragraph", description="response segments for the alpha-vs-segment-CV check"
+    )
+    segment_regex: str | None = Field(None, description="separator regex for segments (overrides --segment-unit)")
+    n_boot: int = Field(2000, description="bootstrap replicates over prompts for every interval")
+    # Theil-Sen is O(n^2) per refit, so its intervals use fewer bootstrap replicates
+    n_boot_robust: int = Field(200, description="bootstrap replicates of the Theil-Sen fit")
+    ci: float = Field(0.95, description="interval level, in [0.5, 1)")
+    n_imputations: int = Field(20, description="imputations of the tail beyond max_new_tokens (censored variant)")
+    n_normal_reference: int = Field(
+        4000, description="simulated exactly-normal prompts that calibrate the normal-law checks at the run's K"
+    )
+    hazard_bin: int = Field(0, description="tokens per hazard bin (0 = automatic)")
+    n_buckets: int = Field(4, description="buckets of prompts by median length for the hazard")
+    min_at_risk: int = Field(20, description="samples at risk a hazard bin needs")
+    seed: int = Field(0, description="seed of the bootstrap, the imputation and the normal reference")
 
-    def __post_init__(self) -> None:
-        for role in ("headline", "theory"):
-            if getattr(self, role) not in CHOICES:
-                raise ConfigError(
-                    f"{role} variant {getattr(self, role)!r} is unknown", f"use one of {', '.join(CHOICES)}"
-                )
-        if self.min_samples < MIN_SAMPLES_FLOOR:
-            raise ConfigError(
-                f"min_samples={self.min_samples} is too small: the bound needs a held-out sample per prompt",
+    @field_validator("min_samples")
+    @classmethod
+    def _min_samples(cls, v: int) -> int:
+        if v < MIN_SAMPLES_FLOOR:
+            raise _FieldError(
+                f"{v} is too small: the bound compares each sample with the median of the prompt's other "
+                f"samples, so a prompt needs {MIN_SAMPLES_FLOOR} or more",
                 f"use --min-samples {MIN_SAMPLES_FLOOR} or more",
             )
-        if self.segment_unit not in SEGMENT_UNITS:
-            raise ConfigError(
-                f"segment unit {self.segment_unit!r} is unknown", f"use one of {', '.join(SEGMENT_UNITS)}"
-            )
-        if self.segment_regex is not None:
-            import re
+        return v
 
+    @field_validator("segment_regex")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
             try:
-                re.compile(self.segment_regex)
+                re.compile(v)
             except re.error as e:
-                raise ConfigError(f"segment regex {self.segment_regex!r} does not compile ({e})") from e
-        if not 0.5 <= self.ci < 1.0:
-            raise ConfigError(f"ci={self.ci} must be in [0.5, 1)", "use e.g. --ci 0.95")
-        for name in (
-            "n_boot",
-            "n_boot_robust",
-            "n_imputations",
-            "n_normal_reference",
-            "n_buckets",
-            "min_at_risk",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}={getattr(self, name)} must be at least 1")
-        if self.hazard_bin < 0:
-            raise ConfigError(f"hazard_bin={self.hazard_bin} must be >= 0 (0 chooses it automatically)")
+                raise _FieldError(f"{v!r} does not compile ({e})", "pass a Python regular expression") from None
+        return v
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    @field_validator("ci")
+    @classmethod
+    def _ci(cls, v: float) -> float:
+        if not 0.5 <= v < 1.0:
+            raise _FieldError(f"{v} must be in [0.5, 1)", "use e.g. --ci 0.95")
+        return v
+
+    @field_validator("n_boot", "n_boot_robust", "n_imputations", "n_normal_reference", "n_buckets", "min_at_risk")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise _FieldError(f"{v} must be at least 1")
+        return v
+
+    @field_validator("hazard_bin")
+    @classmethod
+    def _hazard_bin(cls, v: int) -> int:
+        if v < 0:
+            raise _FieldError(f"{v} must be >= 0", "use 0 to choose the bin width automatically")
+        return v

@@ -14,13 +14,19 @@ constant hazard with the same number of stops and exposure, the curve a memoryle
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from lenpred.stats.lengths import RunLengths
+from lenpred.stats.results import (
+    Hazard,
+    HazardCurve,
+    HazardTable,
+    LikelihoodRatio,
+    NormalizedHazard,
+    NormalizedHazardTable,
+)
 
 N_AUTO_BINS = 40
 U_MAX, U_BIN = 3.0, 0.1
@@ -49,7 +55,7 @@ def _window_hazard(d: np.ndarray, r: np.ndarray, lo: float, hi: float) -> float:
 
 def hazard_curve(
     length: np.ndarray, event: np.ndarray, bin_width: int, min_at_risk: int, cap: int
-) -> dict[str, Any]:
+) -> HazardCurve:
     """Binned per-step hazard, its constant-hazard counterpart, and figures of its shape."""
     length = np.asarray(length, dtype=int)
     event = np.asarray(event, dtype=bool)
@@ -81,23 +87,23 @@ def hazard_curve(
     ll0 = float(ev.sum() * np.log(h0c) + (ex.sum() - ev.sum()) * np.log1p(-h0c))
     g2 = max(2 * (ll1 - ll0), 0.0)
     dof = max(len(table) - 1, 1)
-    return {
-        "bin_width": int(bin_width),
-        "table": table,
-        "constant_hazard": h0,
-        "early_window": (float(q10), float(q25)),
-        "late_window": (float(q75), float(q90)),
-        "hazard_early": early,
-        "hazard_late": late,
-        "late_early_ratio": float(late / early) if early > 0 else float("nan"),
-        "spearman_rho": rho,
-        "lr_vs_constant": {"g2": g2, "dof": dof, "p_value": float(stats.chi2.sf(g2, dof))},
-    }
+    return HazardCurve(
+        bin_width=int(bin_width),
+        table=HazardTable.from_frame(table),
+        constant_hazard=h0,
+        early_window=(float(q10), float(q25)),
+        late_window=(float(q75), float(q90)),
+        hazard_early=early,
+        hazard_late=late,
+        late_early_ratio=float(late / early) if early > 0 else float("nan"),
+        spearman_rho=rho,
+        lr_vs_constant=LikelihoodRatio(g2=g2, dof=dof, p_value=float(stats.chi2.sf(g2, dof))),
+    )
 
 
 def normalized_hazard(
     length: np.ndarray, event: np.ndarray, median: np.ndarray, min_at_risk: int
-) -> dict[str, Any]:
+) -> NormalizedHazard:
     """Hazard per unit of normalised time u = t / median_i (stops per median length).
 
     A constant per-prompt hazard h_i gives h_i * median_i = ln 2 in every bin whatever h_i is, so
@@ -137,24 +143,22 @@ def normalized_hazard(
 
     early, late = window(*EARLY_U), window(*LATE_U)
     mid, tail = window(*MID_U), window(*TAIL_U)
-    return {
-        "bin_width_u": U_BIN,
-        "table": table.reset_index(drop=True),
-        "constant_hazard": float(table["stops"].sum() / table["exposure"].sum())
-        if len(table)
-        else float("nan"),
-        "memoryless_value": float(np.log(2.0)),
-        "early_window_u": EARLY_U,
-        "late_window_u": LATE_U,
-        "hazard_early": early,
-        "hazard_late": late,
-        "late_early_ratio": float(late / early) if early > 0 else float("nan"),
-        "mid_window_u": MID_U,
-        "tail_window_u": TAIL_U,
-        "hazard_mid": mid,
-        "hazard_tail": tail,
-        "tail_mid_ratio": float(tail / mid) if mid > 0 else float("nan"),
-    }
+    return NormalizedHazard(
+        bin_width_u=U_BIN,
+        table=NormalizedHazardTable.from_frame(table.reset_index(drop=True)),
+        constant_hazard=float(table["stops"].sum() / table["exposure"].sum()) if len(table) else float("nan"),
+        memoryless_value=float(np.log(2.0)),
+        early_window_u=EARLY_U,
+        late_window_u=LATE_U,
+        hazard_early=early,
+        hazard_late=late,
+        late_early_ratio=float(late / early) if early > 0 else float("nan"),
+        mid_window_u=MID_U,
+        tail_window_u=TAIL_U,
+        hazard_mid=mid,
+        hazard_tail=tail,
+        tail_mid_ratio=float(tail / mid) if mid > 0 else float("nan"),
+    )
 
 
 def hazard_analysis(
@@ -164,7 +168,7 @@ def hazard_analysis(
     n_buckets: int,
     min_at_risk: int,
     drop_truncated: bool = False,
-) -> dict[str, Any]:
+) -> Hazard:
     """Pooled, by-bucket and normalised hazard. ``medians``: per-prompt median, indexed by prompt_id.
 
     ``drop_truncated`` leaves truncated samples out instead of keeping them at risk: right when they are
@@ -178,7 +182,7 @@ def hazard_analysis(
     event = ~s["censored"].to_numpy(bool)
     if bin_width <= 0:
         bin_width = max(1, round(float(np.quantile(length, 0.95)) / N_AUTO_BINS))
-    out: dict[str, Any] = {"pooled": hazard_curve(length, event, bin_width, min_at_risk, lengths.cap)}
+    pooled = hazard_curve(length, event, bin_width, min_at_risk, lengths.cap)
     med = s["prompt_id"].map(medians).to_numpy(float)
     have = np.isfinite(med)
     buckets = []
@@ -190,11 +194,10 @@ def hazard_analysis(
             if sel.sum() < min_at_risk:
                 continue
             curve = hazard_curve(length[sel], event[sel], bin_width, max(min_at_risk // 2, 5), lengths.cap)
-            curve["median_range"] = (float(edges[j]), float(edges[j + 1]))
-            curve["n_samples"] = int(sel.sum())
-            buckets.append(curve)
-    out["buckets"] = buckets
-    out["normalized"] = (
-        normalized_hazard(length[have], event[have], med[have], min_at_risk) if have.any() else None
-    )
-    return out
+            buckets.append(
+                curve.model_copy(
+                    update={"median_range": (float(edges[j]), float(edges[j + 1])), "n_samples": int(sel.sum())}
+                )
+            )
+    normalized = normalized_hazard(length[have], event[have], med[have], min_at_risk) if have.any() else None
+    return Hazard(pooled=pooled, buckets=buckets, normalized=normalized)

@@ -13,7 +13,7 @@ not a length. The analysis reports three variants side by side:
     every sample, a censored one counted as C. This is the exact bound for the length the engine
     actually serves under this card (it never generates past C), and understates the latent spread.
 
-Which one leads is decided in :func:`lenpred.stats.report.choose_variants`.
+Which one leads is decided in :func:`lenpred.stats.analysis.choose_variants`.
 
 Estimators work on arrays with the samples on the last axis; prompts are grouped by their sample count
 K so each group is one dense ``(M, P, K)`` array (M imputations, P prompts), which keeps every
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lenpred.data.lengths import sample_lengths
 from lenpred.data.rundir import RunDir
 from lenpred.errors import DataError
 from lenpred.stats.censoring import impute_censored
@@ -43,7 +44,12 @@ VARIANT_LABELS = {
 
 @dataclass(frozen=True)
 class RunLengths:
-    """One row per sample: prompt_id, sample_idx, length, censored, text (decoded response)."""
+    """One row per sample: prompt_id, sample_idx, length, censored, text (decoded response).
+
+    Read from a run directory (:func:`load_run_lengths`) or from a plain length table
+    (:func:`lenpred.stats.table.read_length_table`); ``card`` is the run's card, or for a table a
+    minimal card that names the table and its cap.
+    """
 
     samples: pd.DataFrame
     cap: int
@@ -52,6 +58,11 @@ class RunLengths:
     path: str
     min_samples: int = 2
     prompts_left_out: int = 0  # prompts with samples, but fewer than min_samples
+    prompts_listed: int | None = None  # prompts the run lists (None for a plain length table)
+
+    @property
+    def text_available(self) -> bool:
+        return bool(self.samples["text"].str.strip().any())
 
     @property
     def n_prompts(self) -> int:
@@ -94,10 +105,21 @@ class Variant:
 
 
 def _need_more_samples(path: str, k_max: int, min_samples: int) -> DataError:
+    """No prompt has ``min_samples`` samples: say what would work with the samples there are."""
+    why = (
+        f"{path}: no prompt has {min_samples} or more samples (the most any prompt has is {k_max})"
+    )
+    if min_samples > MIN_SAMPLES_FLOOR and k_max >= MIN_SAMPLES_FLOOR:
+        # the samples are there, the selection is too strict
+        return DataError(
+            why,
+            f"use --min-samples {k_max} or less, or add samples: `lenpred collect` with --samples "
+            f"{min_samples} on the same run extends it",
+        )
     return DataError(
-        f"{path}: no prompt has {min_samples} or more samples (the most any prompt has is {k_max}); the "
-        f"bound compares each sample with the median of the prompt's other samples, so it needs at least "
-        f"{min_samples} samples per prompt ({RECOMMENDED_SAMPLES} or more for a usable estimate)",
+        f"{why}; the bound compares each sample with the median of the prompt's other samples, so it "
+        f"needs at least {MIN_SAMPLES_FLOOR} samples per prompt ({RECOMMENDED_SAMPLES} or more for a usable "
+        "estimate)",
         f"collect with --samples {RECOMMENDED_SAMPLES} (or more) per prompt",
     )
 
@@ -114,23 +136,47 @@ def load_run_lengths(run: RunDir | str | PathLike[str], min_samples: int = 2) ->
     cap = rd.card.get("sampling", {}).get("max_new_tokens")
     if not isinstance(cap, int) or cap < 1:
         raise DataError(f"{path}/card.json has no positive integer sampling.max_new_tokens", "fix the card")
-    df = rd.samples(columns=["prompt_id", "sample_idx", "n_tokens", "stop_reason", "text"])
+    df = sample_lengths(rd, extra=("text",), with_prompts=False)
     if df.empty:
         raise DataError(
             f"{path} has no samples yet (no shard in samples.parquet/)",
             "wait for `lenpred collect` to write its first shard, or check the run path",
         )
+    try:
+        listed: int | None = len(rd.prompts())
+    except DataError:
+        listed = None
+    return from_samples(
+        df, cap=cap, card=rd.card, card_hash=rd.card_hash, path=path, min_samples=min_samples,
+        prompts_listed=listed, fix_corrupt="the run is corrupt; re-collect it",
+    )
+
+
+def from_samples(
+    df: pd.DataFrame,
+    *,
+    cap: int,
+    card: dict[str, Any],
+    card_hash: str,
+    path: str,
+    min_samples: int = 2,
+    prompts_listed: int | None = None,
+    fix_corrupt: str = "fix the lengths",
+) -> RunLengths:
+    """:class:`RunLengths` from a table in :func:`lenpred.data.lengths.sample_lengths` form (columns
+    ``prompt_id``, ``sample_idx``, ``n_tokens``, ``truncated``, optional ``text``), in its row order."""
+    text = df["text"].fillna("").astype(str).to_numpy() if "text" in df else np.full(len(df), "", dtype=object)
     samples = pd.DataFrame(
         {
             "prompt_id": df["prompt_id"].astype(str).to_numpy(),
             "sample_idx": df["sample_idx"].astype(int).to_numpy(),
             "length": df["n_tokens"].astype(int).to_numpy(),
-            "censored": (df["stop_reason"] == "length").to_numpy(),
-            "text": df["text"].fillna("").astype(str).to_numpy(),
+            "censored": df["truncated"].to_numpy(dtype=bool),
+            "text": text,
         }
     )
     if (samples["length"] < 0).any():
-        raise DataError(f"{path} has samples with a negative n_tokens", "the run is corrupt; re-collect it")
+        raise DataError(f"{path} has samples with a negative n_tokens", fix_corrupt)
     k = samples.groupby("prompt_id", sort=False).size()
     if int(k.max()) < min_samples:
         raise _need_more_samples(path, int(k.max()), min_samples)
@@ -148,11 +194,12 @@ def load_run_lengths(run: RunDir | str | PathLike[str], min_samples: int = 2) ->
     return RunLengths(
         samples=samples,
         cap=cap,
-        card=rd.card,
-        card_hash=rd.card_hash,
+        card=card,
+        card_hash=card_hash,
         path=path,
         min_samples=min_samples,
         prompts_left_out=left_out,
+        prompts_listed=prompts_listed,
     )
 
 

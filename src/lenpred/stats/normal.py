@@ -17,7 +17,9 @@ import numpy as np
 import pandas as pd
 
 from lenpred.stats.bootstrap import ratio_ci
-from lenpred.stats.bound import mae_estimates
+from lenpred.stats.oracle import mae_estimates
+from lenpred.stats.perprompt import describe
+from lenpred.stats.results import NormalLaw, NormalLawUnavailable, NormalMetrics
 
 NORMAL_MAE_FACTOR = float(np.sqrt(2.0 / np.pi))
 NORMAL_CENTRAL_MASS = 0.6826894921370859  # P(|Z| <= 1)
@@ -40,31 +42,29 @@ def _nan_stat(fn: Any, x: Any) -> float:
     return float(fn(v)) if v.size else float("nan")
 
 
-def _metrics(pp: pd.DataFrame) -> dict[str, float]:
+def _metrics(pp: pd.DataFrame) -> NormalMetrics:
     ratio = pp["mae_ratio"].to_numpy(float)
     ok = np.isfinite(ratio)
     dev = np.abs(ratio[ok] - 1.0)
     den = float(pp["mae_normal"][ok].sum())
-    return {
-        "n_prompts": int(ok.sum()),
-        "mae_ratio_aggregate": float(pp["mae_oracle"][ok].sum()) / den if den > 0 else float("nan"),
-        "mae_ratio_median": _nan_stat(np.median, ratio),
-        "share_within_5pct": _nan_stat(np.mean, dev <= 0.05),
-        "share_within_10pct": _nan_stat(np.mean, dev <= 0.10),
-        "skew_mean": _nan_stat(np.mean, pp["skew"]),
-        "skew_median": _nan_stat(np.median, pp["skew"]),
-        "excess_kurtosis_mean": _nan_stat(np.mean, pp["excess_kurtosis"]),
-        "excess_kurtosis_median": _nan_stat(np.median, pp["excess_kurtosis"]),
-        "central_mass": _nan_stat(np.mean, pp["central_mass"]),
-        "shapiro_reject_share": _nan_stat(np.mean, pp["shapiro_reject"]),
-        "n_prompts_shape": int(np.isfinite(pp["shapiro_reject"].to_numpy(float)).sum()),
-    }
+    return NormalMetrics(
+        n_prompts=int(ok.sum()),
+        mae_ratio_aggregate=float(pp["mae_oracle"][ok].sum()) / den if den > 0 else float("nan"),
+        mae_ratio_median=_nan_stat(np.median, ratio),
+        share_within_5pct=_nan_stat(np.mean, dev <= 0.05),
+        share_within_10pct=_nan_stat(np.mean, dev <= 0.10),
+        skew_mean=_nan_stat(np.mean, pp["skew"]),
+        skew_median=_nan_stat(np.median, pp["skew"]),
+        excess_kurtosis_mean=_nan_stat(np.mean, pp["excess_kurtosis"]),
+        excess_kurtosis_median=_nan_stat(np.median, pp["excess_kurtosis"]),
+        central_mass=_nan_stat(np.mean, pp["central_mass"]),
+        shapiro_reject_share=_nan_stat(np.mean, pp["shapiro_reject"]),
+        n_prompts_shape=int(np.isfinite(pp["shapiro_reject"].to_numpy(float)).sum()),
+    )
 
 
-def normal_reference(k_counts: dict[int, int], n_prompts: int, rng: np.random.Generator) -> dict[str, float]:
+def normal_reference(k_counts: dict[int, int], n_prompts: int, rng: np.random.Generator) -> NormalMetrics:
     """The same metrics on simulated exactly-normal prompts with the run's mix of sample counts K."""
-    from lenpred.stats.perprompt import describe  # local: perprompt imports this package's bound module
-
     total = sum(k_counts.values())
     frames = []
     for k, count in sorted(k_counts.items()):
@@ -80,7 +80,7 @@ def normal_reference(k_counts: dict[int, int], n_prompts: int, rng: np.random.Ge
 
 def normal_law(
     pp: pd.DataFrame, n_reference: int, n_boot: int, ci: float, rng: np.random.Generator
-) -> dict[str, Any]:
+) -> NormalLaw | NormalLawUnavailable:
     """Normal-law checks on per-prompt statistics (with ``mae_ratio``) against an exact-normal yardstick.
 
     Prompts with fewer than 3 samples are left out: with K = 2 the MAE-to-sd ratio is 1 by construction
@@ -89,15 +89,10 @@ def normal_law(
     n_small = int((pp["k"] < MIN_K).sum())
     pp = pp[pp["k"] >= MIN_K]
     if pp.empty:
-        return {
-            "available": False,
-            "reason": f"no prompt has {MIN_K} or more samples",
-            "prompts_left_out": n_small,
-        }
-    obs = _metrics(pp)
+        return NormalLawUnavailable(reason=f"no prompt has {MIN_K} or more samples", prompts_left_out=n_small)
     ok = np.isfinite(pp["mae_ratio"].to_numpy(float))
-    obs["mae_ratio_aggregate_ci"] = ratio_ci(
-        pp["mae_oracle"].to_numpy(float)[ok], pp["mae_normal"].to_numpy(float)[ok], n_boot, ci, rng
+    obs = _metrics(pp).with_ci(
+        ratio_ci(pp["mae_oracle"].to_numpy(float)[ok], pp["mae_normal"].to_numpy(float)[ok], n_boot, ci, rng)
     )
     k_counts = {int(k): int(n) for k, n in pp["k"].value_counts().items()}
     ref = normal_reference(k_counts, n_reference, rng)
@@ -106,12 +101,11 @@ def normal_law(
     # other way: prompts with long tails are the ones that hit the cap).
     clean = pp[pp["n_truncated"] == 0]
     uncensored = _metrics(clean) if pp["n_truncated"].any() and len(clean) >= 10 else None
-    return {
-        "available": True,
-        "prompts_left_out": n_small,
-        "observed": obs,
-        "observed_uncensored_prompts": uncensored,
-        "if_normal": ref,
-        "central_mass_limit": NORMAL_CENTRAL_MASS,
-        "note": "if_normal: the same estimators on simulated exactly-normal prompts with the run's K",
-    }
+    return NormalLaw(
+        prompts_left_out=n_small,
+        observed=obs,
+        observed_uncensored_prompts=uncensored,
+        if_normal=ref,
+        central_mass_limit=NORMAL_CENTRAL_MASS,
+        note="if_normal: the same estimators on simulated exactly-normal prompts with the run's K",
+    )

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from lenpred.stats.bound import mae_estimates
 from lenpred.stats.lengths import Variant
+from lenpred.stats.oracle import mae_estimates
 
 QUANTILES = (0.1, 0.25, 0.75, 0.9)
 

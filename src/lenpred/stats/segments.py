@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,6 +20,9 @@ from lenpred.stats.bootstrap import mean_ci
 from lenpred.stats.config import SEGMENT_UNITS
 from lenpred.stats.lengths import RunLengths
 from lenpred.stats.perprompt import c4
+from lenpred.stats.results import SegmentCV, SegmentsUnavailable
+
+NO_TEXT = "the run stores no decoded text"
 
 _SPLITTERS = {
     # a blank line (possibly holding spaces) separates paragraphs
@@ -84,38 +86,40 @@ def segment_cv(
     n_boot: int,
     ci: float,
     rng: np.random.Generator,
-) -> tuple[dict[str, Any], pd.DataFrame]:
-    """Summary of the segment-count CV for one unit, and the per-prompt table it came from."""
+) -> tuple[SegmentCV | SegmentsUnavailable, pd.DataFrame]:
+    """Summary of the segment-count CV for one unit (with the mean CV of every built-in unit), and
+    the per-prompt table it came from."""
     name = f"regex {regex!r}" if regex is not None else unit
-    if not lengths.samples["text"].str.strip().any():
-        return {"unit": name, "available": False, "reason": "the run stores no decoded text"}, pd.DataFrame()
+    if not lengths.text_available:
+        return SegmentsUnavailable(unit=name, reason=NO_TEXT), pd.DataFrame()
     t = segment_table(lengths, unit, regex, min_samples)
     cv = t["seg_cv"].to_numpy(float)
     cv = cv[np.isfinite(cv)]
     if cv.size == 0:
-        return {"unit": name, "available": False, "reason": "no prompt with enough EOS samples"}, t
+        reason = "no prompt with enough EOS samples"
+        return SegmentsUnavailable(unit=name, reason=reason, all_units_cv_mean=all_units_cv(lengths, min_samples)), t
     ok = t[np.isfinite(t["seg_cv"])]
     len_cv = ok["len_cv"].to_numpy(float)
     corr = ok["seg_len_corr"].to_numpy(float)
-    return {
-        "unit": name,
-        "available": True,
-        "n_prompts": int(cv.size),
-        "mean_segments": float(t["seg_mean"].mean()),
-        "cv_mean": float(cv.mean()),
-        "cv_mean_ci": mean_ci(cv, n_boot, ci, rng),
-        "cv_median": float(np.median(cv)),
+    return SegmentCV(
+        unit=name,
+        n_prompts=int(cv.size),
+        mean_segments=float(t["seg_mean"].mean()),
+        cv_mean=float(cv.mean()),
+        cv_mean_ci=mean_ci(cv, n_boot, ci, rng),
+        cv_median=float(np.median(cv)),
         # Under the theory (N segments of independent length X) CV(L)^2 = CV(N)^2 + CV(X)^2 / E[N] >= CV(N)^2
         # and count and length correlate strongly; these two say how far the responses are from that.
-        "length_cv_mean": float(np.nanmean(len_cv)) if np.isfinite(len_cv).any() else float("nan"),
-        "count_length_corr_mean": float(np.nanmean(corr)) if np.isfinite(corr).any() else float("nan"),
-    }, t
+        length_cv_mean=float(np.nanmean(len_cv)) if np.isfinite(len_cv).any() else float("nan"),
+        count_length_corr_mean=float(np.nanmean(corr)) if np.isfinite(corr).any() else float("nan"),
+        all_units_cv_mean=all_units_cv(lengths, min_samples),
+    ), t
 
 
 def all_units_cv(lengths: RunLengths, min_samples: int) -> dict[str, float]:
     """Mean segment-count CV for every built-in unit (a quick look at how much the choice matters)."""
-    out = {}
-    if not lengths.samples["text"].str.strip().any():
+    out: dict[str, float] = {}
+    if not lengths.text_available:
         return out
     for unit in SEGMENT_UNITS:
         cv = segment_table(lengths, unit, None, min_samples)["seg_cv"].to_numpy(float)

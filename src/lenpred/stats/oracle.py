@@ -32,16 +32,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lenpred.data.lengths import loo_median_sorted
 from lenpred.stats.bootstrap import mean_ci, ratio_ci
-
-
-def _loo_median_positions(k: int) -> tuple[np.ndarray, np.ndarray]:
-    """For each sorted position r, the two sorted positions whose mean is the median without r."""
-    r = np.arange(k)
-    a, b = (k - 2) // 2, (k - 1) // 2  # middle positions among the K - 1 that remain
-    pos_a = np.where(a < r, a, a + 1)
-    pos_b = np.where(b < r, b, b + 1)
-    return pos_a, pos_b
+from lenpred.stats.results import ByK, KRange, VariantBound
 
 
 def mae_estimates(x: np.ndarray) -> dict[str, np.ndarray]:
@@ -54,8 +47,7 @@ def mae_estimates(x: np.ndarray) -> dict[str, np.ndarray]:
         raise ValueError("the bound needs at least 2 samples per prompt")
     s = np.sort(x, axis=-1)  # (M, P, K)
     med = np.median(s, axis=-1, keepdims=True)
-    pa, pb = _loo_median_positions(k)
-    loo_med = 0.5 * (s[..., pa] + s[..., pb])  # (M, P, K): median of the others, for each sample
+    loo_med = loo_median_sorted(s)  # (M, P, K): median of the others, for each sample
     # a zero-length response would divide by zero; one token is the smallest meaningful length
     denom = np.maximum(s, 1.0)
     ins = np.abs(s - med)
@@ -72,38 +64,43 @@ def mae_estimates(x: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def summarize_bound(
-    per_prompt: pd.DataFrame, n_boot: int, ci: float, rng: np.random.Generator
-) -> dict[str, Any]:
+    per_prompt: pd.DataFrame,
+    n_boot: int,
+    ci: float,
+    rng: np.random.Generator,
+    *,
+    label: str,
+    dropped: dict[str, int],
+    imputed: int,
+) -> VariantBound:
     """Aggregate the per-prompt estimates into the bound, with bootstrap intervals over prompts.
 
     Every prompt weighs the same (the bound is an average over prompts, as a benchmark of prompts is).
+    ``label``, ``dropped`` (prompts left out, by reason) and ``imputed`` (censored samples imputed)
+    describe the variant the table came from.
     """
     pp = per_prompt
     mae = pp["mae_oracle"].to_numpy(float)
     mean_len = pp["mean"].to_numpy(float)
     var = pp["var"].to_numpy(float)
     rel = pp["rel_oracle"].to_numpy(float)
+    # the order of the bootstrap draws below is part of the figures (one generator for the analysis)
     mse_ci = mean_ci(var, n_boot, ci, rng)
-    out: dict[str, Any] = {
+    fields: dict[str, Any] = {
         "n_prompts": len(pp),
         "n_samples": int(pp["k"].sum()),
-        "samples_per_prompt": {
-            "min": int(pp["k"].min()),
-            "median": float(pp["k"].median()),
-            "max": int(pp["k"].max()),
-        },
+        "samples_per_prompt": KRange(
+            min=int(pp["k"].min()), median=float(pp["k"].median()), max=int(pp["k"].max())
+        ),
         "mean_length": float(mean_len.mean()),
         "median_length": float(pp["median"].mean()),
         "oracle_mae": float(mae.mean()),
         "oracle_mae_ci": mean_ci(mae, n_boot, ci, rng),
-        # the rigorous bracket in expectation: in-sample <= oracle <= leave-one-out
         "oracle_mae_insample": float(pp["mae_insample"].mean()),
         "oracle_mae_loo": float(pp["mae_loo"].mean()),
         "oracle_mae_loo_ci": mean_ci(pp["mae_loo"].to_numpy(float), n_boot, ci, rng),
-        # oracle MAE / mean length, as a ratio of prompt averages
         "relative_mae": float(mae.sum() / mean_len.sum()),
         "relative_mae_ci": ratio_ci(mae, mean_len, n_boot, ci, rng),
-        # mean over prompts and samples of |L - median| / L
         "mean_relative_error": float(rel.mean()),
         "mean_relative_error_ci": mean_ci(rel, n_boot, ci, rng),
         "mean_relative_error_loo": float(pp["rel_loo"].mean()),
@@ -116,12 +113,10 @@ def summarize_bound(
     if pp["k"].nunique() > 1:
         # prompts with more samples have sharper per-prompt estimates; agreement across K is a check that
         # the finite-K correction works on this run (the prompt sets differ, so only roughly)
-        out["by_k"] = {
-            str(int(k)): {
-                "n_prompts": len(g),
-                "oracle_mae": float(g["mae_oracle"].mean()),
-                "mean_length": float(g["mean"].mean()),
-            }
+        fields["by_k"] = {
+            str(int(k)): ByK(
+                n_prompts=len(g), oracle_mae=float(g["mae_oracle"].mean()), mean_length=float(g["mean"].mean())
+            )
             for k, g in pp.groupby("k")
         }
-    return out
+    return VariantBound(label=label, dropped_prompts=dropped, imputed_samples=imputed, **fields)

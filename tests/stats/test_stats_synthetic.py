@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lenpred.data.rundir import RunDir
-from lenpred.stats import simulate as sim
+from lenpred.stats import synthetic as sim
 
 
 def _mc_check(gen, prompt: int, n: int = 100_000) -> None:
