@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from lenpred.data.rundir import RunDir
-from lenpred.data.summary import print_run_summary
+HELP = "summarise a run directory (card, progress, length statistics)"
+EXAMPLE = "lenpred info data/runs/smollm2-sharegpt"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,11 +15,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    rd = RunDir.open(a.run)
-    if a.json:
-        from lenpred.data.summary import run_summary
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.summary import run_summary
+    from lenpred.report.run_info import print_run_info
 
-        print(json.dumps(run_summary(rd), indent=2))
+    summary = run_summary(RunDir.open(a.run))
+    if a.json:
+        print(json.dumps(summary.to_json_dict(), indent=2))
     else:
-        print_run_summary(rd)
+        print_run_info(summary)
     return 0

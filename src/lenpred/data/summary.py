@@ -1,68 +1,97 @@
-"""A quick, dependency-light summary of a run directory (used by `lenpred info` and the demo)."""
+"""A quick summary of a run directory: card, progress and length statistics (``lenpred info``, the demo).
+
+:func:`run_summary` computes a :class:`RunSummary` from the lengths read through
+:func:`lenpred.data.lengths.sample_lengths` (the one run-reading path); printing it is
+:func:`lenpred.report.run_info.print_run_info`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
+from lenpred.data.lengths import sample_lengths
 from lenpred.data.rundir import RunDir
 
+__all__ = ["LengthStats", "RunSummary", "print_run_summary", "run_summary"]
 
-def run_summary(run: RunDir) -> dict[str, Any]:
+QUANTILES = ("0.1", "0.5", "0.9", "0.99")
+
+
+class LengthStats(BaseModel):
+    """Length figures of the samples collected so far (absent while a run has no sample)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompts_with_samples: int
+    samples_per_prompt: dict[str, int]  # K -> number of prompts with K samples
+    truncated_share: float
+    tokens: int
+    length_mean: float
+    length_quantiles: dict[str, float]
+    eos_length_mean: float | None
+    mean_within_prompt_sd_eos: float | None
+
+
+class RunSummary(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run: str
+    card_hash: str
+    model: str | None
+    engine: str | None
+    sampling: dict[str, Any]
+    targets: list[dict[str, Any]]
+    prompts: int
+    samples: int
+    shards: int
+    lengths: LengthStats | None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The flat form ``lenpred info --json`` prints (length figures at the top level)."""
+        out = self.model_dump(mode="json", exclude={"lengths"})
+        if self.lengths is not None:
+            out.update(self.lengths.model_dump(mode="json"))
+        return out
+
+
+def run_summary(run: RunDir) -> RunSummary:
     card = run.card
-    out: dict[str, Any] = {
-        "run": str(run.path),
-        "card_hash": run.card_hash,
-        "model": card["model"].get("id"),
-        "engine": card["engine"].get("name"),
-        "sampling": card["sampling"],
-        "targets": card.get("targets", []),
-    }
-    prompts = run.prompts() if run.has_prompts() else None
-    s = run.samples(columns=["prompt_id", "sample_idx", "n_tokens", "stop_reason"])
-    out["prompts"] = 0 if prompts is None else int(len(prompts.index))
-    out["samples"] = int(len(s.index))
-    out["shards"] = len(run.shard_paths())
+    s = sample_lengths(run, with_prompts=False)
+    lengths = None
     if len(s.index):
         per = s.groupby("prompt_id").size()
         n = s["n_tokens"].to_numpy(dtype=float)
-        eos = s["stop_reason"] == "eos"
-        out["prompts_with_samples"] = int(per.size)
-        out["samples_per_prompt"] = {str(k): int(v) for k, v in per.value_counts().sort_index().items()}
-        out["truncated_share"] = float((~eos).mean())
-        out["tokens"] = int(n.sum())
-        out["length_mean"] = float(n.mean())
-        out["length_quantiles"] = {q: float(np.quantile(n, float(q))) for q in ("0.1", "0.5", "0.9", "0.99")}
-        out["eos_length_mean"] = float(n[eos.to_numpy()].mean()) if eos.any() else None
-        within = s[eos].groupby("prompt_id")["n_tokens"]
-        sd = within.std().dropna()
-        out["mean_within_prompt_sd_eos"] = float(sd.mean()) if len(sd) else None
-    return out
+        eos = ~s["truncated"].to_numpy(dtype=bool)
+        sd = s[eos].groupby("prompt_id")["n_tokens"].std().dropna()
+        lengths = LengthStats(
+            prompts_with_samples=int(per.size),
+            samples_per_prompt={str(k): int(v) for k, v in per.value_counts().sort_index().items()},
+            truncated_share=float((~eos).mean()),
+            tokens=int(n.sum()),
+            length_mean=float(n.mean()),
+            length_quantiles={q: float(np.quantile(n, float(q))) for q in QUANTILES},
+            eos_length_mean=float(n[eos].mean()) if eos.any() else None,
+            mean_within_prompt_sd_eos=float(sd.mean()) if len(sd) else None,
+        )
+    return RunSummary(
+        run=str(run.path),
+        card_hash=run.card_hash,
+        model=card["model"].get("id"),
+        engine=card["engine"].get("name"),
+        sampling=card["sampling"],
+        targets=card.get("targets", []),
+        prompts=int(len(run.prompts().index)) if run.has_prompts() else 0,
+        samples=int(len(s.index)),
+        shards=len(run.shard_paths()),
+        lengths=lengths,
+    )
 
 
 def print_run_summary(run: RunDir) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    """Print the summary of a run (kept for callers of lenpred <= 0.1.0; see lenpred.report.run_info)."""
+    from lenpred.report.run_info import print_run_info
 
-    s = run_summary(run)
-    t = Table(title=f"run {s['run']} (card {s['card_hash']})", show_header=False)
-    t.add_column("what")
-    t.add_column("value")
-    samp = s["sampling"]
-    t.add_row("model / engine", f"{s['model']} / {s['engine']}")
-    t.add_row(
-        "sampling card",
-        ", ".join(f"{k}={v}" for k, v in samp.items()),
-    )
-    t.add_row("targets", "; ".join(f"{x['prompts']} prompts x {x['samples']}" for x in s["targets"]) or "-")
-    t.add_row("prompts / samples / shards", f"{s['prompts']} / {s['samples']} / {s['shards']}")
-    if s["samples"]:
-        spp = sorted(s["samples_per_prompt"].items(), key=lambda kv: -int(kv[0]))
-        t.add_row("prompts by samples collected", ", ".join(f"{v} with {k}" for k, v in spp))
-        t.add_row("truncated at max_new_tokens", f"{s['truncated_share']:.1%}")
-        q = s["length_quantiles"]
-        t.add_row("length mean / p10 / p50 / p90 / p99", f"{s['length_mean']:.0f} / {q['0.1']:.0f} / {q['0.5']:.0f} / {q['0.9']:.0f} / {q['0.99']:.0f}")
-        if s["mean_within_prompt_sd_eos"] is not None:
-            t.add_row("mean within-prompt sd (EOS samples)", f"{s['mean_within_prompt_sd_eos']:.0f} tokens")
-    Console().print(t)
+    print_run_info(run_summary(run))
