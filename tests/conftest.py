@@ -102,4 +102,10 @@ def smol_tokenizer() -> Any:
     return load_tokenizer("smollm2-135m")
 
 
-needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")
+_no_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")
+
+
+def needs_llama(test: Any) -> Any:
+    """Marks a test ``llamacpp`` and ``slow`` (the real embedded model through llama.cpp) and skips it
+    where llama-cpp-python is not installed. Select or drop them with ``-m llamacpp`` / ``-m 'not slow'``."""
+    return pytest.mark.slow(pytest.mark.llamacpp(_no_llama(test)))

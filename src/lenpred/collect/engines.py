@@ -4,7 +4,10 @@ Engines with optional dependencies import them lazily, so this module is cheap a
 """
 
 from lenpred.collect import (
-    hf,  # noqa: F401,E402
+    hf,  # noqa: F401
     llamacpp,  # noqa: F401
-    openai,  # noqa: F401,E402
+    openai,  # noqa: F401
 )
+from lenpred.collect.base import ENGINES
+
+__all__ = ["ENGINES"]
