@@ -1,0 +1,146 @@
+"""``lenpred generate``: generate with the target, optionally speculatively with an EAGLE-3 head.
+
+Greedy (``--greedy``) output is identical to plain greedy decoding; otherwise tokens are sampled
+under a sampling card (``--card RUN`` or a card.json; by default the card recorded when the head was
+trained, else lenpred's defaults) and speculative sampling keeps the target's distribution exactly.
+The text streams to stdout as cycles commit tokens; a summary (tokens, tokens/s, tau) goes to
+stderr, and ``--events FILE`` writes one JSON line per cycle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lenpred.errors import ConfigError, DataError
+
+HELP = "generate with the target, optionally with an EAGLE-3 draft (speculative decoding)"
+EXAMPLE = "lenpred generate --draft out/draft/smollm2 --prompt 'Write a haiku about tea.'"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="target model (default: the head's target, else smollm2-135m)")
+    parser.add_argument("--draft", help="EAGLE-3 head directory (omit for plain decoding)")
+    parser.add_argument("--prompt", help="the user message (rendered with the chat template)")
+    parser.add_argument("--prompt-file", help="read the user message from this file")
+    parser.add_argument("--k", type=int, default=4, help="draft tokens per cycle (chain length, >= 1; default %(default)s)")
+    parser.add_argument("--greedy", action="store_true", help="greedy decoding instead of the card's sampling")
+    parser.add_argument("--card", help="take the sampling card from this run directory or card.json")
+    parser.add_argument("--max-new-tokens", type=int, help="cap on generated tokens (default: the card's)")
+    parser.add_argument("--seed", type=int, help="sampling seed (default: the card's)")
+    parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt text as it is")
+    parser.add_argument("--events", help="write one JSON line per cycle to this file")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--quiet", action="store_true", help="print only the generated text")
+
+
+def _sampling_card(args: argparse.Namespace, head_meta: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(sampling section, prompts section, where it came from)."""
+    if args.card:
+        p = Path(args.card)
+        f = p / "card.json" if p.is_dir() else p
+        if not f.is_file():
+            raise DataError(f"{p} has no card.json" if p.is_dir() else f"card {p} does not exist",
+                            "pass a run directory or its card.json")
+        try:
+            card = json.loads(f.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DataError(f"{f} is not valid JSON ({e})") from None
+        if not isinstance(card, dict) or not isinstance(card.get("sampling"), dict):
+            raise DataError(f"{f} has no sampling section", "pass a lenpred run card")
+        return card["sampling"], card.get("prompts") or {}, str(f)
+    train = ((head_meta or {}).get("training") or {}).get("run_card") or {}
+    if isinstance(train.get("sampling"), dict):
+        return train["sampling"], train.get("prompts") or {}, "the head's training run"
+    return {}, {}, "lenpred's defaults"
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.draft and args.k < 1:
+        raise ConfigError(f"--k must be >= 1 draft tokens per cycle, got {args.k}", "pass --k 1 or more")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
+    if bool(args.prompt) == bool(args.prompt_file):
+        raise ConfigError("pass exactly one of --prompt TEXT and --prompt-file FILE")
+    text = args.prompt
+    if args.prompt_file:
+        pf = Path(args.prompt_file)
+        if not pf.is_file():
+            raise ConfigError(f"prompt file {pf} does not exist")
+        try:
+            text = pf.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"prompt file {pf} is not UTF-8 text") from None
+    import torch
+
+    from lenpred.collect.base import SamplingConfig
+    from lenpred.data.sources import PromptConfig, render
+    from lenpred.draft.io import check_against_target, load_draft
+    from lenpred.draft.speculative import SpeculativeDecoder
+    from lenpred.draft.target import Target
+    from lenpred.models import EMBEDDED, load
+    from lenpred.models.loading import hf_folder
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    head = load_draft(args.draft) if args.draft else None
+    rec = ((head.meta or {}).get("target") or {}) if head else {}
+    model_name = args.model or rec.get("id") or EMBEDDED
+    spec, folder = hf_folder(model_name)
+    from transformers import AutoConfig
+
+    tcfg = AutoConfig.from_pretrained(folder)
+    layers = check_against_target(head, tcfg, fingerprint=spec.fingerprint) if head else None
+    sampling_d, prompts_d, where = _sampling_card(args, head.meta if head else None)
+    sampling_d = {k: v for k, v in sampling_d.items() if k in SamplingConfig.__dataclass_fields__}
+    if args.max_new_tokens is not None:
+        sampling_d["max_new_tokens"] = args.max_new_tokens
+    if args.seed is not None:
+        sampling_d["seed"] = args.seed
+    sampling = SamplingConfig(**sampling_d)
+    lm = load(model_name)
+    target = Target(lm.model, layers)
+    pcfg = PromptConfig(chat_template=not args.no_chat_template and prompts_d.get("chat_template", True),
+                        system_prompt=prompts_d.get("system_prompt"))
+    rendered = render(lm.tokenizer, text, pcfg)
+    ids = lm.tokenizer(rendered, add_special_tokens=not pcfg.chat_template)["input_ids"]
+    eos = getattr(lm.model.generation_config, "eos_token_id", None) or lm.tokenizer.eos_token_id
+    eos_ids = list(eos) if isinstance(eos, list | tuple) else [eos]
+    dec = SpeculativeDecoder(target, head.model if head else None, k=args.k if head else 0,
+                             sampling=None if args.greedy else sampling,
+                             max_new_tokens=sampling.max_new_tokens, eos_ids=eos_ids)
+    events = open(args.events, "w", encoding="utf-8") if args.events else None  # noqa: SIM115
+    printed = ""
+
+    def on_cycle(c: Any) -> None:
+        nonlocal printed
+        now = lm.tokenizer.decode(c.generated, skip_special_tokens=True)
+        sys.stdout.write(now[len(printed):])
+        sys.stdout.flush()
+        printed = now
+        if events is not None:
+            events.write(json.dumps({"cycle": c.index, "proposed": c.proposed, "accepted": c.accepted,
+                                     "committed": c.committed, "n_generated": c.n_generated,
+                                     "state_positions": [c.positions[0], c.positions[-1]] if c.positions else [],
+                                     "seconds": round(c.seconds, 6)}) + "\n")
+
+    gen = torch.Generator().manual_seed(int(sampling.seed))
+    t0 = time.perf_counter()
+    try:
+        g = dec.generate(ids, generator=gen, on_cycle=on_cycle)
+    finally:
+        if events is not None:
+            events.close()
+    dt = time.perf_counter() - t0
+    final = lm.tokenizer.decode(g.tokens, skip_special_tokens=True)
+    sys.stdout.write(final[len(printed):] + "\n")
+    if not args.quiet:
+        mode = "greedy" if args.greedy else f"sampling ({where})"
+        spec_s = f"k={args.k}, tau={g.tau:.2f}, " if head else "plain, "
+        print(f"lenpred generate: {len(g.tokens)} tokens in {dt:.1f}s ({len(g.tokens) / max(dt, 1e-9):.1f} tok/s), "
+              f"{spec_s}{g.target_forwards} target forwards, {mode}, stop={g.stop_reason}", file=sys.stderr)
+    return 0

@@ -1,0 +1,51 @@
+"""The card's next-token distribution, for many positions at once (verification needs k + 1).
+
+Same processors and order as the transformers collection engine (:mod:`lenpred.collect.hf`):
+repetition penalty over prompt + output, frequency / presence penalties over the output, then
+temperature, top-k, top-p, min-p. Speculative sampling is exact for whatever distribution this
+returns, as long as target and draft go through the same function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lenpred.collect.base import SamplingConfig
+
+__all__ = ["CardSampler"]
+
+
+class CardSampler:
+    def __init__(self, sampling: SamplingConfig) -> None:
+        from transformers import (
+            LogitsProcessorList,
+            MinPLogitsWarper,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        self.s = sampling
+        procs: list[Any] = [TemperatureLogitsWarper(sampling.temperature)]
+        if sampling.top_k > 0:
+            procs.append(TopKLogitsWarper(sampling.top_k))
+        if sampling.top_p < 1.0:
+            procs.append(TopPLogitsWarper(sampling.top_p))
+        if sampling.min_p > 0:
+            procs.append(MinPLogitsWarper(sampling.min_p))
+        self.warp = LogitsProcessorList(procs)
+
+    def probs(self, logits: torch.Tensor, counts: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+        """logits (n, V) float32; counts (n, V) output-token counts; seen (n, V) bool (prompt + output).
+        Returns (n, V) probabilities."""
+        s = self.s
+        x = logits.float()
+        if s.repetition_penalty != 1.0:
+            pen = torch.where(x > 0, x / s.repetition_penalty, x * s.repetition_penalty)
+            x = torch.where(seen, pen, x)
+        if s.frequency_penalty or s.presence_penalty:
+            x = x - s.frequency_penalty * counts - s.presence_penalty * (counts > 0).float()
+        x = self.warp(None, x)
+        return torch.softmax(x, dim=-1)
