@@ -1,0 +1,43 @@
+"""Planted-truth data shared by the predictor tests: made once per session, every head fitted once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from predictors.synth import planted
+
+
+@pytest.fixture(scope="session")
+def data() -> dict[str, Any]:
+    """400 training prompts (2 samples), 80 validation (2), 150 test (8): the reference run's shape, small."""
+    return {"train": planted(400, 2, seed=0), "val": planted(80, 2, seed=1), "test": planted(150, 8, seed=2)}
+
+
+@pytest.fixture(scope="session")
+def fitted(data) -> dict[str, Any]:
+    """name -> head fitted with its defaults (proxy on the precomputed 'embedding' block 15.mean)."""
+    from lenpred.predictors.registry import PREDICTORS, make_predictor
+
+    out = {}
+    tr, va = data["train"], data["val"]
+    for name in PREDICTORS.names():
+        h = make_predictor(name)
+        if name == "proxy":
+            h.fit(_emb(tr), tr["y"], X_val=_emb(va), y_val=va["y"])
+        else:
+            h.fit(tr["X"], tr["y"], X_val=va["X"], y_val=va["y"])
+        out[name] = h
+    return out
+
+
+def _emb(part: dict[str, Any]) -> np.ndarray:
+    """A stand-in for MiniLM embeddings (n, 384): a fixed linear image of a hidden-state block."""
+    m = np.random.default_rng(7).standard_normal((part["X"].block("15.mean").shape[1], 384)) / 8
+    return (part["X"].block("15.mean") @ m).astype(np.float32)
+
+
+def inputs(name: str, part: dict[str, Any]) -> Any:
+    return _emb(part) if name == "proxy" else part["X"]

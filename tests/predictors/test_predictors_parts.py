@@ -1,0 +1,174 @@
+"""Known answers for the parts heads are built from: targets, distributions, the affine law, ridge's
+leave-one-out, soft targets, block selection and the input checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lenpred.errors import ConfigError, DataError, UnknownKeyError
+from lenpred.features.store import Features
+from lenpred.predictors.base import AffineSpread, resolve_blocks
+from lenpred.predictors.dist import binned, clipped_normal, weighted_quantile
+from lenpred.predictors.registry import make_predictor
+from lenpred.predictors.softlabel import soft_targets
+from lenpred.predictors.targets import Targets, as_targets
+from predictors.synth import ALPHA, B, planted
+
+
+def test_targets_from_lengths_ragged_and_capped():
+    df = pd.DataFrame({"prompt_id": ["a", "a", "b", "b", "b", "c"], "n_tokens": [5, 7, 100, 3, 9, 4],
+                       "truncated": [False, False, True, False, False, False]})
+    t = Targets.from_lengths(df, ["b", "a"], cap=50)
+    assert t.values.shape == (2, 3)
+    np.testing.assert_array_equal(t.values[0], [50, 3, 9])  # a truncated sample counts as the cap
+    assert np.isnan(t.values[1, 2]) and t.truncated[0].tolist() == [True, False, False]
+    np.testing.assert_array_equal(t.median(), [9, 6])
+    np.testing.assert_array_equal(t.counts, [3, 2])
+    row, y, w = t.flat()
+    np.testing.assert_allclose(w, [1 / 3] * 3 + [0.5] * 2)
+    with pytest.raises(DataError, match="no samples"):
+        Targets.from_lengths(df, ["zz"], cap=50)
+
+
+def test_as_targets_shapes():
+    assert as_targets(np.array([1.0, 2.0]), 2).values.shape == (2, 1)
+    assert as_targets([[1, 2], [3, np.nan]], 2).counts.tolist() == [2, 1]
+    with pytest.raises(DataError, match="2 rows but X has 3"):
+        as_targets([1, 2], 3)
+    with pytest.raises(DataError, match="no sample"):
+        as_targets([[np.nan, np.nan]], 1)
+
+
+def test_clipped_normal_against_monte_carlo():
+    rng = np.random.default_rng(0)
+    mu, sd, cap = np.array([5.0, 500.0, 990.0]), np.array([20.0, 100.0, 60.0]), 1000.0
+    x = np.clip(mu[:, None] + sd[:, None] * rng.standard_normal((3, 400_000)), 0, cap)
+    d = clipped_normal(mu, sd, cap)
+    np.testing.assert_allclose(d.mean, x.mean(1), rtol=3e-3, atol=0.1)
+    np.testing.assert_allclose(d.spread, x.std(1), rtol=5e-3)
+    np.testing.assert_allclose(d.q50, np.clip(mu, 0, cap))
+    np.testing.assert_allclose(d.q90, np.quantile(x, 0.9, axis=1), rtol=5e-3)
+
+
+def test_binned_quantiles_by_hand():
+    edges = np.array([0.0, 10.0, 20.0, 30.0])
+    d = binned(np.array([[0.5, 0.0, 0.5], [0.0, 1.0, 0.0]]), edges)
+    # row 0: half the mass uniform on [0, 10], half on [20, 30] -> q10 = 2, q90 = 28, median at 10
+    np.testing.assert_allclose(d.q10, [2.0, 11.0])
+    np.testing.assert_allclose(d.q50, [10.0, 15.0])
+    np.testing.assert_allclose(d.q90, [28.0, 19.0])
+    np.testing.assert_allclose(d.mean, [15.0, 15.0])
+    np.testing.assert_allclose(d.spread[1], 10 / np.sqrt(12))
+
+
+def test_weighted_quantile():
+    assert weighted_quantile(np.array([1.0, 2.0, 3.0]), np.ones(3), 0.5) == 2.0
+    # weights 1:3 -> the heavier value is the median
+    assert weighted_quantile(np.array([0.0, 10.0]), np.array([1.0, 3.0]), 0.5) > 5.0
+
+
+def test_affine_law_recovered():
+    p = planted(600, 8, seed=5)
+    law = AffineSpread.fit(p["y"], p["mu"])
+    assert law.source == "affine"
+    assert abs(law.alpha - ALPHA) < 0.03 and abs(law.b - B) < 12
+    law.calibrate(p["y"], p["mu"])  # at the true mu the law is already right: scale ~ 1
+    assert 0.9 < law.scale < 1.1
+
+
+def test_affine_fallback_without_repeated_samples():
+    y = np.array([10.0, 30.0, 50.0, 70.0])
+    law = AffineSpread.fit(as_targets(y, 4), np.array([20.0, 20.0, 60.0, 60.0]))
+    assert law.source == "residuals" and law.alpha == 0 and law.b == pytest.approx(1.4826 * 10)
+
+
+def test_ridge_leave_one_out_matches_refits():
+    p = planted(40, 2, seed=3, d=4)
+    alphas = (0.5, 5.0, 50.0)
+    h = make_predictor("ridge", {"blocks": ["15.mean"], "alphas": alphas}).fit(p["X"], p["y"])
+    x = p["X"].block("15.mean").astype(np.float64)
+    med = p["y"].median()
+    brute = []
+    for a in alphas:
+        err = []
+        for i in range(len(med)):
+            keep = np.arange(len(med)) != i
+            sub = make_predictor("ridge", {"blocks": ["15.mean"], "alphas": (a,)})
+            # refit on n-1 prompts with the *full* data's standardisation and target scale, as the
+            # closed form assumes; then predict the held-out prompt
+            xs = (x - h.scaler_.mean) / h.scaler_.scale
+            t = h.tscale_.forward(med)
+            A = xs[keep]
+            xm, tm = A.mean(0), t[keep].mean()
+            coef = np.linalg.solve((A - xm).T @ (A - xm) + a * np.eye(A.shape[1]), (A - xm).T @ (t[keep] - tm))
+            pred = h.tscale_.inverse(tm + (xs[i] - xm) @ coef)
+            err.append(abs(pred - med[i]))
+            del sub
+        brute.append(np.mean(err))
+    # the hat-matrix shortcut treats the intercept as a fixed 1/n leverage: agreement to ~2%
+    np.testing.assert_allclose(h.cv_mae_, brute, rtol=0.02)
+    assert h.alpha_ == alphas[int(np.argmin(h.cv_mae_))]
+
+
+def test_soft_targets_by_hand():
+    t = Targets(np.array([[10.0, 950.0], [300.0, np.nan]]), np.zeros((2, 2), bool), 1024)
+    edges = np.linspace(0, 1024, 5)  # bins of 256
+    np.testing.assert_allclose(soft_targets(t, edges, "histogram", 0.0), [[0.5, 0, 0, 0.5], [0, 1, 0, 0]])
+    k = soft_targets(t, edges, "kernel", 1.0)
+    assert np.allclose(k.sum(1), 1) and k[1].argmax() == 1 and k[0].argmax() == 1  # median of row 0 = 480
+    s = soft_targets(t, edges, "histogram", 1.0)
+    assert np.allclose(s.sum(1), 1) and s[0, 0] > s[0, 1] and s[0, 3] > s[0, 2]
+
+
+def _feats(layers, d=3, n=4):
+    blocks = {f"{L}.{p}": np.zeros((n, d), np.float32) for L in layers for p in ("mean", "last")}
+    return Features(np.array([f"p{i}" for i in range(n)]), blocks, np.ones((n, 2)), ("prompt_tokens", "x"), {})
+
+
+def test_block_roles():
+    f = _feats((10, 15, 30))
+    assert resolve_blocks(["@low.mean", "@mid.last", "@high.mean", "side", "side:x"], f) == \
+        ["10.mean", "15.last", "30.mean", "side", "side:x"]
+    assert resolve_blocks(["@low.mean", "@mid.mean"], _feats((15, 30))) == ["15.mean"]  # 15 is nearest 30/3
+    with pytest.raises(DataError, match="no <layer>.entropy block"):
+        resolve_blocks(["@high.entropy"], f)
+    with pytest.raises(DataError, match="no block '31.mean'"):
+        resolve_blocks(["31.mean"], f)
+    with pytest.raises(ConfigError, match="@low.POOL"):
+        resolve_blocks(["@top.mean"], f)
+    with pytest.raises(DataError, match="no side feature 'nope'"):
+        resolve_blocks(["side:nope"], f)
+
+
+def test_input_checks(fitted, data):
+    h = fitted["ridge"]
+    X = data["test"]["X"]
+    bad = X.subset(X.prompt_ids[:5])
+    bad.blocks["15.mean"] = bad.blocks["15.mean"][:, :8]
+    with pytest.raises(DataError, match="block '15.mean' has width 8, the ridge head was trained on 16"):
+        h.predict(bad)
+    nan = X.subset(X.prompt_ids[:5])
+    nan.blocks["30.last"] = nan.blocks["30.last"].copy()
+    nan.blocks["30.last"][2, 0] = np.nan
+    with pytest.raises(DataError, match="NaN or infinite values in 1 row"):
+        h.predict(nan)
+    other = X.subset(X.prompt_ids[:5])
+    other.spec = dict(other.spec, layers=[8, 16, 30])
+    with pytest.raises(DataError, match="another feature spec.*layers"):
+        h.predict(other)
+    with pytest.raises(DataError, match="has 3 columns, the head was trained on 32"):
+        h.predict(np.zeros((2, 3)))  # a plain matrix of the wrong width
+    with pytest.raises(DataError, match="reads several block groups"):
+        make_predictor("film").fit(np.zeros((4, 3)), np.arange(4.0))
+
+
+def test_param_errors_name_the_fix(data):
+    with pytest.raises(UnknownKeyError, match="unknown predictor 'nope'.*use one of: constant, egtp, film"):
+        make_predictor("nope")
+    with pytest.raises(ConfigError, match="no hyperparameter.*hiden.*valid: blocks, hidden"):
+        make_predictor("mlp", {"hiden": 3})
+    with pytest.raises(ConfigError, match="hyperparameter hidden must be an integer >= 1"):
+        make_predictor("mlp", {"hidden": -1}).fit(data["train"]["X"], data["train"]["y"])
+    assert make_predictor("mlp", {"blocks": "15.mean,30.last"}).blocks == ("15.mean", "30.last")
