@@ -114,3 +114,24 @@ def test_card_fields_decide_what_changes_the_card():
     assert OpenAIEngine.identity(o.replace(api_model="other"), setup)["api_model"] == "other"
     assert "api_model" not in o.runtime() and o.runtime()["base_url"] == "http://a/v1"
     assert LlamaCppOptions().card() == {}
+
+
+def test_every_engine_follows_the_protocol():
+    """Each registered engine: its registry name, an EngineOptions class whose card_fields are real
+    fields (checked when the options are built), and the protocol's methods."""
+    from lenpred.collect.base import EngineOptions
+
+    for name in ENGINES.names():
+        cls = ENGINES.get(name)
+        assert cls.name == name and issubclass(cls.Options, EngineOptions)
+        opts = cls.Options()
+        assert set(opts.card()) | set(opts.runtime()) == set(opts.to_dict()) and not set(opts.card()) & set(opts.runtime())
+        for method in ("identity", "create", "generate", "close"):
+            assert callable(getattr(cls, method)), (name, method)
+
+    class Typo(EngineOptions):
+        card_fields = ("dtpye",)
+        dtype: str = "float32"
+
+    with pytest.raises(TypeError, match=r"Typo.card_fields names unknown options \['dtpye'\]"):
+        Typo()
