@@ -18,6 +18,7 @@ from lenpred.stats import synthetic as sim
 from lenpred.stats.results import AffineFit, BoundSummary
 
 PLOTS = ("hist_grid.png", "sd_vs_mu.png", "hazard.png", "mae_normal.png")
+FAST = ["--n-boot", "50", "--n-boot-robust", "10", "--n-normal-reference", "300", "--n-imputations", "4"]
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def cli_out(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     base = tmp_path_factory.mktemp("cli")
     sim.write_synthetic_run(base / "run", sim.ramping_hazard(60, seed=9), k=8, max_new_tokens=420, seed=9)
     argv = ["bound", str(base / "run"), "--out", str(base / "out"), "--n-boot", "200", "--grid", "4",
-            "--segment-unit", "sentence"]
+            "--segment-unit", "sentence", "--n-normal-reference", "500", "--n-imputations", "5"]
     return base / "run", base / "out", " ".join(argv)
 
 
@@ -131,7 +132,7 @@ def test_rerun_replaces_the_artifact_and_default_out_dir(
     run, _, _ = cli_out
     monkeypatch.chdir(tmp_path)
     for headline in ("capped", "eos"):  # the second run replaces the first artifact in place
-        assert main(["bound", str(run), "--no-plots", "--n-boot", "50", "--headline", headline]) == 0
+        assert main(["bound", str(run), "--no-plots", "--headline", headline, *FAST]) == 0
         s = load_bound(tmp_path / "out" / "bound" / "run")
         assert s.headline == headline
     out = tmp_path / "out" / "bound" / "run"
@@ -145,7 +146,7 @@ def test_output_of_an_older_lenpred_is_replaced(cli_out: tuple[Path, Path, str],
     old.mkdir()
     (old / "bound.json").write_text("{}")  # what lenpred 0.1.0 wrote: bound files, no meta.json
     (old / "summary.md").write_text("# old\n")
-    assert main(["bound", str(run), "--out", str(old), "--no-plots", "--n-boot", "50"]) == 0
+    assert main(["bound", str(run), "--out", str(old), "--no-plots", *FAST]) == 0
     assert (old / "meta.json").is_file() and load_bound(old).counts.samples == 480
     assert not list(tmp_path.glob(".old*"))  # nothing left beside it
 
@@ -156,7 +157,7 @@ def test_length_table_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     sim.write_synthetic_run(run, sim.ramping_hazard(40, seed=3), k=6, max_new_tokens=400, seed=3, text=False)
     df = RunDir.open(run).samples(columns=["prompt_id", "sample_idx", "n_tokens", "stop_reason"])
     df.assign(max_new_tokens=400).sample(frac=1.0, random_state=0).to_csv(tmp_path / "lengths.csv", index=False)
-    args = ["--no-plots", "--n-boot", "100", "--n-normal-reference", "300"]
+    args = ["--no-plots", *FAST]
     assert main(["bound", str(run), "--out", str(tmp_path / "a"), *args]) == 0
     assert main(["bound", str(tmp_path / "lengths.csv"), "--out", str(tmp_path / "b"), *args]) == 0
     a, b = load_bound(tmp_path / "a"), load_bound(tmp_path / "b")

@@ -31,7 +31,7 @@ def _run(path: Path, rows: list[tuple[str, int, int, str]], cap: int = 100) -> P
 
 def _cli_fails(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
     assert (
-        main(["bound", str(path), "--out", str(path.parent / "out"), "--no-plots", "--n-boot", "50", *extra])
+        main(["bound", str(path), "--out", str(path.parent / "out"), "--no-plots", "--n-boot", "50", "--n-normal-reference", "200", *extra])
         == 1
     )
     err = capsys.readouterr().err
@@ -159,7 +159,7 @@ def test_tiny_run_mostly_truncated(tmp_path: Path, capsys: pytest.CaptureFixture
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "Mean of empty slice" and friends become failures
         rc = main(["bound", str(path), "--out", str(out), "--n-boot", "50", "--headline", "capped",
-                   "--theory", "capped", "--grid", "3"])
+                   "--theory", "capped", "--grid", "3", "--n-normal-reference", "200"])
     assert rc == 0
     captured = capsys.readouterr()
     assert "Warning" not in captured.err

@@ -16,7 +16,8 @@ from lenpred.stats import synthetic as sim
 def test_small_k_end_to_end(tmp_path: Path, k: int, capsys: pytest.CaptureFixture[str]) -> None:
     sim.write_synthetic_run(tmp_path / "r", sim.ramping_hazard(12, seed=k), k=k, max_new_tokens=330, seed=k)
     out = tmp_path / "out"
-    assert main(["bound", str(tmp_path / "r"), "--out", str(out), "--n-boot", "50", "--grid", "4"]) == 0
+    assert main(["bound", str(tmp_path / "r"), "--out", str(out), "--n-boot", "50", "--grid", "4",
+                 "--n-normal-reference", "300", "--n-boot-robust", "10", "--n-imputations", "4"]) == 0
     b = json.loads((out / "bound.json").read_text())
     if k == 2:
         # with two samples the MAE-to-sd ratio is 1 by construction: the law is not tested
