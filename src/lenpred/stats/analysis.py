@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -289,12 +288,3 @@ def alpha_vs_segment_cv(
         agree=bool(determined and 0.8 <= a / cv <= 1.25),
         intervals_overlap=bool(lo <= chi and clo <= hi),
     )
-
-
-def summary_of(analysis: BoundAnalysis | BoundSummary | dict[str, Any]) -> BoundSummary:
-    """The typed summary from an analysis, a summary or a bound.json dict."""
-    if isinstance(analysis, BoundAnalysis):
-        return analysis.summary
-    if isinstance(analysis, BoundSummary):
-        return analysis
-    return BoundSummary.from_json_dict(analysis)
