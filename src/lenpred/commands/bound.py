@@ -14,10 +14,9 @@ from pathlib import Path
 
 from lenpred.config import add_arguments as add_config_arguments
 from lenpred.config import from_arguments
-from lenpred.errors import ConfigError, DataError
 from lenpred.report.bound import ReportOptions
 from lenpred.stats.config import BoundConfig
-from lenpred.stats.table import LengthTableOptions, is_length_table
+from lenpred.stats.table import LengthTableOptions
 
 HELP = "per-prompt length statistics, the prefill oracle bound, normal / affine / hazard analysis"
 EXAMPLE = "lenpred bound data/runs/smollm2-sharegpt --out out/bound"
@@ -37,25 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lenpred.report.bound import print_bound, write_bound, written_names
-    from lenpred.stats import analyse_lengths, analyse_run
+    from lenpred.stats import analyse_path
 
     config = from_arguments(BoundConfig, args)
     report = from_arguments(ReportOptions, args)
     table = from_arguments(LengthTableOptions, args)
-    src = Path(args.source)
-    if not src.exists():
-        raise DataError(f"{src} does not exist", "pass a run directory or a .csv / .parquet table of lengths")
     t0 = time.perf_counter()
-    if is_length_table(src):
-        analysis, kind, name = analyse_lengths(src, config, max_new_tokens=table.max_new_tokens), "table", src.stem
-    elif src.is_file():
-        raise DataError(f"{src} is a file but not a .csv or .parquet table of lengths",
-                        "pass a run directory, or a table named *.csv or *.parquet")
-    else:
-        if table.max_new_tokens is not None:
-            raise ConfigError("--max-new-tokens is for a length table", "leave it out: the run's card gives the cap")
-        analysis, kind, name = analyse_run(src, config), "run", src.resolve().name
-    out = Path(args.out) if args.out else Path("out/bound") / name
-    art = write_bound(analysis, out, plots=report.plots, grid=report.grid, source=kind)
+    analysis = analyse_path(args.source, config, max_new_tokens=table.max_new_tokens)
+    src = Path(args.source)
+    out = Path(args.out) if args.out else Path("out/bound") / (src.stem if src.is_file() else src.resolve().name)
+    art = write_bound(analysis, out, plots=report.plots, grid=report.grid)
     print_bound(analysis.summary, written_names(art), out, time.perf_counter() - t0)
     return 0

@@ -288,11 +288,10 @@ def write_bound(
     *,
     plots: bool = True,
     grid: int = 16,
-    source: str = "run",
 ) -> Artifact:
     """Write bound.json, per_prompt.csv, summary.md and the plots as one artifact directory (atomic).
 
-    ``source`` ("run" or "table") is recorded in meta.json. An output directory written by an
+    meta.json records the source (a run directory or a length table). An output directory written by an
     earlier lenpred (the same files, no meta.json) is replaced; any other non-empty directory is
     refused by the artifact contract.
     """
@@ -320,7 +319,7 @@ def write_bound(
             card_scope="run",
             json_files={BOUND_JSON: s.to_json_dict()},
             files=files,
-            meta={"source": source, "run": s.run},
+            meta={"source": analysis.lengths.source, "run": s.run},
         )
     except BaseException:
         if legacy is not None:

@@ -27,7 +27,7 @@ Modules, in the order the analysis uses them:
 Presentation (console tables, summary.md, plots) is :mod:`lenpred.report.bound`.
 """
 
-from lenpred.stats.analysis import BoundAnalysis, analyse, analyse_lengths, analyse_run
+from lenpred.stats.analysis import BoundAnalysis, analyse, analyse_lengths, analyse_path, analyse_run
 from lenpred.stats.artifact import load_bound, load_per_prompt
 from lenpred.stats.config import BoundConfig
 from lenpred.stats.results import BoundSummary, VariantBound, Verdict
@@ -41,6 +41,7 @@ __all__ = [
     "Verdict",
     "analyse",
     "analyse_lengths",
+    "analyse_path",
     "analyse_run",
     "load_bound",
     "load_per_prompt",

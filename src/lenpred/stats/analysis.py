@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from os import PathLike
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from lenpred import __version__
 from lenpred.data.rundir import RunDir
-from lenpred.errors import DataError
+from lenpred.errors import ConfigError, DataError
 from lenpred.stats.affine import fit_affine
 from lenpred.stats.censoring import MIN_EOS_TAIL, tail_check
 from lenpred.stats.config import MIN_SAMPLES_FLOOR, VARIANTS, BoundConfig
@@ -42,9 +43,10 @@ from lenpred.stats.results import (
     VariantUnavailable,
 )
 from lenpred.stats.segments import segment_cv
+from lenpred.stats.table import is_length_table, read_length_table
 from lenpred.stats.verdicts import cautions, verdicts
 
-__all__ = ["BoundAnalysis", "analyse", "analyse_lengths", "analyse_run", "choose_variants"]
+__all__ = ["BoundAnalysis", "analyse", "analyse_lengths", "analyse_path", "analyse_run", "choose_variants", "open_lengths"]
 
 
 @dataclass(frozen=True)
@@ -245,10 +247,33 @@ def analyse_lengths(
     Columns: ``prompt_id``, ``n_tokens``, optional ``stop_reason`` (``eos``/``stop`` or ``length``),
     ``max_new_tokens`` and ``text``; see :func:`lenpred.stats.table.read_length_table`.
     """
-    from lenpred.stats.table import read_length_table
-
     config = config or BoundConfig()
     return analyse(read_length_table(table, config.min_samples, max_new_tokens=max_new_tokens), config)
+
+
+def open_lengths(
+    source: str | PathLike[str], min_samples: int = MIN_SAMPLES_FLOOR, *, max_new_tokens: int | None = None
+) -> RunLengths:
+    """The lengths behind a path: a run directory, or a ``.csv`` / ``.parquet`` length table."""
+    src = Path(source)
+    if not src.exists():
+        raise DataError(f"{src} does not exist", "pass a run directory or a .csv / .parquet table of lengths")
+    if is_length_table(src):
+        return read_length_table(src, min_samples, max_new_tokens=max_new_tokens)
+    if src.is_file():
+        raise DataError(f"{src} is a file but not a .csv or .parquet table of lengths",
+                        "pass a run directory, or a table named *.csv or *.parquet")
+    if max_new_tokens is not None:
+        raise ConfigError("--max-new-tokens is for a length table", "leave it out: the run's card gives the cap")
+    return load_run_lengths(src, min_samples)
+
+
+def analyse_path(
+    source: str | PathLike[str], config: BoundConfig | None = None, *, max_new_tokens: int | None = None
+) -> BoundAnalysis:
+    """The bound analysis of a run directory or a length table, whichever ``source`` is."""
+    config = config or BoundConfig()
+    return analyse(open_lengths(source, config.min_samples, max_new_tokens=max_new_tokens), config)
 
 
 def _counts(lengths: RunLengths) -> Counts:

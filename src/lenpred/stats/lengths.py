@@ -59,6 +59,7 @@ class RunLengths:
     min_samples: int = 2
     prompts_left_out: int = 0  # prompts with samples, but fewer than min_samples
     prompts_listed: int | None = None  # prompts the run lists (None for a plain length table)
+    source: str = "run"  # "run" (a run directory) or "table" (a plain length table)
 
     @property
     def text_available(self) -> bool:
@@ -162,6 +163,7 @@ def from_samples(
     min_samples: int = 2,
     prompts_listed: int | None = None,
     fix_corrupt: str = "fix the lengths",
+    source: str = "run",
 ) -> RunLengths:
     """:class:`RunLengths` from a table in :func:`lenpred.data.lengths.sample_lengths` form (columns
     ``prompt_id``, ``sample_idx``, ``n_tokens``, ``truncated``, optional ``text``), in its row order."""
@@ -200,6 +202,7 @@ def from_samples(
         min_samples=min_samples,
         prompts_left_out=left_out,
         prompts_listed=prompts_listed,
+        source=source,
     )
 
 

@@ -134,7 +134,7 @@ def read_length_table(
     card = _card(name, digest, cap, inferred)
     return from_samples(
         table, cap=cap, card=card, card_hash=card["card_hash"], path=name, min_samples=min_samples,
-        fix_corrupt="fix the n_tokens column",
+        fix_corrupt="fix the n_tokens column", source="table",
     )
 
 
