@@ -218,7 +218,9 @@ def hazard_table(s: BoundSummary) -> Table:
             ("stops per median length, u = t/median in [0.4, 0.8)", fmt(nh.hazard_early, ".3f")),
             ("stops per median length, u in [1.2, 1.6)", fmt(nh.hazard_late, ".3f")),
             ("ramp ratio (1 for a constant hazard)", fmt(nh.late_early_ratio, ".2f")),
-            ("past the median: u in [1.6, 2.4) vs [1.0, 1.4)", fmt(nh.tail_mid_ratio, ".2f")),
+            ("stops per median length, u in [1.0, 1.4)", fmt(nh.hazard_mid, ".3f")),
+            ("stops per median length, u in [1.6, 2.4)", fmt(nh.hazard_tail, ".3f")),
+            ("past the median: [1.6, 2.4) vs [1.0, 1.4)", fmt(nh.tail_mid_ratio, ".2f")),
         ]
     for b in hz.buckets:
         lo, hi = b.median_range or (float("nan"), float("nan"))
