@@ -1,0 +1,198 @@
+"""``lenpred draft``: EAGLE-3 draft heads -- train one for a run's target, inspect or convert one.
+
+* ``lenpred draft train --run RUN --out DIR``: teacher-force the run's training-split responses
+  through the target (cached in shards under ``$LENPRED_HOME/draft-states``, or ``--cache``), build
+  the draft vocabulary, train with the training-time test, checkpoint (resumable: rerun the same
+  command), and write the head in the released layout with lenpred's meta.json.
+* ``lenpred draft inspect HEAD [--model M]``: what a head is (shapes, vocabulary, layers, training
+  card) and, with ``--model``, whether it fits that target.
+* ``lenpred draft convert SRC --out DIR``: re-save a released head (either file form) in the form
+  asked, with a meta.json naming its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from lenpred.errors import CardMismatchError, ConfigError, DataError
+
+HELP = "EAGLE-3 draft heads: train one for a target, inspect or convert a checkpoint"
+EXAMPLE = "lenpred draft train --run data/runs/smollm2-sharegpt --out out/draft/smollm2"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from lenpred.config import add_arguments as config_flags
+    from lenpred.draft.train import DraftTrainConfig
+
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    t = sub.add_parser("train", help="train a head on a run's responses (training prompts only)",
+                       description="train an EAGLE-3 head on a run's own responses (self-distillation)")
+    t.add_argument("--run", required=True, help="run directory with token ids (made by `lenpred collect`)")
+    t.add_argument("--out", required=True, help="output head directory")
+    t.add_argument("--model", help="target model (default: the run's model)")
+    t.add_argument("--cache", help="teacher-forced state cache (default: under $LENPRED_HOME/draft-states)")
+    t.add_argument("--ckpt", help="checkpoint directory (default: under $LENPRED_HOME/draft-train)")
+    t.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    config_flags(t, DraftTrainConfig)
+    i = sub.add_parser("inspect", help="describe a head; with --model, check it against that target")
+    i.add_argument("head", help="head directory (config.json + model.safetensors or pytorch_model.bin)")
+    i.add_argument("--model", help="check the head against this target")
+    c = sub.add_parser("convert", help="re-save a head in the released layout with lenpred's meta.json")
+    c.add_argument("head", help="source head directory")
+    c.add_argument("--out", required=True, help="output head directory")
+    c.add_argument("--model", help="the head's target (checked, and recorded in meta.json)")
+    c.add_argument("--format", choices=["safetensors", "bin"], default="safetensors", help="weight file form")
+    c.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], default="float16", help="weight dtype")
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"train": _train, "inspect": _inspect, "convert": _convert}[args.action](args)
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an output path that the final write would refuse -- before hours of work."""
+    from lenpred.artifacts import is_artifact
+
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out} exists and is a file", "pass a directory path for --out")
+    if out.is_dir() and any(out.iterdir()) and not is_artifact(out):
+        raise DataError(f"{out} is a non-empty directory that is not a lenpred artifact", "pass a new or empty --out")
+
+
+def _target_eos(card: dict[str, Any], tokenizer: Any) -> int:
+    name = (card.get("model") or {}).get("eos_token")
+    if name:
+        tid = tokenizer.convert_tokens_to_ids(name)
+        if isinstance(tid, int) and tid >= 0:
+            return tid
+    return int(tokenizer.eos_token_id)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from lenpred.config import from_arguments
+    from lenpred.data.rundir import RunDir
+    from lenpred.draft.train import DraftTrainConfig, check_token_ids
+
+    cfg = from_arguments(DraftTrainConfig, args, where="draft train")
+    cfg.check()
+    layers = cfg.layer_tuple()
+    out = Path(args.out)
+    _check_out(out)
+    run_dir = RunDir.open(args.run)
+    check_token_ids(run_dir)
+    try:
+        from lenpred.data.split import load_split
+    except ModuleNotFoundError as e:
+        if e.name not in ("lenpred.data.split",):
+            raise
+        raise DataError("this build has no lenpred.data.split (the fixed train/val/test split) yet",
+                        "update lenpred; training uses the split's training prompts only") from None
+    split = load_split(run_dir)
+    import torch
+
+    from lenpred.draft.target import Target
+    from lenpred.draft.train import train_draft
+    from lenpred.models import load
+    from lenpred.models.loading import resolve
+
+    card_model = run_dir.card.get("model") or {}
+    name = args.model or card_model.get("id")
+    if not name:
+        raise DataError(f"{run_dir.path}/card.json names no model", "pass --model")
+    spec = resolve(name)
+    if card_model.get("fingerprint") and spec.fingerprint != card_model["fingerprint"]:
+        raise CardMismatchError(
+            f"--model {name} is not the model that generated {run_dir.path} (weights fingerprint differs)",
+            "pass the run's own model: its responses are the training data",
+        )
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    lm = load(name)
+    target = Target(lm.model, layers)
+
+    def say(msg: str) -> None:
+        print(f"lenpred draft train: {msg}", file=sys.stderr, flush=True)
+
+    res = train_draft(run=run_dir, split=split, target=target, target_spec=lm.spec, cfg=cfg, out=out,
+                      cache_dir=args.cache, ckpt_dir=args.ckpt, eos_id=_target_eos(run_dir.card, lm.tokenizer),
+                      progress=not args.no_progress, log=say)
+    fmt = ", ".join
+    say(f"wrote {res.head_path} after {res.steps} steps ({res.steps_per_s:.2f} steps/s this session)")
+    if res.val_loss:
+        say(f"validation loss by unroll step: {fmt(f'{x:.3f}' for x in res.val_loss)}; "
+            f"top-1 agreement: {fmt(f'{x:.2f}' for x in res.val_acc)}")
+    say(f"state cache: {res.cache_dir}")
+    return 0
+
+
+def _target_config(name: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig
+
+    from lenpred.models.loading import hf_folder
+
+    spec, folder = hf_folder(name)
+    return spec, AutoConfig.from_pretrained(folder)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from lenpred.draft.config import DraftConfig
+    from lenpred.draft.io import check_against_target, load_draft, read_config_json
+
+    head = load_draft(args.head)
+    c = head.config
+    n_params = sum(p.numel() for p in head.model.parameters())
+    print(f"head        {head.path} ({head.weights_file}, config dtype {c.torch_dtype})")
+    print(f"shape       hidden {c.hidden_size} (reads target states of {c.target_hidden_size}), "
+          f"{c.num_attention_heads} heads / {c.num_key_value_heads} kv, head_dim {c.head_dim}, mlp {c.intermediate_size}")
+    print(f"vocabulary  {c.draft_vocab_size} draft ids of {c.vocab_size} target ids")
+    print(f"layers      {list(c.layers) if c.layers else 'the default (2, L//2, L-3) of the target'}")
+    print(f"parameters  {n_params / 1e6:.2f} M (embeddings are the target's, not stored)")
+    unknown = DraftConfig.unknown_fields(read_config_json(head.path))
+    if unknown:
+        print(f"ignored     config.json fields: {', '.join(unknown)}")
+    if head.dropped:
+        print(f"dropped     {', '.join(head.dropped)} (lenpred uses the target's own)")
+    meta = head.meta or {}
+    if meta.get("target"):
+        t = meta["target"]
+        print(f"target      {t.get('id')} {t.get('fingerprint')} ({t.get('num_hidden_layers')} layers)")
+    tr = meta.get("training")
+    if tr:
+        d = tr.get("data", {})
+        print(f"training    {tr.get('steps')} steps on {d.get('train_samples')} samples of {d.get('train_prompts')} "
+              f"training prompts of {tr.get('run')} (seed {tr.get('seed')}); final val top-1 "
+              f"{tr.get('final', {}).get('val_acc')}")
+    if args.model:
+        spec, tcfg = _target_config(args.model)
+        layers = check_against_target(head, tcfg, fingerprint=spec.fingerprint)
+        print(f"target ok   {args.model}: reads layers {list(layers)} of {tcfg.num_hidden_layers}")
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from lenpred.draft.config import DraftConfig
+    from lenpred.draft.io import check_against_target, load_draft, save_draft, target_summary
+
+    out = Path(args.out)
+    _check_out(out)
+    if out.resolve() == Path(args.head).resolve():
+        raise ConfigError("--out is the source head", "write the converted head to a new directory")
+    head = load_draft(args.head)
+    meta: dict[str, Any] = {"converted_from": str(args.head)}
+    model = head.model
+    if args.model:
+        spec, tcfg = _target_config(args.model)
+        layers = check_against_target(head, tcfg, fingerprint=spec.fingerprint)
+        meta["target"] = target_summary(tcfg, spec.fingerprint, args.model)
+        meta["layers"] = list(layers)
+        if head.config.layers is None:  # record the layers explicitly in config.json too
+            model.config = DraftConfig(**{**head.config.as_dict(), "layers": layers})
+    elif head.meta and head.meta.get("target"):
+        meta["target"] = head.meta["target"]
+    save_draft(model, out, fmt=args.format, dtype=args.dtype, meta=meta)
+    print(f"lenpred draft convert: wrote {out} ({args.format}, {args.dtype})", file=sys.stderr)
+    return 0

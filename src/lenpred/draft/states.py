@@ -1,0 +1,235 @@
+"""The teacher-forced target states of a run's responses, cached on local disk in shards.
+
+Teacher forcing (prompt + response through the target, no sampling) is the expensive part of
+draft training on a CPU, and OUTLETS needs the same states, so they are computed once and kept::
+
+    CACHE/                                   $LENPRED_HOME/draft-states/<card>-<fp>-L<a>-<b>-<c>-k<K>
+      manifest.json                          target fingerprint, layers, top-k, dtype, run card hash
+      shard-00000.safetensors                aux (R, 3d) fp16 | tokens (R,) int32
+                                             topk_ids (Rr, K) int32 | topk_logp (Rr, K) fp16
+      shard-00000.json                       index: prompts (row, n) and samples (row, n, topk_row)
+
+Per prompt, the rows of its prompt tokens are stored once; per sample, the rows of its response
+tokens. ``aux`` is the concatenation of the target's hidden states at the head's three layers (the
+``fc`` input) at each token; ``topk_*`` are, at each response token ``s``, the ``K`` largest
+log-probabilities of the target's next-token distribution (temperature 1, no penalties) over the
+whole vocabulary and their ids -- the soft labels, restricted to the draft vocabulary at training
+time (so one cache serves any draft vocabulary).
+
+**Sizes.** fp16 throughout (hidden states of SmolLM2-135M reach |x| ~ 620, far inside fp16's
+range; fp16's 11-bit mantissa is finer than bf16's 8): per token 3 x 576 x 2 = 3456 bytes of states
++ K x 6 bytes of labels (384 at K = 64), about 3.8 kB; ~1 M response tokens are ~3.8 GB. With K = 64
+the labels keep >= 9x% of the target's probability mass on this run (``lenpred draft train``
+reports the measured share); the rest is dropped and the kept entries renormalised.
+
+**Resumable.** A shard is two files written to temporary names and renamed, the index last: a
+shard whose index exists is complete. A run that grows (more samples per prompt) gets new shards
+for the new samples only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lenpred.errors import DataError
+from lenpred.fileio import atomic_write_json
+
+__all__ = ["SampleStates", "StateCache", "default_cache_dir"]
+
+SCHEMA = "lenpred.draft-states/1"
+
+
+def default_cache_dir(card_hash: str, fingerprint: str, layers: tuple[int, ...], topk: int) -> Path:
+    from lenpred.paths import home
+
+    fp = fingerprint.split(":")[-1][:12]
+    return home() / "draft-states" / f"{card_hash}-{fp}-L{'-'.join(map(str, layers))}-k{topk}"
+
+
+@dataclass
+class SampleStates:
+    """One sample's teacher-forced states: tokens x_0..x_{N-1} (prompt + response)."""
+
+    prompt_id: str
+    sample_idx: int
+    n_prompt: int
+    tokens: np.ndarray  # (N,) int32
+    aux: np.ndarray  # (N, 3d) float16: target states at x_t
+    topk_ids: np.ndarray  # (N - n_prompt, K) int32: at s = n_prompt..N-1, top-K ids of the next token
+    topk_logp: np.ndarray  # (N - n_prompt, K) float16: their log-probabilities
+    stop_reason: str
+
+
+class StateCache:
+    def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
+        self.root = Path(root)
+        self.manifest = manifest
+        self._index: dict[tuple[str, int], tuple[str, dict[str, Any], dict[str, Any]]] | None = None
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open_or_create(cls, root: str | os.PathLike[str], manifest: dict[str, Any]) -> StateCache:
+        """Open a cache made under the same manifest, or start one (the directory is made lazily)."""
+        root = Path(root)
+        m = {"schema": SCHEMA, **manifest}
+        f = root / "manifest.json"
+        if f.is_file():
+            try:
+                have = json.loads(f.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise DataError(f"{f} is not valid JSON ({e})", "remove the cache directory to rebuild it") from None
+            for k in ("schema", "target_fingerprint", "layers", "topk", "dtype", "card_hash", "max_seq_len"):
+                if have.get(k) != m.get(k):
+                    raise DataError(f"state cache {root} was made with another {k} ({have.get(k)!r} != {m.get(k)!r})",
+                                    "pass another --cache directory, or remove this one")
+            return cls(root, have)
+        if root.exists() and not root.is_dir():
+            raise DataError(f"state cache {root} is a file", "pass a directory for --cache")
+        if root.is_dir() and any(root.iterdir()):
+            raise DataError(f"{root} is a non-empty directory without a state-cache manifest",
+                            "pass a new or empty --cache directory")
+        return cls(root, m)
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str]) -> StateCache:
+        f = Path(root) / "manifest.json"
+        if not f.is_file():
+            raise DataError(f"{root} is not a draft state cache (no manifest.json)", "run `lenpred draft train` first")
+        return cls(Path(root), json.loads(f.read_text(encoding="utf-8")))
+
+    def _ensure_dir(self) -> None:
+        if not (self.root / "manifest.json").is_file():
+            self.root.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.root / "manifest.json", self.manifest)
+
+    # ------------------------------------------------------------------ index
+    def shard_names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.stem for p in self.root.glob("shard-*.json") if (self.root / f"{p.stem}.safetensors").is_file())
+
+    def index(self) -> dict[tuple[str, int], tuple[str, dict[str, Any], dict[str, Any]]]:
+        """(prompt_id, sample_idx) -> (shard, sample entry, prompt entry)."""
+        if self._index is None:
+            idx = {}
+            for name in self.shard_names():
+                meta = json.loads((self.root / f"{name}.json").read_text(encoding="utf-8"))
+                for s in meta["samples"]:
+                    idx[(s["prompt_id"], int(s["sample_idx"]))] = (name, s, meta["prompts"][s["prompt_id"]])
+            self._index = idx
+        return self._index
+
+    def done_keys(self) -> set[tuple[str, int]]:
+        return set(self.index())
+
+    def n_tokens(self, keys: Iterable[tuple[str, int]] | None = None) -> int:
+        idx = self.index()
+        return sum(int(idx[k][1]["n"]) for k in (keys if keys is not None else idx) if k in idx)
+
+    def load(self, key: tuple[str, int]) -> SampleStates:
+        from safetensors import safe_open
+
+        name, s, p = self.index()[key]
+        with safe_open(str(self.root / f"{name}.safetensors"), framework="np") as f:
+            pr, pn, sr, sn, kr = int(p["row"]), int(p["n"]), int(s["row"]), int(s["n"]), int(s["topk_row"])
+            aux = np.concatenate([f.get_slice("aux")[pr : pr + pn], f.get_slice("aux")[sr : sr + sn]])
+            tok = np.concatenate([f.get_slice("tokens")[pr : pr + pn], f.get_slice("tokens")[sr : sr + sn]])
+            ids = f.get_slice("topk_ids")[kr : kr + sn]
+            logp = f.get_slice("topk_logp")[kr : kr + sn]
+        return SampleStates(key[0], key[1], pn, tok, aux, ids, logp, str(s.get("stop_reason", "")))
+
+    # ------------------------------------------------------------------ building
+    def build(self, target: Any, jobs: list[tuple[str, list[int], list[tuple[int, list[int], str]]]], *,
+              prompts_per_shard: int = 4, progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+        """Teacher-force the samples not cached yet. ``jobs``: (prompt_id, prompt ids, [(sample_idx,
+        response ids, stop_reason)]). ``progress(tokens_done, samples_done)`` after each sample.
+        Returns {"tokens": ..., "seconds": ...} of the work done now."""
+        done = self.done_keys()
+        todo = []
+        for pid, pids, samples in jobs:
+            rest = [s for s in samples if (pid, s[0]) not in done]
+            if rest:
+                todo.append((pid, pids, rest))
+        topk = int(self.manifest["topk"])
+        t0 = time.perf_counter()
+        n_tok = 0
+        buf: list[tuple[str, int, np.ndarray, np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]]]] = []
+        for pid, pids, samples in todo:
+            with torch.inference_mode():
+                cache = target.new_cache()
+                p_ids = torch.tensor([pids], device=target.device)
+                _, p_aux = target.forward(p_ids, cache)  # (1, n_p, 3d)
+                rows = []
+                for sidx, rids, stop in samples:
+                    if not rids:  # an empty response has no position to learn from
+                        rows.append((sidx, 0, np.zeros((0, p_aux.shape[-1]), np.float16), np.zeros(0, np.int32),
+                                     np.zeros((0, topk), np.int32), np.zeros((0, topk), np.float16), stop))
+                        continue
+                    logits, aux = target.forward(torch.tensor([rids], device=target.device), cache)  # (1, n_r, ·)
+                    target.crop(cache, len(pids))
+                    logp = torch.log_softmax(logits[0], dim=-1)  # (n_r, V)
+                    top = torch.topk(logp, topk, dim=-1)  # sorted: column 0 is the argmax
+                    rows.append((sidx, len(rids), _fp16(aux[0]), np.asarray(rids, np.int32),
+                                 top.indices.to(torch.int32).cpu().numpy(), top.values.to(torch.float16).cpu().numpy(), stop))
+                    n_tok += len(rids)
+                    if progress is not None:
+                        progress(len(rids), 1)
+            buf.append((pid, len(pids), _fp16(p_aux[0]), np.asarray(pids, np.int32), rows))
+            if len(buf) >= prompts_per_shard:
+                self._write_shard(buf)
+                buf = []
+        if buf:
+            self._write_shard(buf)
+        return {"tokens": float(n_tok), "seconds": time.perf_counter() - t0}
+
+    def _next_name(self) -> str:
+        nums = [int(m.group(1)) for n in (p.name for p in self.root.glob("shard-*")) if (m := re.match(r"shard-(\d+)", n))]
+        return f"shard-{(max(nums) + 1 if nums else 0):05d}"
+
+    def _write_shard(self, buf: list[Any]) -> None:
+        from safetensors.numpy import save_file
+
+        self._ensure_dir()
+        aux, tok, kid, klp = [], [], [], []
+        prompts: dict[str, dict[str, int]] = {}
+        samples: list[dict[str, Any]] = []
+        row = krow = 0
+        for pid, n_p, p_aux, p_tok, rows in buf:
+            prompts[pid] = {"row": row, "n": n_p}
+            aux.append(p_aux)
+            tok.append(p_tok)
+            row += n_p
+            for sidx, n, s_aux, s_tok, ids, logp, stop in rows:
+                samples.append({"prompt_id": pid, "sample_idx": int(sidx), "row": row, "n": n, "topk_row": krow,
+                                "stop_reason": stop})
+                aux.append(s_aux)
+                tok.append(s_tok)
+                kid.append(ids)
+                klp.append(logp)
+                row += n
+                krow += n
+        name = self._next_name()
+        tensors = {"aux": np.ascontiguousarray(np.concatenate(aux)), "tokens": np.concatenate(tok),
+                   "topk_ids": np.ascontiguousarray(np.concatenate(kid)), "topk_logp": np.ascontiguousarray(np.concatenate(klp))}
+        tmp = self.root / f".{name}.safetensors.tmp"
+        save_file(tensors, str(tmp))
+        os.replace(tmp, self.root / f"{name}.safetensors")
+        atomic_write_json(self.root / f"{name}.json", {"prompts": prompts, "samples": samples})  # the commit marker
+        self._index = None
+
+
+def _fp16(x: torch.Tensor) -> np.ndarray:
+    y = x.float()
+    if bool((y.abs() > 65000).any()):
+        raise DataError("a target hidden state exceeds float16's range", "cache in float32 (not implemented) or clip")
+    return y.to(torch.float16).cpu().numpy()
