@@ -42,7 +42,10 @@ class RidgeHead(Predictor):
         med = T.median()
         self.tscale_ = LogScale.fit(med, self.log_target)
         t = self.tscale_.forward(med)  # (n,) mean 0, sd 1
-        u, s, vt = np.linalg.svd(x, full_matrices=False)  # x = u diag(s) vt
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1):  # BLAS on busy cores: one thread is faster (see nn.one_thread)
+            u, s, vt = np.linalg.svd(x, full_matrices=False)  # x = u diag(s) vt
         uty = u.T @ t  # (r,)
         n = x.shape[0]
         scores = []
