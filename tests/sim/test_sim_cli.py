@@ -108,10 +108,24 @@ def test_cli_runs_a_tiny_config(tmp_path: Path, capsys: pytest.CaptureFixture[st
     printed = capsys.readouterr().out
     assert "short requests" in printed and "fcfs-rr" in printed and "sjf-lpt change" in printed
     data = json.loads((out / "results.json").read_text())
-    assert data["short_threshold_tokens"] > 0 and len(data["runs"]) == 6
-    assert (out / "latency_cdf.png").stat().st_size > 1000
-    assert (out / "p99_vs_load.png").stat().st_size > 1000
-    assert (out / "table.md").read_text().count("|") > 10
+    from lenpred.sim.workload import build_workload
+
+    wl = build_workload(SimConfig.from_dict(TINY).workload, seed=TINY["seed"])
+    assert data["short_threshold_tokens"] == float(np.median(wl.output))  # the median true length
+    assert [(r["policy"], r["load"]) for r in data["runs"]] == [
+        (p["name"], load) for load in (0.7, 1.1) for p in TINY["policies"]]
+    # the plots are real images of the size asked for (90 dpi), not blank canvases
+    import matplotlib.image as mpimg
+
+    for name, shape in (("latency_cdf.png", (504, 648)), ("p99_vs_load.png", (360, 540))):
+        img = mpimg.imread(out / name)
+        assert img.shape[:2] == shape, name
+        assert len(np.unique(img.reshape(-1, img.shape[-1]), axis=0)) > 50, name  # lines, text, colours
+    # table.md: title, blank line, header, separator, one row per load; 7 columns each
+    lines = (out / "table.md").read_text().splitlines()
+    assert len(lines) == 6 and lines[0].startswith("tiny: P99 end-to-end latency")
+    assert [ln.count("|") for ln in lines[2:]] == [8, 8, 8, 8]
+    assert lines[4].startswith("| 0.7x |") and lines[5].startswith("| 1.1x |")
     assert json.loads((out / "config.json").read_text())["name"] == "tiny"
 
 

@@ -159,12 +159,17 @@ def test_cluster_config_errors() -> None:
 
 
 def test_real_profiles_run(make_requests: MakeRequests) -> None:
-    reqs = make_requests(n=200, rate=20.0)
+    from lenpred.sim.profiles import get_profile
+
+    reqs = make_requests(n=200, rate=2.0)  # sparse: most prompts are prefilled alone, at once
     for prof in ("distserve-opt13b", "llama8b-h100", "llama8b-h100-fp8"):
         res = simulate(reqs, ClusterConfig(profile=prof, n_prefill=1, n_decode=2), PolicyConfig())
         assert np.isfinite(res.t_finish).all()
         ttft = res.t_first - res.arrival
-        assert 0.002 < np.median(ttft) < 1.0, prof  # milliseconds for ~100-token prompts
+        alone = np.array([get_profile(prof).prefill_time([p]) for p in res.prompt])
+        assert (ttft >= alone - 1e-12).all(), prof  # nothing is faster than its own prefill alone
+        exact = np.isclose(ttft, alone, rtol=1e-9, atol=0)
+        assert exact.mean() > 0.85, (prof, exact.mean())  # ... and most requests take exactly that
 
 
 @pytest.mark.parametrize("mode", ["disaggregated", "colocated"])

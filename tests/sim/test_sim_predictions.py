@@ -30,7 +30,8 @@ def test_lognormal_noise_hits_the_relative_mae(rel: float) -> None:
     pred = t.frame["pred_tokens"].to_numpy()
     assert np.abs(pred - true).mean() / true.mean() == pytest.approx(rel, rel=0.02)
     assert np.median(np.log(pred / true)) == pytest.approx(0.0, abs=0.01)  # median-unbiased
-    assert (t.frame["spread"] > 0).all()
+    sigma = lognormal_sigma(rel)
+    np.testing.assert_allclose(t.frame["spread"], pred * np.sqrt(np.expm1(sigma**2)))
     assert lognormal_sigma(0.0) == 0.0
     assert t.made_by == "synthetic:lognormal" and t.meta["config"]["rel_mae"] == rel
 

@@ -19,7 +19,6 @@ from lenpred.sim.profiles import (
     get_profile,
 )
 
-
 # DistServe's simulator (LLMServe/DistServe @82831f1, simdistserve/), written out as their code
 # computes it, in milliseconds, for PP = 1: the fit after "Realign the curve" (4c68ed9) plus
 # Worker.add_ray_overhead (2 + 1e-4 * sum of context lengths, every step) and pp_const (1 per prefill).
@@ -167,6 +166,11 @@ def test_profile_json_roundtrip_and_cli_fit(tmp_path: Path) -> None:
     from lenpred.sim.request import Request
 
     res = simulate([Request(0, 0.0, 10, 5, 5)], ClusterConfig(profile=str(out)), PolicyConfig())
-    assert res.t_finish[0] > 0
+    # alone: prefill of 10 tokens, the KV transfer (llama8b-h100's 131,072 B/token at 25 GB/s), then 4
+    # decode steps at batch 1 with 11..14 context tokens, all at the fitted (= true) coefficients
+    transfer = 10 * 131_072 / 25e9
+    decode = sum(true.decode_time(1, 10 + k) for k in range(1, 5))
+    assert res.t_first[0] == pytest.approx(true.prefill_time([10]), rel=1e-5)
+    assert res.t_finish[0] == pytest.approx(true.prefill_time([10]) + transfer + decode, rel=1e-5)
     with pytest.raises(ConfigError, match="not found"):
         get_profile(str(tmp_path / "nope.json"))
