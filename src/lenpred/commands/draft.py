@@ -91,7 +91,8 @@ def _train(args: argparse.Namespace) -> int:
             raise
         raise DataError("this build has no lenpred.data.split (the fixed train/val/test split) yet",
                         "update lenpred; training uses the split's training prompts only") from None
-    split = load_split(run_dir)
+    # the run may still be growing: prompts collected after the split have no role and are not used
+    split = load_split(run_dir, require_complete=False)
     import torch
 
     from lenpred.draft.target import Target

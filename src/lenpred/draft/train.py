@@ -144,6 +144,8 @@ def load_training_data(run: Any, split: Any, cfg: DraftTrainConfig, eos_id: int)
     train_pids = [p for p in order if p in train_set and p in by_prompt]
     if cfg.max_prompts is not None:
         train_pids = train_pids[: cfg.max_prompts]
+    if hasattr(split, "check_no_test"):  # lenpred.data.split.Split: a last guard against leaks
+        split.check_no_test(train_pids, what="draft training data")
     val_pids = [p for p in order if p in val_set and p in by_prompt]
     jobs, keys, val_keys, counts_source = [], [], [], []
     for pid in train_pids:
@@ -165,8 +167,14 @@ def load_training_data(run: Any, split: Any, cfg: DraftTrainConfig, eos_id: int)
         raise DataError("no training sample has response tokens", "collect more samples on training prompts")
     h = hashlib.sha256(canonical_json(sorted(train_pids)).encode()).hexdigest()[:16]
     info = {"train_prompts": len(train_pids), "train_samples": len(keys), "val_samples": len(val_keys),
-            "train_prompt_ids_sha256": h, "split": getattr(split, "info", None)}
+            "train_prompt_ids_sha256": h, "split": _split_info(split)}
     return TrainingData(keys, val_keys, jobs, counts_source, len(train_pids), info)
+
+
+def _split_info(split: Any) -> dict[str, Any]:
+    if hasattr(split, "counts") and hasattr(split, "config"):
+        return {"counts": split.counts(), "config": split.config.to_dict(), "card_hash": split.card_hash}
+    return dict(getattr(split, "info", None) or {})
 
 
 # ---------------------------------------------------------------------------------------- batches

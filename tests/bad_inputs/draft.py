@@ -1,0 +1,119 @@
+"""Bad inputs of ``lenpred draft`` and ``lenpred generate`` (rows for tests/test_bad_input.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bad_input_harness import BadInput
+
+
+def _head(path: Path, vocab: int = 96, hidden: int = 64, layers: int = 8, n_draft: int = 40) -> Path:
+    """A small random head for a Llama target of that shape, saved in the released layout."""
+    import numpy as np
+    import torch
+    from transformers import LlamaConfig
+
+    from lenpred.draft.config import DraftConfig
+    from lenpred.draft.io import save_draft, target_summary
+    from lenpred.draft.model import Eagle3Draft
+    from lenpred.draft.vocab import build_draft_vocab
+
+    tcfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                       num_attention_heads=4, num_key_value_heads=2)
+    head = Eagle3Draft(DraftConfig.for_target(tcfg, n_draft))
+    head.init_weights(torch.Generator().manual_seed(0))
+    d2t, t2d, _ = build_draft_vocab(np.arange(vocab)[::-1].copy(), n_draft)
+    head.set_vocab(d2t, t2d)
+    save_draft(head, path, meta={"target": target_summary(tcfg, None, "tiny")})
+    return path
+
+
+def _tiny_model(path: Path, vocab: int = 96, hidden: int = 64, layers: int = 8) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    return path
+
+
+def _rewrite(head: Path, change: Any) -> None:
+    from safetensors.torch import load_file, save_file
+
+    f = head / "model.safetensors"
+    sd = dict(load_file(str(f)))
+    change(sd)
+    save_file(sd, str(f))
+    (head / "meta.json").unlink()  # a hand-edited head is no lenpred artifact any more (sha256 would differ)
+
+
+def _other_target(**shape: int) -> Any:
+    def setup(tmp: Path) -> dict[str, Path]:
+        return {"head": _head(tmp / "head"), "model": _tiny_model(tmp / "model", **shape)}
+
+    return setup
+
+
+def _head_only(tmp: Path) -> dict[str, Path]:
+    return {"head": _head(tmp / "head")}
+
+
+def _missing_key(tmp: Path) -> dict[str, Path]:
+    h = _head(tmp / "head")
+    _rewrite(h, lambda sd: sd.pop("midlayer.post_attention_layernorm.weight"))
+    return {"head": h}
+
+
+def _extra_key(tmp: Path) -> dict[str, Path]:
+    h = _head(tmp / "head")
+    _rewrite(h, lambda sd: sd.__setitem__("midlayer.self_attn.rotary_emb.inv_freq", sd["norm.weight"][:8].clone()))
+    return {"head": h}
+
+
+def _bad_d2t(tmp: Path) -> dict[str, Path]:
+    h = _head(tmp / "head")
+    _rewrite(h, lambda sd: sd["d2t"].add_(60))  # draft id 39 -> target id 39 + 60 + ... >= 96
+    return {"head": h}
+
+
+def _run_without_token_ids(tmp: Path) -> dict[str, Path]:
+    import pandas as pd
+
+    from lenpred.data.rundir import RunDir
+
+    card = {"model": {"id": "tiny", "fingerprint": "sha256:" + "ab" * 32, "vocab_size": 96},
+            "prompts": {"source": "jsonl", "chat_template": False}, "sampling": {"max_new_tokens": 8},
+            "engine": {"name": "openai"}}
+    run = RunDir.create(tmp / "run", card)
+    run.write_prompts(pd.DataFrame({"prompt_id": ["a", "b"], "idx": [0, 1], "text": ["x y", "z"],
+                                    "n_prompt_tokens": [2, 1], "prompt_token_ids": [[5, 6], [7]]}))
+    run.append_samples([{"prompt_id": p, "sample_idx": 0, "n_tokens": 3, "stop_reason": "eos", "text": "a b c",
+                         "token_ids": [], "seed": 0} for p in ("a", "b")])
+    return {"run": run.path}
+
+
+CASES: list[BadInput] = [
+    BadInput("draft-other-target-hidden", ["draft", "inspect", "{head}", "--model", "{model}"],
+             _other_target(hidden=32), expect="hidden size mismatch"),
+    BadInput("draft-other-target-vocab", ["draft", "inspect", "{head}", "--model", "{model}"],
+             _other_target(vocab=120), expect="vocabulary mismatch"),
+    BadInput("draft-other-target-layers", ["draft", "inspect", "{head}", "--model", "{model}"],
+             _other_target(layers=5), expect="layer mismatch"),
+    BadInput("generate-other-target", ["generate", "--draft", "{head}", "--model", "{model}", "--prompt", "hi"],
+             _other_target(hidden=32), expect="hidden size mismatch"),
+    BadInput("draft-missing-key", ["draft", "inspect", "{head}"], _missing_key,
+             expect="missing key(s) midlayer.post_attention_layernorm.weight"),
+    BadInput("draft-extra-key", ["draft", "inspect", "{head}"], _extra_key,
+             expect="unexpected key(s) midlayer.self_attn.rotary_emb.inv_freq"),
+    BadInput("draft-d2t-outside-vocab", ["draft", "inspect", "{head}"], _bad_d2t,
+             expect="outside the target vocabulary"),
+    BadInput("generate-k-zero", ["generate", "--draft", "{head}", "--k", "0", "--prompt", "hi"], _head_only,
+             expect="--k must be >= 1"),
+    BadInput("draft-train-no-token-ids", ["draft", "train", "--run", "{run}", "--out", "{tmp}/head"],
+             _run_without_token_ids, expect="without token ids"),
+    BadInput("draft-train-not-a-run", ["draft", "train", "--run", "{tmp}", "--out", "{tmp}/head"], None,
+             expect="not a lenpred run directory"),
+]
