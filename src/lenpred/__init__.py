@@ -53,6 +53,8 @@ _EXPORTS: dict[str, str] = {
     # the bound
     "BoundConfig": "lenpred.stats",
     "analyse_run": "lenpred.stats",
+    "analyse_lengths": "lenpred.stats",
+    "load_bound": "lenpred.stats",
     # predictions and features
     "Predictions": "lenpred.predictions",
     "read_predictions": "lenpred.predictions",

@@ -102,9 +102,5 @@ def test_cycle_finder_finds_a_planted_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-import pytest  # noqa: E402
-
-
-@pytest.mark.xfail(reason="seams issue: sim.engine<->sim.instances and stats.report<->stats.summary_md are being split", strict=False)
 def test_no_import_cycles():
     assert _cycles(_graph()) == []

@@ -118,7 +118,7 @@ class BenchResult:
 
 def _bound(test: pd.DataFrame, n_boot: int, ci: float, seed: int) -> BoundRow:
     from lenpred.stats.bootstrap import mean_ci
-    from lenpred.stats.bound import mae_estimates
+    from lenpred.stats.oracle import mae_estimates
 
     per_prompt = []
     for _k, g in test.groupby(test.groupby("prompt_id")["n_tokens"].transform("size")):
