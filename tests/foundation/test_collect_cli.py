@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from collect_testing import needs_llama
 
-from conftest import needs_llama
 from lenpred.cli import main
 from lenpred.data.rundir import RunDir
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import needs_llama
+from collect_testing import needs_llama
+
 from lenpred.cli import main
 
 

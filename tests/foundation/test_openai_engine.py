@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from collect_testing import WordTokenizer, needs_llama
 
-from conftest import WordTokenizer, needs_llama
 from lenpred.cli import main
 from lenpred.collect.base import Job, SamplingConfig
 from lenpred.collect.openai import OpenAIEngine, server_message

@@ -175,10 +175,16 @@ def test_json_array_malformed_or_truncated(tmp_path):
 
 def test_word_tokenizer_is_stable_across_processes(word_tok):
     """Fixture ids must not depend on PYTHONHASHSEED (str hash() is salted per process)."""
+    import os
     import subprocess
     import sys
 
-    code = "import sys; sys.path.insert(0, 'tests'); from conftest import WordTokenizer; print(WordTokenizer()('hello big world')['input_ids'])"
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": seed, "PATH": ""},
-                           cwd=Path(__file__).resolve().parents[2]).stdout.strip() for seed in ("1", "2")}
+    here = Path(__file__).resolve().parent
+    code = "from collect_testing import WordTokenizer; print(WordTokenizer()('hello big world')['input_ids'])"
+    outs = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(here)}
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr[-500:]
+        outs.add(done.stdout.strip())
     assert outs == {str(word_tok("hello big world")["input_ids"])}

@@ -1,0 +1,24 @@
+"""Fixtures of the foundation tests (collect, run directory, prompt sources, models)."""
+
+from __future__ import annotations
+
+import pytest
+from collect_testing import FakeEngine, WordTokenizer
+
+from lenpred.collect.base import ENGINES
+
+
+@pytest.fixture()
+def fake_engine(monkeypatch: pytest.MonkeyPatch) -> type[FakeEngine]:
+    """Registers :class:`FakeEngine` as engine ``fake`` for one test."""
+    from lenpred.collect import engines  # noqa: F401  (the real engines first)
+
+    monkeypatch.setitem(ENGINES._table, "fake", FakeEngine)
+    monkeypatch.setattr(FakeEngine, "created", 0)
+    monkeypatch.setattr(FakeEngine, "jobs", [])
+    return FakeEngine
+
+
+@pytest.fixture()
+def word_tok() -> WordTokenizer:
+    return WordTokenizer()
