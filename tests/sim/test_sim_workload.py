@@ -86,8 +86,17 @@ def test_trace_errors(tmp_path: Path) -> None:
         read_requests(tmp_path / "t.txt")
     pd.DataFrame({"prompt_tokens": [1, 0], "output_tokens": [3, 3], "arrival_s": [0, 1]}).to_csv(p, index=False)
     wc = WorkloadConfig(n_requests=2, lengths=LengthConfig(source="trace", path=str(p)))
-    with pytest.raises(DataError, match="zero or negative"):
+    with pytest.raises(DataError, match=r"prompt_tokens is below 1 in 1 row\(s\), first row 2 \(line 3\): 0"):
         build_workload(wc)
+    # the same checks hold for a config's trace workload as for --requests (tests/bad_inputs/sim.py)
+    pd.DataFrame({"prompt_tokens": [1, 2], "output_tokens": [3, 2.5]}).to_csv(p, index=False)
+    with pytest.raises(DataError, match=r"not a whole number of tokens in 1 row\(s\), first row 2 \(line 3\): 2.5"):
+        build_workload(wc)
+    p2 = tmp_path / "t.jsonl"  # rows of a JSONL file are its lines (no header)
+    pd.DataFrame({"prompt_tokens": [1, 2], "output_tokens": [3, 2], "arrival_s": [0.0, -2.0]}).to_json(
+        p2, orient="records", lines=True)
+    with pytest.raises(DataError, match=r"first row 2: -2 -- fix"):
+        read_requests(p2)
 
 
 def test_trace_arrivals_are_rescaled(tmp_path: Path) -> None:

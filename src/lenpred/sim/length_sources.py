@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pyarrow import ArrowException
 
 from lenpred.errors import DataError
 from lenpred.sim.config import LengthConfig
@@ -113,30 +114,89 @@ def parse_repredictions(x: Any) -> tuple[tuple[int, float], ...]:
 
 
 def read_trace(path: str | Path) -> pd.DataFrame:
-    """A request table from CSV, Parquet or JSONL. Columns: ``prompt_tokens``, ``output_tokens``
-    (required); ``arrival_s``, ``predicted_tokens``, ``predicted_spread``, ``repredictions`` (a JSON
-    list of [tokens_generated, predicted_remaining] pairs), ``id`` (optional)."""
+    """A request table from CSV, Parquet or JSONL, validated. Columns: ``prompt_tokens``,
+    ``output_tokens`` (required, whole numbers >= 1); ``arrival_s`` (seconds >= 0),
+    ``predicted_tokens``, ``predicted_spread``, ``repredictions`` (a JSON list of
+    [tokens_generated, predicted_remaining] pairs), ``id`` (optional). Problems name the row,
+    counted from 1 (and for CSV the file line, the header being line 1)."""
     p = Path(path)
+    if p.is_dir():
+        raise DataError(f"request table {p} is a directory", "pass a .csv, .parquet or .jsonl file")
     if not p.is_file():
         raise DataError(f"request file {p} not found")
     suffix = p.suffix.lower()
+    if suffix not in (".parquet", ".csv", ".jsonl", ".json"):
+        raise DataError(f"{p}: unknown request file type {suffix!r}", "use .csv, .parquet or .jsonl")
+    if p.stat().st_size == 0:
+        raise DataError(f"request table {p} is empty", f"write a header ({', '.join(TRACE_COLUMNS[:3])}) "
+                        "and one row per request")
     try:
         if suffix == ".parquet":
             df = pd.read_parquet(p)
         elif suffix == ".csv":
             df = pd.read_csv(p)
-        elif suffix in (".jsonl", ".json"):
-            df = pd.read_json(p, lines=suffix == ".jsonl")
         else:
-            raise DataError(f"{p}: unknown request file type {suffix!r}", "use .csv, .parquet or .jsonl")
-    except (ValueError, OSError) as e:
-        raise DataError(f"cannot read {p} ({e})".splitlines()[0]) from e
+            df = pd.read_json(p, lines=suffix == ".jsonl")
+    except (ValueError, OSError, ArrowException) as e:
+        raise DataError(f"cannot read {p} ({e})".splitlines()[0],
+                        "write it as CSV with a header, Parquet, or JSON lines") from None
     if "arrival" in df.columns and "arrival_s" not in df.columns:
         df = df.rename(columns={"arrival": "arrival_s"})
     missing = [c for c in ("prompt_tokens", "output_tokens") if c not in df.columns]
     if missing:
         raise DataError(f"{p} lacks column(s) {missing}", f"columns: {', '.join(TRACE_COLUMNS)}")
+    if df.empty:
+        raise DataError(f"request table {p} has a header but no requests", "add one row per request")
+    df = df.reset_index(drop=True)
+    where = _RowNamer(p, header=suffix == ".csv")
     for c in ("prompt_tokens", "output_tokens"):
-        if df[c].isna().any():
-            raise DataError(f"{p}: column {c} has missing values")
-    return df.reset_index(drop=True)
+        v = _numeric(df, c, where)
+        frac = v != np.floor(v)
+        if frac.any():
+            i = int(np.argmax(frac))
+            raise DataError(f"{p}: {c} is not a whole number of tokens in {int(frac.sum())} row(s), first "
+                            f"{where(i)}: {_cell(df[c].iloc[i])}", "token counts are integers; round them where they are made")
+        small = v < 1
+        if small.any():
+            i = int(np.argmax(small))
+            raise DataError(f"{p}: {c} is below 1 in {int(small.sum())} row(s), first {where(i)}: "
+                            f"{_cell(df[c].iloc[i])}",
+                            "every request needs at least one prompt and one output token; drop such rows")
+        df[c] = v.astype(np.int64)
+    if "arrival_s" in df.columns:
+        v = _numeric(df, "arrival_s", where)
+        bad = ~np.isfinite(v) | (v < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise DataError(f"{p}: arrival_s is negative or not finite in {int(bad.sum())} row(s), first "
+                            f"{where(i)}: {_cell(df['arrival_s'].iloc[i])}", "arrival times are seconds >= 0")
+        df["arrival_s"] = v
+    return df
+
+
+class _RowNamer:
+    """'row N' (counted from 1), with the file line for a CSV file with a header."""
+
+    def __init__(self, path: Path, header: bool) -> None:
+        self.path = path
+        self.header = header
+
+    def __call__(self, i: int) -> str:
+        return f"row {i + 1} (line {i + 2})" if self.header else f"row {i + 1}"
+
+
+def _cell(x: Any) -> str:
+    return repr(x.item() if isinstance(x, np.generic) else x)
+
+
+def _numeric(df: pd.DataFrame, col: str, where: _RowNamer) -> np.ndarray:
+    """Column ``col`` as float64; a missing or non-numeric cell is an error naming its row."""
+    v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+    bad = np.isnan(v)
+    if bad.any():
+        i = int(np.argmax(bad))
+        cell = df[col].iloc[i]
+        what = "missing" if pd.isna(cell) else _cell(cell)
+        raise DataError(f"{where.path}: {col} is missing or not a number in {int(bad.sum())} row(s), first "
+                        f"{where(i)}: {what}", f"give every request a numeric {col}")
+    return v
