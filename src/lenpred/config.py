@@ -26,7 +26,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lenpred.errors import ConfigError
 
-__all__ = ["Config", "add_arguments", "from_arguments", "format_validation_error"]
+__all__ = ["Config", "FieldError", "add_arguments", "from_arguments", "format_validation_error"]
+
+
+class FieldError(ConfigError, ValueError):
+    """Raise from a validator: pydantic reports it (it is a ValueError) with the field's path, and
+    :func:`format_validation_error` keeps its problem and fix."""
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -54,6 +59,8 @@ def format_validation_error(err: ValidationError, model: type[BaseModel], where:
         return ConfigError(f"{path}: unknown key{more}", f"valid keys: {valid}")
     msg = str(e.get("msg", "invalid value"))
     ctx_err = (e.get("ctx") or {}).get("error")
+    if isinstance(ctx_err, _InvalidConfig):  # a nested section's own __init__ failed
+        return format_validation_error(ctx_err.validation_error, ctx_err.model, path)
     if isinstance(ctx_err, ConfigError):  # raised by a validator: it already names the fix
         return ConfigError(f"{path}: {ctx_err.problem}{more}", ctx_err.fix)
     if msg.startswith("Value error, "):
@@ -61,6 +68,15 @@ def format_validation_error(err: ValidationError, model: type[BaseModel], where:
     got = e.get("input")
     shown = "" if isinstance(got, dict | list) else f", got {got!r}"
     return ConfigError(f"{path}: {msg}{shown}{more}")
+
+
+class _InvalidConfig(FieldError):
+    """A config's constructor failed; keeps pydantic's report so a parent can add its path."""
+
+    def __init__(self, err: ValidationError, model: type[BaseModel]) -> None:
+        self.validation_error, self.model = err, model
+        one = format_validation_error(err, model, model.__name__)
+        super().__init__(one.problem, one.fix)
 
 
 def _field_model(model: Any, name: Any) -> Any:
@@ -84,6 +100,15 @@ class Config(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
+    def __init__(self, **data: Any) -> None:
+        # Constructing a config in Python gets the same one-line ConfigError as a file or a flag.
+        # (pydantic also calls an overridden __init__ for nested sections: the error then travels
+        # inside the parent's ValidationError and is unwrapped with its full path.)
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise _InvalidConfig(e, type(self)) from None
+
     @classmethod
     def from_dict(cls, data: Any, where: str = "") -> Self:
         if isinstance(data, cls):
@@ -94,6 +119,8 @@ class Config(BaseModel):
             return cls.model_validate(data)
         except ValidationError as e:
             raise format_validation_error(e, cls, where) from None
+        except _InvalidConfig as e:
+            raise format_validation_error(e.validation_error, e.model, where) from None
 
     @classmethod
     def load(cls, path: str | Path, where: str = "config") -> Self:

@@ -78,3 +78,10 @@ def test_cli_flags_from_fields():
     with pytest.raises(ConfigError, match="rate"):  # the model still validates what argparse let through
         from_arguments(Inner, p.parse_args(["--rate", "0"]))
     assert "requests per second" in p.format_help()
+
+
+def test_direct_construction_gets_the_one_line_error():
+    with pytest.raises(ConfigError, match=r"^Inner\.rate: .*greater than 0, got 0$"):
+        Inner(rate=0)
+    with pytest.raises(ConfigError, match=r"^Outer\.inner\.bogus: unknown key"):
+        Outer(inner={"bogus": 1})
