@@ -68,3 +68,17 @@ def test_max_tokens_keeps_the_last_tokens_and_counts_all(tiny_model: Path) -> No
         np.testing.assert_allclose(cut[k], tail[k], atol=1e-5)
     assert cside[0, 0] == len(SEQS[1]) and tside[0, 0] == 3  # prompt_tokens counts the whole prompt
     np.testing.assert_allclose(cside[0, 2:], tside[0, 2:], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_smollm2_default_spec() -> None:
+    """The embedded model's default layers are 10, 15, 30 of 30 (0 = embeddings), 576 wide."""
+    from transformers import AutoConfig
+
+    from lenpred.features.prefill import make_spec
+    from lenpred.models.loading import hf_folder
+
+    spec, folder = hf_folder("smollm2-135m")
+    s = make_spec(FeatureConfig(), AutoConfig.from_pretrained(folder), spec.id, spec.fingerprint)
+    assert s["layers"] == [10, 15, 30] and s["n_layers"] == 30 and s["hidden_size"] == 576
+    assert len(s["blocks"]) == 9 and s["dtype"] == "float16"
