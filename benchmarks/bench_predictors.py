@@ -108,8 +108,11 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     a = ap.parse_args()
 
+    import torch
+
     from lenpred.predictors.registry import PREDICTORS, make_predictor
 
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])  # its first use imports torch._dynamo (~4 s): not a head's cost
     data = _real(a.run, a.features) if a.features else _synthetic(a.n_train, a.width)
     (Xtr, ytr, ttr), (Xva, yva, tva), (Xp, tp) = data["train"], data["val"], data["probe"]
     names = a.heads.split(",") if a.heads else PREDICTORS.names()
