@@ -12,7 +12,7 @@ import torch
 from draft_helpers import TinySplit, tiny_llama, tiny_run
 
 from lenpred.draft.io import load_draft
-from lenpred.draft.speculative import SpeculativeDecoder
+from lenpred.draft.speculative import SpeculativeDecoder, cached_draft_states, teacher_forced_draft_states
 from lenpred.draft.states import StateCache
 from lenpred.draft.target import Target
 from lenpred.draft.train import DraftTrainConfig, train_draft
@@ -111,6 +111,12 @@ def test_state_cache_is_reused_and_matches_teacher_forcing(tmp_path) -> None:
     logp = torch.log_softmax(logits[0, st.n_prompt :], dim=-1)
     assert (st.topk_ids[:, 0] == logp.argmax(-1).numpy()).all()
     assert np.allclose(st.topk_logp[:, 0], logp.max(-1).values.numpy(), atol=1e-2)
+    # OUTLETS reads draft states from the cache without a target pass: float16-close to the online ones
+    head = load_draft(tmp_path / "h").model
+    from_cache = cached_draft_states(head, target.embedding, st)
+    online = teacher_forced_draft_states(target, head, st.tokens.tolist())
+    assert from_cache.shape == online.shape == (len(st.tokens) - 1, head.config.hidden_size)
+    assert torch.allclose(from_cache, online, atol=5e-3 * float(online.abs().max()), rtol=0)
     # another top-k is another cache
     with pytest.raises(DataError, match="another topk"):
         train_draft(out=tmp_path / "h3", ckpt_dir=tmp_path / "ck3", **{**kw, "cfg": cfg.replace(topk=4)})

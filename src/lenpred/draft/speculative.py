@@ -40,7 +40,7 @@ from lenpred.draft.sampling import CardSampler
 from lenpred.draft.target import Target
 from lenpred.errors import ConfigError
 
-__all__ = ["Cycle", "Generation", "SpeculativeDecoder", "teacher_forced_draft_states"]
+__all__ = ["Cycle", "Generation", "SpeculativeDecoder", "cached_draft_states", "teacher_forced_draft_states"]
 
 
 @dataclass
@@ -306,4 +306,18 @@ def teacher_forced_draft_states(target: Target, draft: Eagle3Draft, ids: Sequenc
     _, aux = target.forward(x)  # (1, n, 3d)
     n = x.shape[1]
     o, _ = draft.step(draft.fuse(aux[:, :-1]), x[:, 1:], torch.arange(n - 1, device=dev)[None], None)
+    return o[0]
+
+
+@torch.inference_mode()
+def cached_draft_states(draft: Eagle3Draft, embedding: torch.nn.Module, states: Any) -> torch.Tensor:
+    """The same draft states from a cached sample (:class:`lenpred.draft.states.SampleStates`), with no
+    target pass: (N - 1, d) at positions 0..N-2. The cache holds the target states in float16, so
+    these match the online ones to float16 precision (~1e-3 relative), not float32."""
+    draft.attach_embeddings(embedding)
+    dev = draft.fc.weight.device
+    aux = torch.from_numpy(states.aux[:-1].astype("float32")).to(dev)[None]  # (1, N-1, 3d)
+    x = torch.from_numpy(states.tokens.astype("int64")).to(dev)[None]  # (1, N)
+    n = x.shape[1]
+    o, _ = draft.step(draft.fuse(aux), x[:, 1:], torch.arange(n - 1, device=dev)[None], None)
     return o[0]

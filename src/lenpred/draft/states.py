@@ -223,6 +223,7 @@ class StateCache:
                    "topk_ids": np.ascontiguousarray(np.concatenate(kid)), "topk_logp": np.ascontiguousarray(np.concatenate(klp))}
         tmp = self.root / f".{name}.safetensors.tmp"
         save_file(tensors, str(tmp))
+        os.chmod(tmp, 0o644)  # shared like every other artifact
         os.replace(tmp, self.root / f"{name}.safetensors")
         atomic_write_json(self.root / f"{name}.json", {"prompts": prompts, "samples": samples})  # the commit marker
         self._index = None
