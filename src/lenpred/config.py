@@ -24,14 +24,10 @@ from typing import Any, Literal, Self, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from lenpred.errors import ConfigError
+from lenpred.errors import ConfigError, FieldError
 
 __all__ = ["Config", "FieldError", "add_arguments", "from_arguments", "format_validation_error"]
 
-
-class FieldError(ConfigError, ValueError):
-    """Raise from a validator: pydantic reports it (it is a ValueError) with the field's path, and
-    :func:`format_validation_error` keeps its problem and fix."""
 
 
 def _loc(loc: tuple[Any, ...]) -> str:

@@ -36,6 +36,11 @@ class EngineError(LenpredError):
     """A generation engine failed (unreachable server, missing optional dependency, ...)."""
 
 
+class FieldError(ConfigError, ValueError):
+    """Raised by a config validator: pydantic reports it with the field's path (it is a ValueError)
+    and :mod:`lenpred.config` keeps its problem and fix."""
+
+
 class UnknownKeyError(ConfigError):
     """A registry lookup with a key that is not registered."""
 

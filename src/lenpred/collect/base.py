@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from pydantic import Field, field_validator, model_validator
 
 from lenpred.config import Config
-from lenpred.errors import ConfigError
+from lenpred.errors import FieldError
 from lenpred.registry import Registry
 
 __all__ = [
@@ -45,11 +45,6 @@ __all__ = [
     "SamplingConfig",
     "sample_seed",
 ]
-
-
-class FieldError(ConfigError, ValueError):
-    """Raised by a config validator: pydantic collects it (it is a ValueError) and
-    :func:`lenpred.config.format_validation_error` prints its problem and fix on one line."""
 
 
 class SamplingConfig(Config):

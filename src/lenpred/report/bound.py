@@ -19,7 +19,7 @@ from pydantic import Field, field_validator
 
 from lenpred.artifacts import Artifact, write_artifact
 from lenpred.config import Config
-from lenpred.errors import ConfigError
+from lenpred.errors import FieldError
 from lenpred.report.table import Column, Table, fmt, fmt_ci
 from lenpred.stats.analysis import BoundAnalysis
 from lenpred.stats.artifact import BOUND_JSON, KIND, LEGACY_FILES, PER_PROMPT_CSV, SCHEMA_VERSION, SUMMARY_MD
@@ -37,8 +37,6 @@ from lenpred.stats.results import (
 __all__ = ["ReportOptions", "markdown", "print_bound", "tables", "write_bound"]
 
 
-class _FieldError(ConfigError, ValueError):
-    """A validator's error (a ValueError, so pydantic reports it on one line with its fix)."""
 
 
 class ReportOptions(Config):
@@ -51,7 +49,7 @@ class ReportOptions(Config):
     @classmethod
     def _grid(cls, v: int) -> int:
         if v < 1:
-            raise _FieldError(f"{v} must be at least 1", "use e.g. --grid 16")
+            raise FieldError(f"{v} must be at least 1", "use e.g. --grid 16")
         return v
 
 

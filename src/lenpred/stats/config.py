@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from lenpred.config import Config
-from lenpred.errors import ConfigError
+from lenpred.errors import FieldError
 
 SEGMENT_UNITS = ("paragraph", "sentence", "line")
 VARIANTS = ("censored", "eos", "capped")
@@ -25,8 +25,6 @@ MIN_SAMPLES_FLOOR = 2
 RECOMMENDED_SAMPLES = 8
 
 
-class _FieldError(ConfigError, ValueError):
-    """A validator's error: pydantic collects it (a ValueError) and lenpred.config prints problem and fix."""
 
 
 Choice = Literal["auto", "censored", "eos", "capped"]
@@ -70,7 +68,7 @@ class BoundConfig(Config):
     @classmethod
     def _min_samples(cls, v: int) -> int:
         if v < MIN_SAMPLES_FLOOR:
-            raise _FieldError(
+            raise FieldError(
                 f"{v} is too small: the bound compares each sample with the median of the prompt's other "
                 f"samples, so a prompt needs {MIN_SAMPLES_FLOOR} or more",
                 f"use --min-samples {MIN_SAMPLES_FLOOR} or more",
@@ -84,26 +82,26 @@ class BoundConfig(Config):
             try:
                 re.compile(v)
             except re.error as e:
-                raise _FieldError(f"{v!r} does not compile ({e})", "pass a Python regular expression") from None
+                raise FieldError(f"{v!r} does not compile ({e})", "pass a Python regular expression") from None
         return v
 
     @field_validator("ci")
     @classmethod
     def _ci(cls, v: float) -> float:
         if not 0.5 <= v < 1.0:
-            raise _FieldError(f"{v} must be in [0.5, 1)", "use e.g. --ci 0.95")
+            raise FieldError(f"{v} must be in [0.5, 1)", "use e.g. --ci 0.95")
         return v
 
     @field_validator("n_boot", "n_boot_robust", "n_imputations", "n_normal_reference", "n_buckets", "min_at_risk")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:
-            raise _FieldError(f"{v} must be at least 1")
+            raise FieldError(f"{v} must be at least 1")
         return v
 
     @field_validator("hazard_bin")
     @classmethod
     def _hazard_bin(cls, v: int) -> int:
         if v < 0:
-            raise _FieldError(f"{v} must be >= 0", "use 0 to choose the bin width automatically")
+            raise FieldError(f"{v} must be >= 0", "use 0 to choose the bin width automatically")
         return v
