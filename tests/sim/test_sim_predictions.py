@@ -173,3 +173,23 @@ def test_prediction_config_errors() -> None:
         PredictionConfig(model="additive", rel_mae=None)
     with pytest.raises(ConfigError, match="not mae"):
         PredictionConfig(model="lognormal", mae=3.0)
+
+
+def test_cli_predictions_flag_feeds_every_arm_without_its_own(tmp_path: Path) -> None:
+    import json
+
+    from lenpred.cli import main
+
+    run = make_run(tmp_path)
+    path = table_for(run, THREE_X).write(tmp_path / "preds.parquet")
+    cfg = {"name": "t", "workload": {"n_requests": 40, "lengths": {"source": "rundir", "path": str(run), "min_tokens": 1}},
+           "policies": [{"name": "sjf", "queue": "sjf"}, {"name": "oracle", "queue": "sjf", "prediction": {"model": "oracle"}}]}
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    assert main(["simulate", "--config", str(tmp_path / "cfg.json"), "--predictions", str(path), "--out", str(out),
+                 "--quiet", "--no-plots"]) == 0
+    written = json.loads((out / "config.json").read_text())
+    assert written["prediction"] == {"model": "table", "rel_mae": 0.3, "mae": None, "repredict_every": None,
+                                     "path": str(path)}
+    assert written["policies"][1]["prediction"]["model"] == "oracle"
+    assert not (out / "latency_cdf.png").exists()
