@@ -18,7 +18,7 @@ from lenpred.collect.base import SamplingConfig
 from lenpred.collect.runner import CollectConfig, collect
 from lenpred.data.rundir import RunDir
 from lenpred.data.sources import PromptConfig
-from lenpred.data.summary import print_run_summary
+from lenpred.data.summary import run_summary
 from lenpred.errors import ConfigError, DataError
 
 REFERENCE = Path("data/runs/smollm2-sharegpt")
@@ -81,7 +81,9 @@ def run(a: argparse.Namespace) -> int:
     console.print("The same prompt, the same card: lengths still vary. That spread bounds every prompt-only predictor.")
     console.rule("[bold]the committed reference run")
     try:
-        print_run_summary(RunDir.open(a.reference))
+        from lenpred.report.run_info import print_run_info
+
+        print_run_info(run_summary(RunDir.open(a.reference)), console)
     except DataError as e:
         console.print(f"(no reference run here: {e})")
         return 0
@@ -100,15 +102,15 @@ def _print_bound(console: Console, path: str) -> None:
     except DataError as e:  # e.g. too few samples collected yet
         console.print(f"(bound not available yet: {e})")
         return
-    v = s["variants"][s["headline"]]
-    lo, hi = v["oracle_mae_ci"]
-    rlo, rhi = v["relative_mae_ci"]
-    t = Table(title=f"prefill bound on the reference run ({v['n_prompts']} prompts, {v['n_samples']} samples; {v['label']})")
+    v = s.headline_bound
+    lo, hi = v.oracle_mae_ci
+    rlo, rhi = v.relative_mae_ci
+    t = Table(title=f"prefill bound on the reference run ({v.n_prompts} prompts, {v.n_samples} samples; {v.label})")
     t.add_column("what")
     t.add_column("value")
-    t.add_row("oracle MAE: no prompt-only predictor can beat it", f"{v['oracle_mae']:.0f} tokens [{lo:.0f}, {hi:.0f}]")
-    t.add_row("relative to the mean length", f"{v['relative_mae']:.2f} [{rlo:.2f}, {rhi:.2f}]")
-    for claim, verdict in s["verdicts"].items():
-        t.add_row(claim.replace("_", " "), str(verdict).split(":")[0])
+    t.add_row("oracle MAE: no prompt-only predictor can beat it", f"{v.oracle_mae:.0f} tokens [{lo:.0f}, {hi:.0f}]")
+    t.add_row("relative to the mean length", f"{v.relative_mae:.2f} [{rlo:.2f}, {rhi:.2f}]")
+    for claim, verdict in s.verdicts.items():
+        t.add_row(claim.replace("_", " "), verdict.status)
     console.print(t)
     console.print("Full report with plots: lenpred bound " + path + " --out out/bound")
