@@ -12,6 +12,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, help="run directory (its split.json gives the test prompts)")
     p.add_argument("--predictions", nargs="*", default=[], metavar="[NAME=]PATH",
                    help="predictions tables (lenpred predict / Predictions.write); NAME defaults to what made them")
+    p.add_argument("--heads", nargs="*", default=[], metavar="[NAME=]DIR",
+                   help="trained heads (lenpred train): predicted here on the run's test prompts")
+    p.add_argument("--features", default=None, help="features artifact of --run (for hidden-state heads)")
     p.add_argument("--out", default=None, help="report folder (default out/bench/<run name>)")
     p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of prompts for intervals")
@@ -44,6 +47,15 @@ def run(a: argparse.Namespace) -> int:
         p = read_predictions(path, card=rd.card)
         preds.append(p)
         names.append(name or p.made_by)
+    if a.heads:
+        from lenpred.predictors.pipeline import predict_run
+
+        for name, path in _named(a.heads):
+            p, rep = predict_run(path, rd.path, a.features, ["test"], a.split)
+            preds.append(p)
+            names.append(name or rep.predictor)
+    if not preds:
+        raise ConfigError("nothing to bench", "pass --heads DIR... (with --features) and/or --predictions FILE...")
     res = evaluate(rd, preds, names=names, split=split, n_boot=a.n_boot, seed=a.seed)
     out = Path(a.out) if a.out else Path("out") / "bench" / rd.path.name
     render_console(res, title=f"bench: {rd.path.name}, test split")
@@ -55,7 +67,7 @@ def run(a: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             for path in write_plots(res, Path(tmp)):
                 files[path.name] = path.read_bytes()
-    config = {"run": a.run, "predictions": a.predictions, "split": a.split, "n_boot": a.n_boot, "seed": a.seed}
+    config = {"run": a.run, "predictions": a.predictions, "heads": a.heads, "features": a.features, "split": a.split, "n_boot": a.n_boot, "seed": a.seed}
     art = write_artifact(out, kind="bench", schema_version=1, config=config, card=rd.card, card_scope="run",
                          json_files={"bench.json": res.to_dict()}, files=files)
     print(f"report: {art.path}/bench.md")
