@@ -134,26 +134,10 @@ def print_table(res: Any) -> str:
 def _fit(args: argparse.Namespace) -> int:
     import json
 
-    import pandas as pd
-
-    from lenpred.errors import DataError
-    from lenpred.sim.profiles import Timing, fit_profile
+    from lenpred.sim.profiles import fit_profile, read_timings
 
     path = Path(args.fit_profile)
-    if not path.is_file():
-        raise DataError(f"timings file {path} not found")
-    df = pd.read_csv(path)
-    if "kind" not in df or "seconds" not in df:
-        raise DataError(f"{path} needs columns kind and seconds",
-                        "plus lengths or tokens/tokens_sq (prefill), batch and context (decode)")
-    rows = []
-    for rec in df.to_dict("records"):
-        if rec["kind"] == "prefill" and isinstance(rec.get("lengths"), str):
-            rows.append(Timing.prefill_batch(json.loads(rec["lengths"]), float(rec["seconds"])))
-        else:
-            rows.append(Timing(kind=str(rec["kind"]), seconds=float(rec["seconds"]),
-                               **{k: int(rec[k]) for k in ("tokens", "tokens_sq", "batch", "context")
-                                  if k in rec and rec[k] == rec[k]}))
+    rows = read_timings(path)
     prof = fit_profile(rows, name=path.stem, base=args.base_profile)
     out = Path(args.out) if args.out else Path("out") / "sim" / "profiles"
     dest = out if out.suffix == ".json" else out / f"{path.stem}.json"

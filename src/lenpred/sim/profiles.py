@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -264,7 +265,6 @@ def get_profile(name: str) -> LatencyProfile:
     (raises UnknownKeyError listing the valid names)."""
     if name.endswith(".json"):
         import json
-        from pathlib import Path
 
         path = Path(name)
         if not path.is_file():
@@ -297,6 +297,38 @@ class Timing:
     @classmethod
     def decode_step(cls, batch: int, context: int, seconds: float) -> Timing:
         return cls("decode", seconds, batch=batch, context=context)
+
+
+def read_timings(path: str | Path) -> list[Timing]:
+    """Measured step times from a CSV: ``kind`` (prefill | decode), ``seconds``, and for prefill
+    ``lengths`` (a JSON list) or ``tokens`` + ``tokens_sq``, for decode ``batch`` + ``context``."""
+    import json
+
+    import pandas as pd
+
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"timings file {p} not found")
+    try:
+        df = pd.read_csv(p)
+    except (ValueError, OSError) as e:
+        raise DataError(f"cannot read {p} ({e})".splitlines()[0], "write a CSV with a header") from None
+    if "kind" not in df or "seconds" not in df:
+        raise DataError(f"{p} needs columns kind and seconds",
+                        "plus lengths or tokens/tokens_sq (prefill), batch and context (decode)")
+    rows = []
+    for i, rec in enumerate(df.to_dict("records")):
+        try:
+            if rec["kind"] == "prefill" and isinstance(rec.get("lengths"), str):
+                rows.append(Timing.prefill_batch(json.loads(rec["lengths"]), float(rec["seconds"])))
+            else:
+                rows.append(Timing(kind=str(rec["kind"]), seconds=float(rec["seconds"]),
+                                   **{k: int(rec[k]) for k in ("tokens", "tokens_sq", "batch", "context")
+                                      if k in rec and rec[k] == rec[k]}))
+        except (ValueError, TypeError) as e:
+            raise DataError(f"{p}: row {i + 1} (line {i + 2}) is not a timing ({e})".splitlines()[0],
+                            "numbers for seconds/tokens/batch/context, a JSON list for lengths") from None
+    return rows
 
 
 def _lsq(design: np.ndarray, y: np.ndarray, nonneg: bool) -> np.ndarray:
