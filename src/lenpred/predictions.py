@@ -255,14 +255,16 @@ def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
     gens = _lists(df, "repred_gen", n, where)
     rems = _lists(df, "repred_remaining", n, where)
     for i, (g, r) in enumerate(zip(gens, rems, strict=True)):
+        if not g and not r:  # most tables carry no re-predictions: keep those rows cheap
+            continue
         if len(g) != len(r):
             raise DataError(f"{where}: row {i} has {len(g)} repred_gen values but {len(r)} repred_remaining")
         if len(g) and (any(b < a for a, b in zip(g, g[1:], strict=False)) or g[0] < 0):
             raise DataError(f"{where}: row {i}: repred_gen must be non-negative and non-decreasing")
         if any(not (math.isfinite(x) and x >= 0) for x in r):
             raise DataError(f"{where}: row {i}: repred_remaining must be finite and >= 0")
-    out["repred_gen"] = [[int(x) for x in g] for g in gens]
-    out["repred_remaining"] = [[float(x) for x in r] for r in rems]
+    out["repred_gen"] = [[int(x) for x in g] if len(g) else [] for g in gens]
+    out["repred_remaining"] = [[float(x) for x in r] if len(r) else [] for r in rems]
     dup = out.duplicated(["prompt_id", "sample_idx"])
     if dup.any():
         d = out[dup].iloc[0]
@@ -272,7 +274,7 @@ def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
 
 def _lists(df: pd.DataFrame, col: str, n: int, where: str) -> list[Sequence[Any]]:
     if col not in df:
-        return [[] for _ in range(n)]
+        return [[]] * n  # shared empty lists: read-only here
     out = []
     for i, x in enumerate(df[col].tolist()):
         if x is None or (isinstance(x, float) and math.isnan(x)):
