@@ -90,3 +90,12 @@ def test_split_refuses_a_leaking_rewrite_and_foreign_runs(tmp_path):
     with pytest.raises(DataError, match="check_no_test|contains 1 test prompt"):
         s = build_split(rd)
         s.check_no_test([next(iter(s.test)), "x"])
+
+
+def test_info_reports_progress_toward_each_target(tmp_path):
+    from lenpred.data.summary import run_summary
+
+    rd = _run(tmp_path, {"p0": 2, "p1": 6, "p2": 0})
+    rd.update_bookkeeping(targets=[{"prompts": 2, "samples": 2}, {"prompts": 3, "samples": 4}])
+    prog = run_summary(rd).progress
+    assert [(t.complete_prompts, t.missing_samples) for t in prog] == [(2, 0), (1, 2 + 0 + 4)]

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from lenpred.data.lengths import sample_lengths
 from lenpred.data.rundir import RunDir
 
-__all__ = ["LengthStats", "RunSummary", "print_run_summary", "run_summary"]
+__all__ = ["LengthStats", "RunSummary", "TargetProgress", "print_run_summary", "run_summary"]
 
 QUANTILES = ("0.1", "0.5", "0.9", "0.99")
 
@@ -35,6 +35,17 @@ class LengthStats(BaseModel):
     mean_within_prompt_sd_eos: float | None
 
 
+class TargetProgress(BaseModel):
+    """How far a collection target (the first ``prompts`` prompts x ``samples`` each) has got."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompts: int
+    samples: int
+    complete_prompts: int  # of the first `prompts` prompts, those with `samples` or more
+    missing_samples: int
+
+
 class RunSummary(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -48,6 +59,7 @@ class RunSummary(BaseModel):
     samples: int
     shards: int
     lengths: LengthStats | None
+    progress: list[TargetProgress] = []
 
     def to_json_dict(self) -> dict[str, Any]:
         """The flat form ``lenpred info --json`` prints (length figures at the top level)."""
@@ -76,6 +88,15 @@ def run_summary(run: RunDir) -> RunSummary:
             eos_length_mean=float(n[eos].mean()) if eos.any() else None,
             mean_within_prompt_sd_eos=float(sd.mean()) if len(sd) else None,
         )
+    progress = []
+    if run.has_prompts():
+        order = run.prompts()["prompt_id"].astype(str).tolist()
+        have = s.groupby("prompt_id").size().reindex(order, fill_value=0).to_numpy() if len(s.index) else np.zeros(len(order), int)
+        for t in card.get("targets", []):
+            n, k = int(t["prompts"]), int(t["samples"])
+            h = have[:n]
+            progress.append(TargetProgress(prompts=n, samples=k, complete_prompts=int((h >= k).sum()),
+                                           missing_samples=int(np.maximum(k - h, 0).sum())))
     return RunSummary(
         run=str(run.path),
         card_hash=run.card_hash,
@@ -87,6 +108,7 @@ def run_summary(run: RunDir) -> RunSummary:
         samples=int(len(s.index)),
         shards=len(run.shard_paths()),
         lengths=lengths,
+        progress=progress,
     )
 
 

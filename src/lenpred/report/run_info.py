@@ -17,6 +17,11 @@ def run_info_table(s: RunSummary) -> Table:
         ("targets", "; ".join(f"{x['prompts']} prompts x {x['samples']}" for x in s.targets) or "-"),
         ("prompts / samples / shards", f"{s.prompts} / {s.samples} / {s.shards}"),
     ]
+    if s.progress:
+        rows.append(("target progress", "; ".join(
+            f"{t.prompts} x {t.samples}: " + ("done" if t.missing_samples == 0 else
+                                              f"{t.complete_prompts}/{t.prompts} prompts, {t.missing_samples} samples to go")
+            for t in s.progress)))
     ln = s.lengths
     if ln is not None:
         spp = sorted(ln.samples_per_prompt.items(), key=lambda kv: -int(kv[0]))
