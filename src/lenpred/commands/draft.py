@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--cache", help="teacher-forced state cache (default: under $LENPRED_HOME/draft-states)")
     t.add_argument("--ckpt", help="checkpoint directory (default: under $LENPRED_HOME/draft-train)")
     t.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    t.add_argument("--device", default="cpu", help="torch device for the target and the head (cpu, cuda, ...)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
     config_flags(t, DraftTrainConfig)
     i = sub.add_parser("inspect", help="describe a head; with --model, check it against that target")
@@ -112,7 +113,7 @@ def _train(args: argparse.Namespace) -> int:
         )
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    lm = load(name)
+    lm = load(name, device=args.device)
     target = Target(lm.model, layers)
 
     def say(msg: str) -> None:
@@ -120,7 +121,7 @@ def _train(args: argparse.Namespace) -> int:
 
     res = train_draft(run=run_dir, split=split, target=target, target_spec=lm.spec, cfg=cfg, out=out,
                       cache_dir=args.cache, ckpt_dir=args.ckpt, eos_id=_target_eos(run_dir.card, lm.tokenizer),
-                      progress=not args.no_progress, log=say)
+                      progress=not args.no_progress, log=say, device=args.device)
     fmt = ", ".join
     say(f"wrote {res.head_path} after {res.steps} steps ({res.steps_per_s:.2f} steps/s this session)")
     if res.val_loss:

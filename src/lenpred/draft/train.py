@@ -216,21 +216,23 @@ class _Loss:
         t2d = model.t2d.cpu()
         tmap = torch.full((vocab_size,), -1, dtype=torch.long)
         tmap[model.draft_ids_to_target.cpu()] = torch.arange(int(t2d.sum()))
-        self.tmap = tmap  # target id -> draft id, or -1
+        self.dev = model.fc.weight.device
+        self.tmap = tmap.to(self.dev)  # target id -> draft id, or -1
 
     def __call__(self, samples: list[SampleStates]) -> tuple[torch.Tensor, list[float], list[float], list[int]]:
         """(weighted loss, per-step loss, per-step top-1 agreement, per-step positions)."""
         B = len(samples)
         T = max(len(s.tokens) for s in samples)
         d3 = samples[0].aux.shape[1]
-        aux = torch.zeros((B, T, d3))
+        aux = torch.zeros((B, T, d3))  # assembled on the CPU, moved once
         tok = torch.zeros((B, T), dtype=torch.long)
         for b, s in enumerate(samples):
             n = len(s.tokens)
             aux[b, :n] = torch.from_numpy(s.aux.astype(np.float32))
             tok[b, :n] = torch.from_numpy(s.tokens.astype(np.int64))
+        aux, tok = aux.to(self.dev), tok.to(self.dev)
         outs = self.model.ttt(aux, tok, self.cfg.ttt_steps)  # each (B, T, d)
-        total = torch.zeros(())
+        total = torch.zeros((), device=self.dev)
         losses, accs, counts = [], [], []
         for i, o in enumerate(outs):
             bi, ti, ids, logp = [], [], [], []
@@ -249,10 +251,10 @@ class _Loss:
                 accs.append(0.0)
                 counts.append(0)
                 continue
-            b_t = torch.from_numpy(np.concatenate(bi))
-            t_t = torch.from_numpy(np.concatenate(ti))
-            dids = self.tmap[torch.from_numpy(np.concatenate(ids).astype(np.int64))]  # (n, K) draft ids / -1
-            lp = torch.from_numpy(np.concatenate(logp).astype(np.float32))  # (n, K)
+            b_t = torch.from_numpy(np.concatenate(bi)).to(self.dev)
+            t_t = torch.from_numpy(np.concatenate(ti)).to(self.dev)
+            dids = self.tmap[torch.from_numpy(np.concatenate(ids).astype(np.int64)).to(self.dev)]  # (n, K) draft ids / -1
+            lp = torch.from_numpy(np.concatenate(logp).astype(np.float32)).to(self.dev)  # (n, K)
             inv = dids >= 0
             keep = inv.any(dim=1)
             if self.cfg.mask_out_of_vocab:
@@ -323,6 +325,7 @@ def train_draft(
     eos_id: int,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    device: str = "cpu",
     _stop_after: int | None = None,
 ) -> TrainResult:
     """Teacher-force (cached), build the vocabulary, train, and write the head to ``out``.
@@ -368,12 +371,13 @@ def train_draft(
     # 3. model, optimiser, resume
     dcfg = DraftConfig.for_target(target.config, cfg.draft_vocab_size, layers=layers, torch_dtype=cfg.dtype)
     model = Eagle3Draft(dcfg)
-    model.init_weights(torch.Generator().manual_seed(cfg.seed))
+    model.init_weights(torch.Generator().manual_seed(cfg.seed))  # on the CPU: the same init on any device
     model.set_vocab(d2t, t2d)
+    model.to(device)
     if cfg.init_lm_head == "target":
         with torch.no_grad():
             w = target.model.get_output_embeddings().weight.detach().float().cpu()
-            model.lm_head.weight.copy_(w[model.draft_ids_to_target])
+            model.lm_head.weight.copy_(w[model.draft_ids_to_target.cpu()])
     model.attach_embeddings(target.embedding)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=0.0)
