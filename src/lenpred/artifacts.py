@@ -246,6 +246,8 @@ def write_artifact(
             m["card"] = card_fields(card, card_scope)
             m["card_hash"] = card_fields(card, "run")["card_hash"]
         m.update(meta or {})
+        for n in names:  # some writers (mkstemp, safetensors) make 0600 files; artifacts are shared
+            os.chmod(tmp / n, 0o644)
         m["files"] = {n: file_sha256(tmp / n) for n in sorted(names)}
         atomic_write_json(tmp / META, m)
         os.chmod(tmp, 0o755)
