@@ -168,7 +168,7 @@ def evaluate(
     Every predictions table must be for this run (card hash) and cover every test sample.
     """
     rd = run if isinstance(run, RunDir) else RunDir.open(run)
-    split = split or load_split(rd)
+    split = split or load_split(rd, require_complete=False)  # only test prompts matter; they never change
     s = sample_lengths(rd, with_prompts=False)
     test = s[s["prompt_id"].isin(split.test)].reset_index(drop=True)
     if test.empty:

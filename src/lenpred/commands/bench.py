@@ -41,7 +41,7 @@ def run(a: argparse.Namespace) -> int:
     if a.n_boot < 10:
         raise ConfigError(f"--n-boot must be at least 10, got {a.n_boot}")
     rd = RunDir.open(a.run)
-    split = load_split(rd, a.split)
+    split = load_split(rd, a.split, require_complete=False)
     preds, names = [], []
     for name, path in _named(a.predictions):
         p = read_predictions(path, card=rd.card)
