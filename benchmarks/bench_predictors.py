@@ -1,8 +1,8 @@
 """Training time of every head, and its per-request prediction latency at batch 1 and batch 64.
 
 Latency is the whole ``predict_dist`` call a service makes (input checks, standardisation, the
-network, the distribution), in microseconds per request: the median over repeated calls of one
-request (batch 1) and of 64 requests divided by 64. For ``proxy`` it includes embedding the prompt
+network, the distribution), in microseconds per request: the median over calls of one request
+(batch 1, cycling through 64 held-out prompts) and of 64 requests divided by 64. For ``proxy`` it includes embedding the prompt
 text with MiniLM (that is what the proxy costs a router). Beside them: one decode step of the target
 (SmolLM2-135M, transformers, batch 1, KV cache after a 200-token prompt) on the same machine.
 
@@ -18,6 +18,7 @@ synthetic features of the reference run's shape (2,000 training prompts, blocks 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -123,9 +124,11 @@ def main() -> int:
         t0 = time.perf_counter()
         h.fit(ttr if text else Xtr, ytr, X_val=tva if text else Xva, y_val=yva)
         train_s = time.perf_counter() - t0
-        one = tp[:1] if text else Xp.subset(Xp.prompt_ids[:1])
         many = tp[:64] if text else Xp
-        b1 = _latency(lambda one=one, h=h: h.predict_dist(one), a.reps)
+        singles = [tp[i:i + 1] if text else Xp.subset(Xp.prompt_ids[i:i + 1]) for i in range(len(tp[:64]))]
+        # batch 1: one request at a time, cycling through the 64 probe prompts (their lengths differ)
+        cycle = itertools.cycle(singles)
+        b1 = _latency(lambda it=cycle, h=h: h.predict_dist(next(it)), a.reps)
         b64 = _latency(lambda many=many, h=h: h.predict_dist(many), max(a.reps // 5, 5)) / (len(many) if text else many.n)
         rows.append({"head": name, "train_s": train_s, "n_train": ytr.n, "batch1_us": 1e6 * b1, "batch64_us": 1e6 * b64,
                      "epochs": (getattr(h, "train_log_", None) or {}).get("epochs_run")})

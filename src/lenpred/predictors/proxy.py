@@ -68,8 +68,9 @@ def _load() -> tuple[Any, Any]:
     return tok, model
 
 
-def embed(texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-    """(n, 384) float32 L2-normalised MiniLM embeddings of ``texts``."""
+def embed(texts: Sequence[str], batch_size: int = 4) -> np.ndarray:
+    """(n, 384) float32 L2-normalised MiniLM embeddings of ``texts``. Small batches: on one CPU thread
+    larger ones were slower per text (64 ShareGPT prompts: 38 ms/text at 4, 74 ms at 32)."""
     tok, model = _load()
     out = np.zeros((len(texts), EMBED_DIM), dtype=np.float32)
     order = np.argsort([len(t) for t in texts], kind="stable")  # similar lengths per batch: less padding
