@@ -16,6 +16,10 @@ def test_demo_runs_live_and_summarises_reference(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "per-prompt decode lengths" in out and "the committed reference run" in out
     assert "prefill bound on the reference run" in out and "oracle MAE" in out
+    # the fast heads trained on the committed features, benched against the bound
+    assert "bench on the test split" in out and "oracle bound" in out
+    for head in ("constant", "prompt-length", "ridge", "prompt-median (oracle)"):
+        assert f"│ {head}" in out, head
     # the live run is a real run directory under the reference card (capped shorter)
     card = json.loads((run / "card.json").read_text())
     assert card["sampling"]["max_new_tokens"] == 16 and card["model"]["id"] == "smollm2-135m"

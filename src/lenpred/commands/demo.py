@@ -22,6 +22,7 @@ from lenpred.data.summary import run_summary
 from lenpred.errors import ConfigError, DataError
 
 REFERENCE = Path("data/runs/smollm2-sharegpt")
+FEATURES = Path("data/features/smollm2-sharegpt")
 DEMO_OPTIONS: dict[str, dict[str, int]] = {"llamacpp": {"n_parallel": 8}, "hf": {"batch_size": 8}}
 
 
@@ -32,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default=None, help="hf | llamacpp (default: llamacpp if installed, else hf)")
     p.add_argument("--run", default=None, help="keep the live run here (default: a temporary directory)")
     p.add_argument("--reference", default=str(REFERENCE), help=f"reference run to summarise (default {REFERENCE})")
+    p.add_argument("--features", default=str(FEATURES), help=f"its committed prefill features (default {FEATURES})")
+    p.add_argument("--heads", default="constant,prompt-length,ridge",
+                   help="fast heads trained on the committed features and benched (comma-separated; '' = none)")
 
 
 def _reference_card(path: Path) -> SamplingConfig | None:
@@ -88,7 +92,36 @@ def run(a: argparse.Namespace) -> int:
         console.print(f"(no reference run here: {e})")
         return 0
     _print_bound(console, a.reference)
+    heads = [h.strip() for h in a.heads.split(",") if h.strip()]
+    if heads:
+        _bench_heads(console, a.reference, a.features, heads)
     return 0
+
+
+def _bench_heads(console: Console, run: str, features: str, heads: list[str]) -> None:
+    """Train a few fast heads on the committed features (training split only) and bench them on the
+    test split against the oracle bound on the same prompts (`lenpred bench` is the full version)."""
+    import time
+
+    from lenpred.bench import evaluate
+    from lenpred.predictors.pipeline import predict_run, train_on_run
+    from lenpred.report.bench import render_console
+
+    if not Path(features).is_dir():
+        console.print(f"(no committed features at {features}: `lenpred features --run {run} --out {features}`)")
+        return
+    console.rule("[bold]length predictors on the reference run's prefill features")
+    preds, names = [], []
+    with tempfile.TemporaryDirectory(prefix="lenpred-demo-heads-") as tmp:
+        for name in heads:
+            t0 = time.perf_counter()
+            train_on_run(name, None, run, features, out=Path(tmp) / name)
+            p, _ = predict_run(Path(tmp) / name, run, features, ["test"])
+            preds.append(p)
+            names.append(name)
+            console.print(f"trained {name} in {time.perf_counter() - t0:.1f} s")
+    res = evaluate(run, preds, names=names, n_boot=500)
+    render_console(res, title="bench on the test split (MAE / bound: 1.0 is the best any prompt-only predictor can do)")
 
 
 def _print_bound(console: Console, path: str) -> None:
