@@ -9,13 +9,17 @@ loop) and once per chain length k, and reports
 * acceptance at chain position j -- the share of cycles reaching position j whose draft there was
   accepted (conditional), and the unconditional share of cycles accepting >= j drafts;
 * speed-up -- generated tokens per second over plain decoding's, same prompts and mode (wall clock
-  on this machine; under sampling the outputs differ run to run, so it is tokens/s that is compared).
+  on this machine; under sampling the outputs differ run to run, so it is tokens/s that is compared);
+  configurations run interleaved prompt by prompt, so load changes on a shared machine hit all alike;
+* the cost split: one verifying pass and one cycle's drafting, each in units of a plain decoding
+  pass (speed-up ~ tau / (verify + draft) when the rest is negligible).
 
     python benchmarks/bench_spec.py --run data/runs/smollm2-sharegpt --draft out/draft/smollm2 \\
         --prompts 8 --max-new-tokens 128 --ks 1,2,3,4,5,6 --out out/bench_spec.json
 
 Writes the table to stdout and, with --out, a JSON file (schema in this docstring's keys:
-``rows[] = {mode, k, tau, tokens, seconds, tokens_per_s, speedup, accept_cond[], accept_uncond[]}``).
+``rows[] = {mode, k, tau, tokens, seconds, tokens_per_s, speedup, target_forwards, target_seconds,
+draft_seconds, verify_cost, draft_cost, accept_cond[], accept_uncond[]}``).
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ from pathlib import Path
 
 import torch
 
-from lenpred.collect.base import SamplingConfig
 from lenpred.data.rundir import RunDir
 from lenpred.data.split import load_split
 from lenpred.draft.io import check_against_target, load_draft
+from lenpred.draft.sampling import sampling_from_card
 from lenpred.draft.speculative import SpeculativeDecoder
 from lenpred.draft.target import Target
 from lenpred.models import load
@@ -65,40 +69,53 @@ def main(argv: list[str] | None = None) -> int:
     layers = check_against_target(head, lm.model.config, fingerprint=lm.spec.fingerprint)
     target = Target(lm.model, layers)
     eos = lm.tokenizer.convert_tokens_to_ids(run.card["model"].get("eos_token")) or lm.tokenizer.eos_token_id
-    card = {k: v for k, v in run.card["sampling"].items() if k in SamplingConfig.__dataclass_fields__}
-    sampling = SamplingConfig(**{**card, "max_new_tokens": a.max_new_tokens})
+    sampling = sampling_from_card(run.card["sampling"], max_new_tokens=a.max_new_tokens)
+    card = sampling.to_dict()
     prompts = _prompts(run, a.prompts)
     ks = [int(x) for x in a.ks.split(",")]
     rows = []
     for mode in a.modes.split(","):
         s = None if mode == "greedy" else sampling
-        base_tok = base_s = 0.0
-        for k in [0, *ks]:
-            dec = SpeculativeDecoder(target, head.model if k else None, k=k, sampling=s,
-                                     max_new_tokens=a.max_new_tokens, eos_ids=[eos])
-            tok = secs = 0.0
-            committed = cycles = 0
-            acc: list[int] = []
-            for i, (_, ids) in enumerate(prompts):
+        configs = [0, *ks]
+        decs = {k: SpeculativeDecoder(target, head.model if k else None, k=k, sampling=s,
+                                      max_new_tokens=a.max_new_tokens, eos_ids=[eos]) for k in configs}
+        agg = {k: {"tok": 0, "secs": 0.0, "tsecs": 0.0, "dsecs": 0.0, "fwd": 0, "committed": 0, "cycles": 0,
+                   "acc": []} for k in configs}
+        # configurations interleaved prompt by prompt, so that a load change on this shared machine
+        # hits all of them alike instead of whichever happened to run then
+        for i, (_, ids) in enumerate(prompts):
+            for k in configs:
                 gen = torch.Generator().manual_seed(a.seed * 1000 + i)
                 t = time.perf_counter()
-                g = dec.generate(ids, generator=gen)
-                secs += time.perf_counter() - t
-                tok += len(g.tokens)
-                committed += sum(g.committed)
-                cycles += len(g.committed)
-                acc.extend(g.accepted)
-            if k == 0:
-                base_tok, base_s = tok, secs
-            cond = [(sum(x >= j for x in acc) / max(sum(x >= j - 1 for x in acc), 1)) for j in range(1, k + 1)]
-            uncond = [sum(x >= j for x in acc) / max(len(acc), 1) for j in range(1, k + 1)]
-            tps = tok / secs if secs else 0.0
-            row = {"mode": mode, "k": k, "tau": committed / max(cycles, 1), "tokens": int(tok), "seconds": secs,
-                   "tokens_per_s": tps, "speedup": tps / (base_tok / base_s) if base_s else 1.0,
+                g = decs[k].generate(ids, generator=gen)
+                x = agg[k]
+                x["secs"] += time.perf_counter() - t
+                x["tsecs"] += g.target_seconds
+                x["dsecs"] += g.draft_seconds
+                x["tok"] += len(g.tokens)
+                x["fwd"] += g.target_forwards
+                x["committed"] += sum(g.committed)
+                x["cycles"] += len(g.committed)
+                x["acc"].extend(g.accepted)
+        base = agg[0]["tok"] / agg[0]["secs"]
+        base_fwd_s = agg[0]["tsecs"] / max(agg[0]["fwd"], 1)
+        for k in configs:
+            x = agg[k]
+            acc = x["acc"]
+            cond = [(sum(v >= j for v in acc) / max(sum(v >= j - 1 for v in acc), 1)) for j in range(1, k + 1)]
+            uncond = [sum(v >= j for v in acc) / max(len(acc), 1) for j in range(1, k + 1)]
+            tps = x["tok"] / x["secs"] if x["secs"] else 0.0
+            row = {"mode": mode, "k": k, "tau": x["committed"] / max(x["cycles"], 1), "tokens": int(x["tok"]),
+                   "seconds": x["secs"], "tokens_per_s": tps, "speedup": tps / base if base else 1.0,
+                   "target_forwards": x["fwd"], "target_seconds": x["tsecs"], "draft_seconds": x["dsecs"],
+                   # cost of one verifying pass and of the drafting, in plain decoding passes
+                   "verify_cost": (x["tsecs"] / max(x["fwd"], 1)) / base_fwd_s if base_fwd_s else None,
+                   "draft_cost": (x["dsecs"] / max(x["cycles"], 1)) / base_fwd_s if base_fwd_s else None,
                    "accept_cond": cond, "accept_uncond": uncond}
             rows.append(row)
             print(f"{mode:8s} k={k}  tau {row['tau']:.2f}  {tps:6.2f} tok/s  speed-up {row['speedup']:.2f}  "
-                  f"accept@j {' '.join(f'{x:.2f}' for x in cond)}", flush=True)
+                  f"verify {row['verify_cost'] or 0:.2f}x  draft {row['draft_cost'] or 0:.2f}x  "
+                  f"accept@j {' '.join(f'{v:.2f}' for v in cond)}", flush=True)
     out = {"run": str(run.path), "draft": str(a.draft), "prompts": [p for p, _ in prompts],
            "max_new_tokens": a.max_new_tokens, "threads": torch.get_num_threads(), "rows": rows,
            "sampling": card}

@@ -123,7 +123,8 @@ def _train(args: argparse.Namespace) -> int:
                       cache_dir=args.cache, ckpt_dir=args.ckpt, eos_id=_target_eos(run_dir.card, lm.tokenizer),
                       progress=not args.no_progress, log=say, device=args.device)
     fmt = ", ".join
-    say(f"wrote {res.head_path} after {res.steps} steps ({res.steps_per_s:.2f} steps/s this session)")
+    rate = f" ({res.steps_per_s:.2f} steps/s this session)" if res.steps_per_s else ""
+    say(f"wrote {res.head_path} after {res.steps} steps{rate}")
     if res.val_loss:
         say(f"validation loss by unroll step: {fmt(f'{x:.3f}' for x in res.val_loss)}; "
             f"top-1 agreement: {fmt(f'{x:.2f}' for x in res.val_acc)}")

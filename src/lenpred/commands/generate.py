@@ -77,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"prompt file {pf} is not UTF-8 text") from None
     import torch
 
-    from lenpred.collect.base import SamplingConfig
     from lenpred.data.sources import PromptConfig, render
     from lenpred.draft.io import check_against_target, load_draft
+    from lenpred.draft.sampling import sampling_from_card
     from lenpred.draft.speculative import SpeculativeDecoder
     from lenpred.draft.target import Target
     from lenpred.models import EMBEDDED, load
@@ -96,12 +96,7 @@ def run(args: argparse.Namespace) -> int:
     tcfg = AutoConfig.from_pretrained(folder)
     layers = check_against_target(head, tcfg, fingerprint=spec.fingerprint) if head else None
     sampling_d, prompts_d, where = _sampling_card(args, head.meta if head else None)
-    sampling_d = {k: v for k, v in sampling_d.items() if k in SamplingConfig.__dataclass_fields__}
-    if args.max_new_tokens is not None:
-        sampling_d["max_new_tokens"] = args.max_new_tokens
-    if args.seed is not None:
-        sampling_d["seed"] = args.seed
-    sampling = SamplingConfig(**sampling_d)
+    sampling = sampling_from_card(sampling_d, max_new_tokens=args.max_new_tokens, seed=args.seed)
     lm = load(model_name)
     target = Target(lm.model, layers)
     pcfg = PromptConfig(chat_template=not args.no_chat_template and prompts_d.get("chat_template", True),

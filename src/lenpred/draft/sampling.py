@@ -14,7 +14,16 @@ import torch
 
 from lenpred.collect.base import SamplingConfig
 
-__all__ = ["CardSampler"]
+__all__ = ["CardSampler", "sampling_from_card"]
+
+
+def sampling_from_card(section: dict[str, Any] | None, **overrides: Any) -> SamplingConfig:
+    """A :class:`SamplingConfig` from a run card's ``sampling`` section (fields it does not know are
+    bookkeeping and dropped), with ``overrides`` applied; invalid values are one ConfigError line."""
+    fields = set(SamplingConfig.model_fields)
+    data = {k: v for k, v in (section or {}).items() if k in fields}
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return SamplingConfig.from_dict(data, "sampling")
 
 
 class CardSampler:

@@ -69,6 +69,8 @@ class Generation:
     accepted: list[int] = field(default_factory=list)  # per verifying cycle
     committed: list[int] = field(default_factory=list)  # tokens committed per verifying cycle (EOS included)
     seconds: float = 0.0
+    target_seconds: float = 0.0  # wall time inside target passes (prefill included)
+    draft_seconds: float = 0.0  # wall time inside draft passes and proposals
     states: torch.Tensor | None = None  # (n, d) draft states at positions 0..n-1, when kept
 
     @property
@@ -141,7 +143,9 @@ class SpeculativeDecoder:
         st = _State(self.target.vocab_size, dev, prompt)
         res = Generation(prompt_ids=prompt, tokens=[], stop_reason="length", k=self.k, target_forwards=0)
         cache = self.target.new_cache()
+        tt = time.perf_counter()
         logits, aux = self.target.forward(torch.tensor([prompt], device=dev), cache)  # (1, P, V), (1, P, 3d)
+        res.target_seconds += time.perf_counter() - tt
         res.target_forwards += 1
         first = self._target_token(logits[0, -1], st, generator)
         if self._commit(st, res, [first]) or self.draft is None:
@@ -184,8 +188,11 @@ class SpeculativeDecoder:
                 qs.append(q)
                 counts[x] += 1
                 seen[x] = True
+            res.draft_seconds += time.perf_counter() - tc
             # 3. verify in one target pass
+            tt = time.perf_counter()
             vlogits, vaux = self.target.forward(torch.tensor([[seq[T], *props]], device=dev), cache)  # (1, k+1, ·)
+            res.target_seconds += time.perf_counter() - tt
             res.target_forwards += 1
             a, y = self._verify(vlogits[0], props, qs, st, generator)
             new = props[:a] + [y]
@@ -219,6 +226,7 @@ class SpeculativeDecoder:
         while not st.done:
             tc = time.perf_counter()
             logits, _ = self.target.forward(torch.tensor([[st.seq[-1]]], device=dev), cache)
+            res.target_seconds += time.perf_counter() - tc
             res.target_forwards += 1
             y = self._target_token(logits[0, -1], st, gen)
             res.accepted.append(0)

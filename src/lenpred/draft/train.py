@@ -285,8 +285,8 @@ class TrainResult:
     train_acc: list[float]
     val_loss: list[float]
     val_acc: list[float]
-    tokens_per_s_teacher: float
-    steps_per_s: float
+    tokens_per_s_teacher: float | None  # None when the cache held every sample already
+    steps_per_s: float | None  # None when the checkpoint was already at max_steps
     cache_dir: Path
     coverage: float
 
@@ -359,7 +359,7 @@ def train_draft(
         [(p, i) for p, _, ss in data.jobs for i, _, _ in ss]))
     tf = cache.build(target, data.jobs, progress=lambda n, _: bar.update(n))
     bar.close()
-    tf_rate = tf["tokens"] / tf["seconds"] if tf["tokens"] else float("nan")
+    tf_rate = tf["tokens"] / tf["seconds"] if tf["tokens"] else None  # None: everything was cached already
     if tf["tokens"]:
         say(f"teacher forcing: {int(tf['tokens'])} tokens in {tf['seconds']:.0f}s ({tf_rate:.0f} tokens/s)")
 
@@ -450,7 +450,7 @@ def train_draft(
             raise KeyboardInterrupt
     bar.close()
     elapsed = time.perf_counter() - t0
-    sps = steps_now / elapsed if steps_now else float("nan")
+    sps = steps_now / elapsed if steps_now else None
     vl, va = evaluate()
     history["val"].append([step, vl, va])
     tail = history["loss"][-50:]
@@ -491,7 +491,10 @@ class _NoBar:
 def _bar(enabled: bool, total: int, desc: str, initial: int = 0) -> Any:
     if not enabled:
         return _NoBar()
+    import sys
+
     from tqdm.auto import tqdm
 
+    # into a log file (no terminal) a redraw every few seconds would be megabytes: every 60 s there
     return tqdm(total=total, initial=initial, desc=desc, unit="tok" if "teacher" in desc else "step",
-                dynamic_ncols=True, leave=True)
+                dynamic_ncols=True, leave=True, mininterval=0.5 if sys.stderr.isatty() else 60.0)
