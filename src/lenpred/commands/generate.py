@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", help="EAGLE-3 head directory (omit for plain decoding)")
     parser.add_argument("--prompt", help="the user message (rendered with the chat template)")
     parser.add_argument("--prompt-file", help="read the user message from this file")
-    parser.add_argument("--k", type=int, default=4, help="draft tokens per cycle (chain length, >= 1; default %(default)s)")
+    parser.add_argument("--k", type=int, default=3, help="draft tokens per cycle (chain length, >= 1; default %(default)s)")
     parser.add_argument("--greedy", action="store_true", help="greedy decoding instead of the card's sampling")
     parser.add_argument("--card", help="take the sampling card from this run directory or card.json")
     parser.add_argument("--max-new-tokens", type=int, help="cap on generated tokens (default: the card's)")
