@@ -24,6 +24,26 @@ from lenpred.collect.base import ENGINES, EngineOptions, EngineSetup, Job, Resul
 from lenpred.errors import EngineError
 
 
+def card_warpers(sampling: SamplingConfig) -> Any:
+    """The card's warpers after the penalties, in vLLM's order: temperature, top-k, top-p, min-p
+    (one list for the hf engine and the speculative sampler, so both sample the same card)."""
+    from transformers import (
+        LogitsProcessorList,
+        MinPLogitsWarper,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    procs: list[Any] = [TemperatureLogitsWarper(sampling.temperature)]
+    if sampling.top_k > 0:
+        procs.append(TopKLogitsWarper(sampling.top_k))
+    if sampling.top_p < 1.0:
+        procs.append(TopPLogitsWarper(sampling.top_p))
+    if sampling.min_p > 0:
+        procs.append(MinPLogitsWarper(sampling.min_p))
+    return LogitsProcessorList(procs)
+
 class HFOptions(EngineOptions):
     """Options of the transformers engine. ``dtype`` changes the numerics, hence the samples: it is
     part of the card; batch size and device are runtime only."""
@@ -95,22 +115,7 @@ class HFEngine:
         self.cache_kw = _cache_kwarg(model)
         self.row_steps = 0  # decode row-steps computed
         self.live_steps = 0  # ... of which carried a live sample
-        from transformers import (
-            LogitsProcessorList,
-            MinPLogitsWarper,
-            TemperatureLogitsWarper,
-            TopKLogitsWarper,
-            TopPLogitsWarper,
-        )
-
-        procs: list[Any] = [TemperatureLogitsWarper(sampling.temperature)]
-        if sampling.top_k > 0:
-            procs.append(TopKLogitsWarper(sampling.top_k))
-        if sampling.top_p < 1.0:
-            procs.append(TopPLogitsWarper(sampling.top_p))
-        if sampling.min_p > 0:
-            procs.append(MinPLogitsWarper(sampling.min_p))
-        self.warp = LogitsProcessorList(procs)
+        self.warp = card_warpers(sampling)
 
     # ----------------------------------------------------------- registry glue
     Options: ClassVar[type[HFOptions]] = HFOptions

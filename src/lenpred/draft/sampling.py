@@ -28,23 +28,10 @@ def sampling_from_card(section: dict[str, Any] | None, **overrides: Any) -> Samp
 
 class CardSampler:
     def __init__(self, sampling: SamplingConfig) -> None:
-        from transformers import (
-            LogitsProcessorList,
-            MinPLogitsWarper,
-            TemperatureLogitsWarper,
-            TopKLogitsWarper,
-            TopPLogitsWarper,
-        )
+        from lenpred.collect.hf import card_warpers
 
         self.s = sampling
-        procs: list[Any] = [TemperatureLogitsWarper(sampling.temperature)]
-        if sampling.top_k > 0:
-            procs.append(TopKLogitsWarper(sampling.top_k))
-        if sampling.top_p < 1.0:
-            procs.append(TopPLogitsWarper(sampling.top_p))
-        if sampling.min_p > 0:
-            procs.append(MinPLogitsWarper(sampling.min_p))
-        self.warp = LogitsProcessorList(procs)
+        self.warp = card_warpers(sampling)
 
     def probs(self, logits: torch.Tensor, counts: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
         """logits (n, V) float32; counts (n, V) output-token counts; seen (n, V) bool (prompt + output).
