@@ -1,0 +1,15 @@
+"""The prediction service (``lenpred serve``): a trained head behind a micro-batcher and an HTTP API.
+
+* :mod:`lenpred.serve.schema` -- the wire format (pydantic): PredictRequest / PredictResponse / errors;
+* :mod:`lenpred.serve.service` -- :class:`PredictionService`, usable in process (the router does);
+* :mod:`lenpred.serve.heads` -- what a batch runs: the proxy's text pipeline, or the target's prefill;
+* :mod:`lenpred.serve.app` -- ``create_app(service)``: FastAPI with /v1/predict, /healthz, /metrics;
+* :mod:`lenpred.serve.config` / :mod:`lenpred.serve.server` -- ``lenpred serve`` under uvicorn.
+
+The router (``lenpred route``) lives in :mod:`lenpred.route`.
+"""
+
+from lenpred.serve.schema import ChatMessage, ErrorResponse, PredictRequest, PredictResponse
+from lenpred.serve.service import PredictionService
+
+__all__ = ["ChatMessage", "ErrorResponse", "PredictRequest", "PredictResponse", "PredictionService"]

@@ -1,0 +1,228 @@
+"""The HTTP face of :class:`~lenpred.serve.service.PredictionService` (FastAPI).
+
+* ``POST /v1/predict`` -- :class:`~lenpred.serve.schema.PredictRequest` in,
+  :class:`~lenpred.serve.schema.PredictResponse` out;
+* ``GET /healthz`` -- 200 with the head's identity while the batcher runs, 503 otherwise;
+* ``GET /metrics`` -- Prometheus text (requests, errors, latency, batch sizes, model calls, queue).
+
+Every error is OpenAI's body ``{"error": {"message", "type", "param", "code"}}`` with its status:
+400 for a request that is not valid JSON or not a valid predict request (FastAPI's default would
+be 422; OpenAI-compatible servers answer 400), 404 / 405 for an unknown route or method, 413 for a
+body over ``max_body_bytes`` (checked before the body is parsed), 503 for a full queue or a
+stopped service, 504 for a timeout, 500 for anything else -- never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from lenpred import __version__
+from lenpred.errors import LenpredError
+from lenpred.serve.errors import ServeError
+from lenpred.serve.metrics import CONTENT_TYPE, ServeMetrics
+from lenpred.serve.schema import ErrorResponse, HealthResponse, PredictRequest, PredictResponse
+from lenpred.serve.service import PredictionService
+
+__all__ = ["create_app", "DEFAULT_MAX_BODY_BYTES"]
+
+log = logging.getLogger("lenpred.serve")
+DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: ~250k tokens of text, far beyond any context here
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "not valid JSON, or not a valid predict request"},
+    413: {"model": ErrorResponse, "description": "request body over the size limit"},
+    503: {"model": ErrorResponse, "description": "queue full, or the service is stopping"},
+    504: {"model": ErrorResponse, "description": "the prediction timed out"},
+}
+
+
+def _error(status: int, message: str, type_: str, param: str | None = None, code: str | None = None) -> JSONResponse:
+    return JSONResponse(ErrorResponse.of(message, type_, param, code).model_dump(), status_code=status)
+
+
+class BodyLimit:
+    """Pure ASGI middleware: a request body over ``limit`` bytes gets 413 before the app reads it.
+
+    A declared ``Content-Length`` over the limit is refused at once; otherwise the body is read
+    (at most ``limit + 1`` bytes are kept) and replayed to the app, so chunked bodies are bounded too.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int, metrics: ServeMetrics | None = None) -> None:
+        self.app, self.limit, self.metrics = app, int(limit), metrics
+
+    async def _refuse(self, scope: Scope, send: Send, size: str) -> None:
+        resp = _error(413, f"request body is {size}, over this service's limit of {self.limit} bytes",
+                      "invalid_request_error", None, "request_too_large")
+        if self.metrics is not None:
+            self.metrics.observe_request(scope.get("path", "?"), 413, None, "invalid_request_error")
+        await resp(scope, _drain_receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        for k, v in scope.get("headers", []):
+            if k == b"content-length":
+                try:
+                    n = int(v)
+                except ValueError:
+                    n = -1
+                if n > self.limit:
+                    await self._refuse(scope, send, f"{n} bytes")
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            body = msg.get("body", b"")
+            size += len(body)
+            if size > self.limit:
+                await self._refuse(scope, send, f"more than {self.limit} bytes")
+                return
+            chunks.append(body)
+            more = bool(msg.get("more_body", False))
+        replay: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def receive_again() -> Message:
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, receive_again, send)
+
+
+async def _drain_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+def _param(loc: Any) -> str | None:
+    parts = [str(x) for x in loc if x != "body"]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if p.isdigit() else ("." if out else "") + p
+    return out or None
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None, str]:
+    errs = exc.errors()
+    if not errs:
+        return "invalid request", None, "invalid_request"
+    e = errs[0]
+    if e.get("type") == "json_invalid":
+        ctx = (e.get("ctx") or {}).get("error")
+        return f"request body is not valid JSON ({ctx or e.get('msg')})", None, "invalid_json"
+    param = _param(e.get("loc", ()))
+    msg = str(e.get("msg", "invalid value"))
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if e.get("type") == "missing" and param is None:
+        msg = "request body is missing: send a JSON object with 'prompt' or 'messages'"
+    elif e.get("type") == "model_attributes_type" and param is None:
+        got = type(e.get("input")).__name__
+        msg = f"request body must be a JSON object with 'prompt' or 'messages', got a JSON {_json_kind(got)}"
+    elif e.get("type") == "extra_forbidden":
+        msg = f"unknown field {param!r}: a predict request has prompt, messages and model"
+    elif param is not None:
+        msg = f"{param}: {msg}"
+    more = len(errs) - 1
+    if more:
+        msg += f" (and {more} more problem(s))"
+    return msg, param, str(e.get("type", "invalid_request"))
+
+
+def _json_kind(pytype: str) -> str:
+    return {"list": "array", "str": "string", "int": "number", "float": "number", "bool": "boolean",
+            "NoneType": "null", "bytes": "string"}.get(pytype, pytype)
+
+
+def create_app(service: PredictionService, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               metrics: ServeMetrics | None = None) -> FastAPI:
+    """A FastAPI app serving ``service``; its lifespan starts and stops the service's batcher."""
+    metrics = metrics or service.metrics or ServeMetrics()
+    service.metrics = metrics
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    app = FastAPI(title="lenpred prediction service", version=__version__, lifespan=lifespan,
+                  description="Predicted output length (tokens) of an LLM request, from a lenpred head. "
+                              f"Serving head {service.head_name} ({service.predictor}).")
+    app.state.service = service
+    app.state.metrics = metrics
+    app.add_middleware(BodyLimit, limit=max_body_bytes, metrics=metrics)
+
+    def _failed(request: Request, status: int, type_: str) -> None:
+        metrics.observe_request(request.url.path, status, None, type_)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        msg, param, code = _validation_message(exc)
+        _failed(request, 400, "invalid_request_error")
+        return _error(400, msg, "invalid_request_error", param, code)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        msg = {404: f"no route {request.url.path}: the service has POST /v1/predict, GET /healthz, GET /metrics",
+               405: f"method {request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
+        _failed(request, exc.status_code, type_)
+        return _error(exc.status_code, msg, type_, None, None)
+
+    @app.exception_handler(ServeError)
+    async def _serve_error(request: Request, exc: ServeError) -> JSONResponse:
+        _failed(request, exc.status, exc.type)
+        return _error(exc.status, str(exc), exc.type, exc.param, exc.code)
+
+    @app.exception_handler(LenpredError)
+    async def _lenpred_error(request: Request, exc: LenpredError) -> JSONResponse:
+        _failed(request, 400, "invalid_request_error")
+        return _error(400, str(exc), "invalid_request_error")
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error on %s", request.url.path)
+        _failed(request, 500, "server_error")
+        return _error(500, f"internal error ({type(exc).__name__}); see the service's log", "server_error",
+                      None, "internal_error")
+
+    @app.post("/v1/predict", response_model=PredictResponse, responses=_ERRORS,  # type: ignore[arg-type]
+              summary="Predict the output length of one request")
+    async def predict(req: PredictRequest) -> PredictResponse:
+        t0 = time.perf_counter()
+        out = await service.predict(req)
+        metrics.observe_request("/v1/predict", 200, time.perf_counter() - t0)
+        metrics.predictions.inc()
+        return out
+
+    @app.get("/healthz", response_model=HealthResponse, responses={503: {"model": HealthResponse}},
+             summary="Liveness and the served head's identity")
+    async def healthz() -> JSONResponse:
+        ok = service.running
+        body = HealthResponse(
+            status="ok" if ok else "stopped", head=service.head_name, predictor=service.predictor,
+            input_kind=service.input_kind, card_hash=service.card_hash, model=service.model_id,
+            max_batch=service.max_batch, max_wait_ms=service.max_wait_ms, queue_depth=service.queue_depth,
+            model_calls=service.batches, uptime_s=round(service.uptime_s, 3))
+        return JSONResponse(json.loads(body.model_dump_json()), status_code=200 if ok else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    async def prom() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    return app

@@ -1,0 +1,64 @@
+"""Run a :class:`~lenpred.serve.service.PredictionService` under uvicorn (what ``lenpred serve`` calls).
+
+The head is loaded and the socket bound *before* uvicorn starts, so a bad head, a busy port or an
+unusable host fail at once with a one-line :class:`~lenpred.errors.LenpredError` (exit code 1);
+``--port 0`` binds any free port, and the ``listening on`` line names it.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+from lenpred.errors import ConfigError
+from lenpred.serve.config import ServeConfig
+
+__all__ = ["bind", "serve"]
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port), or a ConfigError naming the problem."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise ConfigError(f"--host {host!r} is not an address this machine can listen on ({e.strerror})",
+                          "pass an IP address such as 127.0.0.1 or 0.0.0.0") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port} ({e.strerror})",
+                          "pass another --port (0 picks a free one), or stop what holds this one") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(cfg: ServeConfig) -> int:
+    import uvicorn
+
+    from lenpred.serve.app import create_app
+    from lenpred.serve.service import PredictionService
+
+    svc = PredictionService.from_head(cfg.head, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms,
+                                      threads=cfg.threads, max_queue=cfg.max_queue, timeout_s=cfg.timeout_s,
+                                      model=cfg.model, max_prompt_tokens=cfg.max_prompt_tokens, device=cfg.device)
+    sock = bind(cfg.host, cfg.port)
+    host, port = sock.getsockname()[:2]
+    app = create_app(svc, max_body_bytes=cfg.max_body_bytes)
+    what = f"target {svc.model_id}" if svc.model_id else "no target model"
+    print(f"serve: head {svc.head_name} ({svc.predictor}, card {svc.card_hash}, {what}); max batch {cfg.max_batch}, "
+          f"max wait {cfg.max_wait_ms:g} ms", flush=True)
+    print(f"serve: listening on http://{host}:{port}  (POST /v1/predict, GET /healthz, GET /metrics, /docs)",
+          flush=True)
+    ucfg = uvicorn.Config(app, log_level=cfg.log_level, access_log=cfg.access_log, lifespan="on")
+    server = uvicorn.Server(ucfg)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    print("serve: stopped", file=sys.stderr, flush=True)
+    return 0
