@@ -12,7 +12,9 @@ Sources:
   truncated JSON), or from ``path`` if given;
 * ``sharegpt-file``: a local ShareGPT-format file (JSON array or JSONL of ``{id, conversations}``);
 * ``alpaca``: Alpaca-style JSON/JSONL (``instruction``, optional ``input``, ``output``);
-* ``jsonl``: plain JSONL with a ``prompt`` field (optional ``id``, ``answer``).
+* ``jsonl``: plain JSONL with a ``prompt`` field (optional ``id``, ``answer``);
+* ``alpaca-eval``: AlpacaEval's 805 instructions from the ``alpaca-eval`` sdist that ``make install``
+  downloads (see :mod:`lenpred.data.alpaca_eval`), or from ``path`` (that sdist or its JSON file).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pydantic import Field, field_validator
 
 from lenpred.collect.base import FieldError
 from lenpred.config import Config
+from lenpred.data.alpaca_eval import load_alpaca_eval
 from lenpred.data.sharegpt import _first_exchange, load_sharegpt
 from lenpred.errors import ConfigError, DataError
 from lenpred.fileio import file_sha256
@@ -43,8 +46,8 @@ SOURCES: Registry[RawLoader] = Registry("prompt source")
 class PromptConfig(Config):
     """How the prompt list of a run is built. Part of the run card's identity."""
 
-    source: str = Field("sharegpt", description="prompt source: sharegpt, sharegpt-file, alpaca or jsonl")
-    path: str | None = Field(None, description="a local prompt file for sharegpt-file / alpaca / jsonl")
+    source: str = Field("sharegpt", description="prompt source: sharegpt, sharegpt-file, alpaca, jsonl or alpaca-eval")
+    path: str | None = Field(None, description="a local prompt file for sharegpt-file / alpaca / jsonl (alpaca-eval: its sdist or JSON)")
     seed: int = Field(0, description="seed of the prompt order")
     max_prompt_tokens: int = Field(512, description="skip prompts longer than this (rendered, in tokens)")
     chat_template: bool = Field(True, description="render prompts with the model's chat template")
@@ -229,6 +232,11 @@ def _jsonl(path: Path | None) -> pd.DataFrame:
         # files keep their prompt ids); messages count lines from 1
         rows.append({"id": str(r.get("id", i)), "prompt": _text(r, "prompt", p, line), "answer": _text(r, "answer", p, line)})
     return _frame(rows, p, "JSONL")
+
+
+@SOURCES.register("alpaca-eval")
+def _alpaca_eval(path: Path | None) -> pd.DataFrame:
+    return load_alpaca_eval(path)
 
 
 def load_raw(cfg: PromptConfig) -> pd.DataFrame:
