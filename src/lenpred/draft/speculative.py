@@ -57,6 +57,8 @@ class Cycle:
     n_generated: int  # tokens generated so far, after this cycle
     seconds: float = 0.0  # wall time of the cycle
     generated: list[int] = field(default_factory=list)  # the output so far (the live list: read, don't modify)
+    fused: torch.Tensor | None = None  # (n, d) the draft's fc output at ``positions`` (the input of ``states``)
+    aux: torch.Tensor | None = None  # (n, 3 d_target) the target's captured states at ``positions``
 
 
 @dataclass
@@ -163,8 +165,10 @@ class SpeculativeDecoder:
             seq = st.seq
             p0 = T - pending.shape[0]
             # 1. draft over the real positions p0..T-1 (one pass)
+            aux_in = pending
+            fused = self.draft.fuse(pending[None])  # (1, n, d)
             o, dkv = self.draft.step(
-                self.draft.fuse(pending[None]),
+                fused,
                 torch.tensor([seq[p0 + 1 : T + 1]], device=dev),
                 torch.arange(p0, T, device=dev)[None],
                 dkv,
@@ -206,7 +210,8 @@ class SpeculativeDecoder:
             ev = Cycle(index=cycle, proposed=props, accepted=a, committed=st.last_committed,
                        states=states, positions=list(range(p0, T)),
                        chain_states=torch.stack(chain) if chain else states.new_zeros((0, states.shape[-1])),
-                       n_generated=len(res.tokens), seconds=time.perf_counter() - tc, generated=res.tokens)
+                       n_generated=len(res.tokens), seconds=time.perf_counter() - tc, generated=res.tokens,
+                       fused=fused[0], aux=aux_in)
             if on_cycle is not None:
                 on_cycle(ev)
             T += a + 1
