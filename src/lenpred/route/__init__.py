@@ -1,0 +1,21 @@
+"""A length-aware OpenAI-compatible router (``lenpred route``).
+
+For each request: a predicted output length (a trained head in-process, a ``lenpred serve`` URL, or a
+cheap fallback), a priority for the backend's scheduler (vLLM's ``priority`` field, with aging), and a
+backend chosen by the simulator's dispatch policies (:mod:`lenpred.sim.policies`) over live load
+numbers. Modules: ``config`` (the config file), ``estimators``, ``backends`` (load, health),
+``priority``, ``openai`` (request checks, errors, SSE counting), ``app`` (the FastAPI app),
+``stub`` (a fixed-rate stub backend for tests and benchmarks).
+"""
+
+from lenpred.route.config import RouterConfig
+
+__all__ = ["RouterConfig", "create_app"]
+
+
+def __getattr__(name: str):  # noqa: ANN202 - lazy: FastAPI loads only when the app is built
+    if name == "create_app":
+        from lenpred.route.app import create_app
+
+        return create_app
+    raise AttributeError(name)

@@ -1,0 +1,264 @@
+"""The backends' live state: requests in flight, predicted outstanding tokens, health, model lists.
+
+A :class:`Backend` satisfies the simulator's ``Loaded`` protocol (``outstanding_requests()``,
+``outstanding_tokens()``), so the router picks a backend with the very dispatchers the simulator
+uses (:func:`lenpred.sim.policies.make_dispatcher`): one implementation of round robin, least
+requests, least predicted tokens and power of two choices.
+
+**Predicted outstanding tokens** of a backend = the sum over its requests in flight of the expected
+remaining output, drawn down as the response streams. A request predicted at ``mu`` tokens (sd
+``sigma``) that has produced ``t`` tokens is expected to produce ``E[L - t | L > t]`` more under a
+normal ``N(mu, sigma)``: about ``mu - t`` early on, and never zero while it is still running (the
+prediction is conditioned on survival, not merely subtracted, as DESIGN.md asks).
+
+:class:`Pool` hands out slots: a backend with a free slot (``max_outstanding``) by the policy, or a
+place in a bounded wait queue ordered by the request's priority key (the smallest waits least).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from lenpred.route.config import BackendConfig, HealthConfig
+from lenpred.sim.policies import make_dispatcher
+
+__all__ = ["Backend", "Flight", "Pool", "QueueFull", "QueueTimeout", "expected_remaining"]
+
+log = logging.getLogger("lenpred.route")
+_SQRT2 = math.sqrt(2.0)
+_INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def expected_remaining(mu: float, sigma: float, t: float) -> float:
+    """``E[L - t | L > t]`` for ``L ~ N(mu, sigma)``: the mean residual life of a normal length."""
+    if sigma <= 0:
+        return max(mu - t, 1.0)
+    z = (t - mu) / sigma
+    if z < -4.0:  # survival ~ 1: the plain difference (and no erf on the hot path)
+        return mu - t
+    surv = 0.5 * math.erfc(z / _SQRT2)
+    if surv < 1e-12:  # far past the prediction: the normal tail's asymptote, sigma / z
+        return max(sigma / z, 1.0)
+    pdf = _INV_SQRT2PI * math.exp(-0.5 * z * z)
+    return max(mu - t + sigma * pdf / surv, 1.0)
+
+
+@dataclass(slots=True)
+class Flight:
+    """One request in flight on a backend: its prediction (all sequences together) and progress."""
+
+    rid: str
+    tokens: float  # predicted output tokens, all sequences of the request
+    spread: float
+    key: float  # priority key (smaller first)
+    gen: int = 0  # tokens streamed so far (events, or usage when the stream carries it)
+
+    def remaining(self) -> float:
+        return expected_remaining(self.tokens, self.spread, float(self.gen))
+
+
+class Backend:
+    """One backend as the router sees it."""
+
+    def __init__(self, cfg: BackendConfig, index: int) -> None:
+        self.cfg, self.index = cfg, index
+        self.label, self.url = cfg.label, cfg.url
+        self.max_outstanding = cfg.max_outstanding
+        self.healthy = True
+        self.models: dict[str, dict[str, Any]] | None = (
+            {m: {"id": m, "object": "model", "owned_by": self.label} for m in cfg.models} if cfg.models else None
+        )
+        self.priority_on = cfg.priority != "off"
+        self.flights: dict[str, Flight] = {}
+        self.fails = 0
+        self.oks = 0
+        self.last_error: str | None = None
+        self.n_done = 0
+
+    # -- the simulator's Loaded protocol
+    def outstanding_requests(self) -> int:
+        return len(self.flights)
+
+    def outstanding_tokens(self) -> float:
+        return sum(f.remaining() for f in self.flights.values())
+
+    # -- state
+    def serves(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+    def has_slot(self) -> bool:
+        return len(self.flights) < self.max_outstanding
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.label, "url": self.url, "healthy": self.healthy,
+                "outstanding_requests": len(self.flights), "outstanding_tokens": round(self.outstanding_tokens(), 1),
+                "priority": self.priority_on, "models": sorted(self.models) if self.models is not None else None,
+                "last_error": self.last_error}
+
+    def mark_down(self, reason: str) -> None:
+        self.last_error = reason
+        self.oks = 0
+        if self.healthy:
+            self.healthy = False
+            log.warning("backend %s is out: %s", self.label, reason)
+
+    def check_result(self, ok: bool, reason: str | None, health: HealthConfig) -> None:
+        if ok:
+            self.fails, self.oks = 0, self.oks + 1
+            if not self.healthy and self.oks >= health.recover_after:
+                self.healthy = True
+                self.last_error = None
+                log.warning("backend %s is back", self.label)
+        else:
+            self.oks, self.fails = 0, self.fails + 1
+            self.last_error = reason
+            if self.healthy and self.fails >= health.fail_after:
+                self.mark_down(reason or "health check failed")
+
+
+class QueueFull(Exception):
+    """Every backend for the model is at max_outstanding and the wait queue is full (HTTP 429)."""
+
+
+class QueueTimeout(Exception):
+    """A request waited limits.queue_timeout_s for a slot (HTTP 503)."""
+
+
+@dataclass(order=True)
+class _Waiter:
+    key: float
+    seq: int
+    flight: Flight = field(compare=False)
+    model: str = field(compare=False)
+    exclude: frozenset[int] = field(compare=False)
+    fut: asyncio.Future[Backend] = field(compare=False)
+
+
+class Pool:
+    """The backends, the dispatch policy over them, and the wait queue for slots."""
+
+    def __init__(self, backends: list[BackendConfig] | tuple[BackendConfig, ...], policy: str, seed: int = 0,
+                 max_queued: int = 1024) -> None:
+        import numpy as np
+
+        self.backends = [Backend(c, i) for i, c in enumerate(backends)]
+        self.dispatcher = make_dispatcher(policy, rng=np.random.default_rng(seed))
+        self.max_queued = max_queued
+        self._waiters: list[_Waiter] = []
+        self._seq = itertools.count()
+
+    def known_models(self) -> dict[str, dict[str, Any]] | None:
+        """Union of the backends' models (first backend's entry wins); None while any list is unknown."""
+        out: dict[str, dict[str, Any]] = {}
+        unknown = False
+        for b in self.backends:
+            if b.models is None:
+                unknown = True
+                continue
+            for k, v in b.models.items():
+                out.setdefault(k, v)
+        return None if unknown else out
+
+    def candidates(self, model: str, exclude: frozenset[int] = frozenset()) -> list[Backend]:
+        return [b for b in self.backends if b.healthy and b.index not in exclude and b.serves(model)]
+
+    def _pick(self, model: str, exclude: frozenset[int]) -> Backend | None:
+        free = [b for b in self.candidates(model, exclude) if b.has_slot()]
+        if not free:
+            return None
+        # the dispatcher reads each backend's load; the request itself is not needed by any of them
+        return free[self.dispatcher.choose(free, None)]  # type: ignore[arg-type]
+
+    async def acquire(self, flight: Flight, model: str, exclude: frozenset[int], timeout_s: float) -> Backend | None:
+        """A backend with a slot and the flight registered on it; None when no healthy backend serves the
+        model; :class:`QueueFull` / :class:`QueueTimeout` when they are all busy."""
+        if not self.candidates(model, exclude):
+            return None
+        b = None if self.n_waiting else self._pick(model, exclude)  # arrivals do not overtake waiters
+        if b is not None:
+            b.flights[flight.rid] = flight
+            return b
+        if self.n_waiting >= self.max_queued:
+            raise QueueFull()
+        fut: asyncio.Future[Backend] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, _Waiter(flight.key, next(self._seq), flight, model, exclude, fut))
+        self._wake()  # a slot may be free for this model although others wait for theirs
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await fut
+        except BaseException as e:  # timed out, or the client went away (cancelled)
+            if fut.done() and not fut.cancelled():  # a slot came just as the wait ended: give it back
+                self.release(fut.result(), flight.rid)
+            fut.cancel()
+            self._waiters = [w for w in self._waiters if not w.fut.done()]
+            heapq.heapify(self._waiters)
+            if isinstance(e, TimeoutError):
+                raise QueueTimeout() from None
+            raise
+
+    def _wake(self) -> None:
+        """Give free slots to waiters, smallest priority key first (a waiter whose model has no free slot
+        does not block one behind it whose model has)."""
+        if not self._waiters:
+            return
+        keep = []
+        while self._waiters:
+            w = heapq.heappop(self._waiters)
+            if w.fut.done():
+                continue
+            b = self._pick(w.model, w.exclude)
+            if b is None:
+                keep.append(w)
+                if not any(x.healthy and x.has_slot() for x in self.backends):
+                    break
+                continue
+            b.flights[w.flight.rid] = w.flight  # registered now, so the next pick sees the load
+            w.fut.set_result(b)
+        for w in keep:
+            heapq.heappush(self._waiters, w)
+
+    def release(self, b: Backend, rid: str) -> None:
+        if b.flights.pop(rid, None) is not None:
+            b.n_done += 1
+        self._wake()
+
+    @property
+    def n_waiting(self) -> int:
+        return sum(1 for w in self._waiters if not w.fut.done())
+
+    # -- health
+    async def check(self, client: Any, b: Backend, health: HealthConfig) -> None:
+        try:
+            r = await client.get(b.url + health.path, timeout=health.timeout_s)
+            ok = r.status_code == 200
+            reason = None if ok else f"health check answered HTTP {r.status_code}"
+            if ok and health.path.rstrip("/").endswith("/models") and not b.cfg.models:
+                self._models_from(b, r)
+        except Exception as e:  # any failure to answer is a failed check
+            ok, reason = False, f"health check failed: {type(e).__name__}: {e}".rstrip(": ")
+        b.check_result(ok, reason, health)
+        if ok:
+            self._wake()
+
+    @staticmethod
+    def _models_from(b: Backend, r: Any) -> None:
+        try:
+            data = r.json()["data"]
+            models = {str(m["id"]): m for m in data if isinstance(m, dict) and "id" in m}
+        except (ValueError, KeyError, TypeError):
+            return
+        if models:
+            b.models = models
+
+    async def health_loop(self, client: Any, health: HealthConfig) -> None:
+        while True:
+            t0 = time.monotonic()
+            await asyncio.gather(*(self.check(client, b, health) for b in self.backends))
+            await asyncio.sleep(max(0.0, health.interval_s - (time.monotonic() - t0)))

@@ -1,0 +1,249 @@
+"""The router's config file (``lenpred route --config router.json``): backends, estimator, priority,
+dispatch policy, timeouts, limits, health checks. One pydantic model tree on :class:`lenpred.config.Config`
+(frozen, unknown keys refused, one-line errors naming the field), validated before anything starts.
+
+A minimal file::
+
+    {"backends": [{"url": "http://127.0.0.1:8001"}, {"url": "http://127.0.0.1:8002"}],
+     "policy": "least-predicted-tokens",
+     "estimator": {"kind": "remote", "url": "http://127.0.0.1:8100"}}
+
+``docs/route.md`` documents every field; ``RouterConfig.json_schema()`` is the machine-readable form.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator, model_validator
+
+from lenpred.config import Config
+from lenpred.errors import ConfigError, FieldError
+
+__all__ = [
+    "BackendConfig", "EstimatorConfig", "HealthConfig", "LimitsConfig", "PriorityConfig", "RouterConfig",
+    "TimeoutConfig", "normalize_url",
+]
+
+
+def normalize_url(url: str, what: str = "url") -> str:
+    """``http(s)://host[:port][/prefix]`` without a trailing ``/`` or ``/v1`` (the router adds ``/v1/...``)."""
+    if not isinstance(url, str) or not url.strip():
+        raise FieldError(f"{what} is empty", "give a URL such as http://127.0.0.1:8000")
+    u = urlsplit(url.strip())
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise FieldError(f"{what} {url!r} is not an http(s) URL with a host",
+                         "give a URL such as http://127.0.0.1:8000 (the /v1 suffix is optional)")
+    try:
+        u.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise FieldError(f"{what} {url!r} has an invalid port", "use a port number from 1 to 65535") from None
+    if u.query or u.fragment:
+        raise FieldError(f"{what} {url!r} has a query or fragment", "give only scheme, host, port and path")
+    path = u.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return f"{u.scheme}://{u.netloc}{path}"
+
+
+def _positive(where: str, **values: float | None) -> None:
+    for k, v in values.items():
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ConfigError(f"{where}.{k} must be a number > 0, got {v!r}")
+
+
+class BackendConfig(Config):
+    """One OpenAI-compatible server (vLLM, SGLang, llama.cpp server, ...)."""
+
+    url: str = Field(description="base URL, e.g. http://10.0.0.5:8000 (a /v1 suffix is accepted and dropped)")
+    name: str | None = Field(None, description="name in headers, logs and metrics (default host:port)")
+    models: tuple[str, ...] = Field((), description="models it serves; empty = discovered from GET /v1/models")
+    priority: Literal["auto", "on", "off"] = Field(
+        "auto", description="send the priority field: on, off (the backend rejects it), or auto (send it and "
+                            "turn it off for this backend the first time it answers 400 about the field)")
+    max_outstanding: int = Field(256, description="requests in flight at once on this backend; more wait")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return normalize_url(v, "backend url")
+
+    @field_validator("max_outstanding")
+    @classmethod
+    def _max(cls, v: int) -> int:
+        if v < 1:
+            raise FieldError(f"max_outstanding must be >= 1, got {v}")
+        return v
+
+    @property
+    def label(self) -> str:
+        return self.name or urlsplit(self.url).netloc
+
+
+ESTIMATORS = ("head", "remote", "chars", "none")
+
+
+class EstimatorConfig(Config):
+    """Where each request's predicted output length comes from (and what is used when that fails)."""
+
+    kind: Literal["head", "remote", "chars", "none"] = Field(
+        "chars", description="head: a trained head in this process (lenpred.serve); remote: a `lenpred serve` "
+                             "URL; chars: prompt characters / chars_per_token * factor; none: no prediction")
+    head: str | None = Field(None, description="head directory (kind head)")
+    url: str | None = Field(None, description="`lenpred serve` base URL (kind remote)")
+    timeout_s: float = Field(0.5, description="remote: give up on a prediction after this long and use the fallback")
+    retry_after_s: float = Field(5.0, description="remote: after a failure, use the fallback for this long")
+    fallback: Literal["chars", "none"] = Field("chars", description="used when the head or service fails")
+    chars_per_token: float = Field(4.0, description="chars: prompt characters per token")
+    factor: float = Field(1.0, description="chars: predicted output tokens per prompt token")
+    spread: float = Field(0.5, description="relative spread (sd / mean) assumed when a prediction has no quantiles")
+    max_batch: int = Field(64, description="head: micro-batch size")
+    max_wait_ms: float = Field(2.0, description="head: longest wait to fill a micro-batch")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return None if v is None else normalize_url(v, "estimator url")
+
+    @model_validator(mode="after")
+    def _check(self) -> EstimatorConfig:
+        if self.kind == "head" and not self.head:
+            raise ConfigError("estimator.head is required for kind 'head'", "give the head's directory")
+        if self.kind == "remote" and not self.url:
+            raise ConfigError("estimator.url is required for kind 'remote'", "give the `lenpred serve` URL")
+        _positive("estimator", timeout_s=self.timeout_s, chars_per_token=self.chars_per_token,
+                  factor=self.factor, max_wait_ms=self.max_wait_ms)
+        if not (math.isfinite(self.retry_after_s) and self.retry_after_s >= 0):
+            raise ConfigError(f"estimator.retry_after_s must be >= 0, got {self.retry_after_s!r}")
+        if not (math.isfinite(self.spread) and self.spread >= 0):
+            raise ConfigError(f"estimator.spread must be >= 0, got {self.spread!r}")
+        if self.max_batch < 1:
+            raise ConfigError(f"estimator.max_batch must be >= 1, got {self.max_batch}")
+        return self
+
+
+class PriorityConfig(Config):
+    """Predicted tokens -> the backend's priority field (vLLM: an int, lower runs first), with aging.
+
+    priority = round((predicted + quantile_z * spread + aging * seconds since the router started)
+    / tokens_per_level), clipped to [min, max] where given: the simulator's ``sjf`` queue key.
+    """
+
+    enabled: bool = Field(True, description="set the priority field at all")
+    field: str = Field("priority", description="the request field to set (vLLM and SGLang: priority)")
+    tokens_per_level: float = Field(1.0, description="predicted tokens per priority step")
+    aging: float = Field(10.0, description="tokens of priority a request gains per second it has waited "
+                                           "(later arrivals get larger numbers), so long requests are not starved")
+    quantile_z: float = Field(0.0, description="order by predicted + z * spread (z > 0: risk-averse)")
+    min: int | None = Field(None, description="lowest value sent (None: unbounded)")
+    max: int | None = Field(None, description="highest value sent (None: unbounded)")
+
+    @model_validator(mode="after")
+    def _check(self) -> PriorityConfig:
+        if not self.field.strip():
+            raise ConfigError("priority.field is empty", "use the backend's field name, e.g. priority")
+        _positive("priority", tokens_per_level=self.tokens_per_level)
+        if not (math.isfinite(self.aging) and self.aging >= 0):
+            raise ConfigError(f"priority.aging must be >= 0, got {self.aging!r}")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ConfigError(f"priority.min ({self.min}) is above priority.max ({self.max})")
+        return self
+
+
+class TimeoutConfig(Config):
+    """Timeouts on the way to a backend (seconds)."""
+
+    connect_s: float = Field(2.0, description="opening a connection")
+    read_s: float = Field(60.0, description="waiting for the first byte or between two chunks")
+    total_s: float = Field(600.0, description="a whole request, streamed or not")
+
+    @model_validator(mode="after")
+    def _check(self) -> TimeoutConfig:
+        _positive("timeouts", connect_s=self.connect_s, read_s=self.read_s, total_s=self.total_s)
+        return self
+
+
+class HealthConfig(Config):
+    """Active health checks: a backend that fails is taken out, one that answers again comes back."""
+
+    interval_s: float = Field(2.0, description="seconds between two checks of a backend")
+    path: str = Field("/v1/models", description="GET path checked (also refreshes the model list)")
+    timeout_s: float = Field(2.0, description="a check slower than this fails")
+    fail_after: int = Field(2, description="consecutive failed checks that take a backend out")
+    recover_after: int = Field(1, description="consecutive good checks that bring it back")
+
+    @model_validator(mode="after")
+    def _check(self) -> HealthConfig:
+        _positive("health", interval_s=self.interval_s, timeout_s=self.timeout_s)
+        if not self.path.startswith("/"):
+            raise ConfigError(f"health.path must start with '/', got {self.path!r}")
+        if self.fail_after < 1 or self.recover_after < 1:
+            raise ConfigError("health.fail_after and health.recover_after must be >= 1")
+        return self
+
+
+class LimitsConfig(Config):
+    """Bounds that keep the router itself safe."""
+
+    max_body_bytes: int = Field(4 * 1024 * 1024, description="larger request bodies get HTTP 413")
+    max_queued: int = Field(1024, description="requests waiting for a free backend slot; more get HTTP 429")
+    queue_timeout_s: float = Field(30.0, description="a request waiting longer for a slot gets HTTP 503")
+    max_attempts: int = Field(3, description="backends tried for one request before it is not yet streaming")
+
+    @model_validator(mode="after")
+    def _check(self) -> LimitsConfig:
+        if self.max_body_bytes < 1024:
+            raise ConfigError(f"limits.max_body_bytes must be >= 1024, got {self.max_body_bytes}")
+        if self.max_queued < 0:
+            raise ConfigError(f"limits.max_queued must be >= 0, got {self.max_queued}")
+        if self.max_attempts < 1:
+            raise ConfigError(f"limits.max_attempts must be >= 1, got {self.max_attempts}")
+        _positive("limits", queue_timeout_s=self.queue_timeout_s)
+        return self
+
+
+class RouterConfig(Config):
+    """The whole router: ``lenpred route --config FILE``."""
+
+    mode: Literal["route", "annotate"] = Field(
+        "route", description="route: dispatch over the backends; annotate: predict, add the header and the "
+                             "priority, forward to the single backend (a sidecar in front of llm-d or a gateway)")
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8200, description="port to listen on")
+    policy: str = Field("least-predicted-tokens", description="dispatch policy (lenpred.sim.policies.DISPATCHERS)")
+    seed: int = Field(0, description="seed of the random choices (power-of-two)")
+    default_tokens: float = Field(256.0, description="load counted for a request without a prediction")
+    backends: tuple[BackendConfig, ...] = Field(description="the OpenAI-compatible servers")
+    estimator: EstimatorConfig = Field(default_factory=EstimatorConfig)
+    priority: PriorityConfig = Field(default_factory=PriorityConfig)
+    timeouts: TimeoutConfig = Field(default_factory=TimeoutConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    log_requests: bool = Field(True, description="one log line per request (id, backend, prediction, outcome)")
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        from lenpred.sim.policies import DISPATCHERS
+
+        if v not in DISPATCHERS:
+            raise FieldError(f"unknown policy {v!r}", f"use one of: {', '.join(DISPATCHERS.names())}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> RouterConfig:
+        if not self.backends:
+            raise ConfigError("backends is empty", "list at least one backend: [{\"url\": \"http://host:port\"}]")
+        if self.mode == "annotate" and len(self.backends) != 1:
+            raise ConfigError(f"mode 'annotate' forwards to one upstream, got {len(self.backends)} backends",
+                              "list exactly one backend, or use mode 'route'")
+        labels = [b.label for b in self.backends]
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        if dup:
+            raise ConfigError(f"backend name {dup[0]!r} is used twice", "give each backend its own name or URL")
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port must be 1..65535, got {self.port}")
+        _positive("router", default_tokens=self.default_tokens)
+        return self

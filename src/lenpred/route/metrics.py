@@ -1,0 +1,68 @@
+"""The router's Prometheus metrics (``GET /metrics``), in a registry of its own per app (so several
+routers in one process, as in the tests, do not collide). Backend state (health, load) is read at
+scrape time by a collector rather than kept in gauges that could drift."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+__all__ = ["RouterMetrics"]
+
+_MS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+_TTFB = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_TOKENS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+class _Backends:
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily("lenpred_route_backend_healthy", "1 when the backend is in rotation", labels=["backend"])
+        req = GaugeMetricFamily("lenpred_route_backend_outstanding_requests", "requests in flight", labels=["backend"])
+        tok = GaugeMetricFamily("lenpred_route_backend_outstanding_tokens",
+                                "predicted outstanding output tokens (drawn down as responses stream)",
+                                labels=["backend"])
+        pri = GaugeMetricFamily("lenpred_route_backend_priority_enabled", "1 when the priority field is sent",
+                                labels=["backend"])
+        for b in self.pool.backends:
+            up.add_metric([b.label], 1.0 if b.healthy else 0.0)
+            req.add_metric([b.label], float(b.outstanding_requests()))
+            tok.add_metric([b.label], b.outstanding_tokens())
+            pri.add_metric([b.label], 1.0 if b.priority_on else 0.0)
+        q = GaugeMetricFamily("lenpred_route_queue_waiting", "requests waiting for a backend slot")
+        q.add_metric([], float(self.pool.n_waiting))
+        yield from (up, req, tok, pri, q)
+
+
+class RouterMetrics:
+    def __init__(self, pool: Any) -> None:
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("lenpred_route_requests", "requests by backend and outcome",
+                                ["backend", "outcome"], registry=r)
+        self.retries = Counter("lenpred_route_retries", "attempts given up on a backend and retried on another",
+                               ["backend", "reason"], registry=r)
+        self.fallbacks = Counter("lenpred_route_estimator_fallbacks", "predictions answered by the fallback",
+                                 registry=r)
+        self.overhead = Histogram("lenpred_route_overhead_seconds",
+                                  "router time from the request's arrival to the backend request (read, parse, "
+                                  "predict, dispatch)", buckets=_MS, registry=r)
+        self.estimate = Histogram("lenpred_route_estimate_seconds", "time to a prediction", ["source"],
+                                  buckets=_MS, registry=r)
+        self.ttfb = Histogram("lenpred_route_first_byte_seconds", "arrival to the first byte sent back",
+                              buckets=_TTFB, registry=r)
+        self.predicted = Histogram("lenpred_route_predicted_tokens", "predicted output tokens per sequence",
+                                   buckets=_TOKENS, registry=r)
+        self.completion = Histogram("lenpred_route_completion_tokens", "output tokens a request produced",
+                                    buckets=_TOKENS, registry=r)
+        self.abs_error = Histogram("lenpred_route_prediction_abs_error_tokens",
+                                   "|predicted - produced| output tokens (requests that finished)",
+                                   buckets=_TOKENS, registry=r)
+        r.register(_Backends(pool))  # type: ignore[arg-type]
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,49 @@
+"""Predicted tokens -> the backend's priority field, with aging (vLLM: an int, lower runs first).
+
+The key is the simulator's ``sjf`` queue key (:class:`lenpred.sim.policies.ShortestPredictedJobFirst`):
+``predicted + quantile_z * spread + aging * arrival``, with ``arrival`` in seconds since the router
+started. Ordering requests by that static key is the same as ordering them by ``predicted - aging *
+waited`` at any moment, so a long request gains ``aging`` tokens of priority per second it has waited
+and is never starved: after ``(L_long - L_short) / aging`` seconds it goes before a new short one.
+The integer sent is ``round(key / tokens_per_level)``, clipped to ``[min, max]`` where those are set.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from lenpred.route.config import PriorityConfig
+from lenpred.sim.policies import make_queue_policy
+
+__all__ = ["PriorityMapper"]
+
+
+@dataclass(slots=True)
+class _Job:  # what the simulator's queue policy reads from a request
+    pred: float
+    spread: float | None
+    arrival: float
+
+
+class PriorityMapper:
+    def __init__(self, cfg: PriorityConfig, default_tokens: float, t0: float | None = None) -> None:
+        self.cfg = cfg
+        self.default_tokens = default_tokens
+        self.t0 = time.monotonic() if t0 is None else t0
+        self.policy = make_queue_policy("sjf", aging=cfg.aging, quantile_z=cfg.quantile_z)
+
+    def key(self, tokens: float | None, spread: float | None, now: float | None = None) -> float:
+        """The priority key (smaller first) of a request predicted at ``tokens`` arriving ``now``."""
+        now = time.monotonic() if now is None else now
+        pred = self.default_tokens if tokens is None else tokens
+        return self.policy.key(_Job(pred, spread, now - self.t0), 0)  # type: ignore[arg-type]
+
+    def value(self, key: float) -> int:
+        """The integer sent in the backend's priority field."""
+        v = int(round(key / self.cfg.tokens_per_level))
+        if self.cfg.min is not None:
+            v = max(v, self.cfg.min)
+        if self.cfg.max is not None:
+            v = min(v, self.cfg.max)
+        return v

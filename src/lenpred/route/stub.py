@@ -1,0 +1,269 @@
+"""A stub OpenAI-compatible backend that streams tokens at a fixed rate, for the router's load and fault
+tests and benchmarks (results that must not depend on CPU speed). Plain asyncio HTTP/1.1, no framework,
+so that 200 concurrent streams cost it little CPU.
+
+    python -m lenpred.route.stub --port 8001 --name a --tokens-per-s 50 --ttft-ms 20
+
+* ``POST /v1/chat/completions`` and ``/v1/completions``: ``max_tokens`` tokens (``--default-tokens``
+  when absent), the first after ``--ttft-ms``, then one every 1/``--tokens-per-s`` s, streamed (SSE,
+  one token per event, ``usage`` at the end with ``stream_options.include_usage``) or not. Each chunk
+  carries ``stub_t``, the stub's ``time.monotonic()`` when it was written (the same clock in every
+  process on the machine), so a client can measure the delivery latency of each chunk.
+  ``--slots K`` serves K requests at once (the rest queue, first come first served), like an engine
+  with K sequences; 0 (the default) serves all at once.
+* ``GET /v1/models``, ``GET /health``.
+* ``POST /stub/fault {"mode": M, "count": N}``: the next N completions (all, when N is null) fail as M:
+  ``500``, ``503``, ``429``, ``400`` (an HTTP error), ``garbage`` (200 with an HTML page),
+  ``hang`` (never answers), ``empty`` (a 200 stream that ends before any token), ``hang-after:K`` /
+  ``close-after:K`` (K tokens, then silence / a dropped connection), ``reject-priority`` (HTTP 400
+  when the body has a ``priority`` field, like vLLM without ``--scheduling-policy priority``),
+  ``unhealthy`` (also /v1/models and /health answer 503), ``ok``.
+* ``GET /stub/requests``: the bodies (without prompts) and ``x-lenpred-*`` headers of the last 1000
+  completions; ``POST /stub/reset`` clears them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import signal
+import sys
+import time
+from typing import Any
+
+__all__ = ["StubServer", "main"]
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+            500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+class StubServer:
+    def __init__(self, name: str = "stub", model: str = "stub", tokens_per_s: float = 50.0, ttft_ms: float = 20.0,
+                 default_tokens: int = 16, slots: int = 0, fault: str = "ok") -> None:
+        self.name, self.model = name, model
+        self.interval = 1.0 / tokens_per_s
+        self.ttft = ttft_ms / 1e3
+        self.default_tokens = default_tokens
+        self.slots = asyncio.Semaphore(slots) if slots > 0 else None
+        self.fault, self.fault_left = fault, None  # None: every request
+        self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=1000)
+        self.served = 0
+        self.active = 0
+        self._seq = 0
+
+    # -- fault control
+    def _take_fault(self) -> str:
+        mode = self.fault
+        if mode in ("ok", "unhealthy", "reject-priority"):
+            return mode
+        if self.fault_left is not None:
+            self.fault_left -= 1
+            if self.fault_left <= 0:
+                self.fault, self.fault_left = "ok", None
+        return mode
+
+    # -- HTTP
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = (lines[0].split(" ", 2) + ["", ""])[:3]
+                headers = {}
+                for ln in lines[1:]:
+                    if ":" in ln:
+                        k, v = ln.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                n = int(headers.get("content-length", "0") or 0)
+                body = await reader.readexactly(n) if n else b""
+                keep = await self.route(method, path.split("?", 1)[0], headers, body, writer)
+                if not keep or headers.get("connection", "").lower() == "close":
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, code: int, body: bytes, ctype: str = "application/json") -> bool:
+        writer.write(f"HTTP/1.1 {code} {_REASONS.get(code, 'Error')}\r\nContent-Type: {ctype}\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        await writer.drain()
+        return True
+
+    async def _json(self, writer: asyncio.StreamWriter, code: int, obj: Any) -> bool:
+        return await self._send(writer, code, json.dumps(obj).encode())
+
+    async def route(self, method: str, path: str, headers: dict[str, str], body: bytes,
+                    writer: asyncio.StreamWriter) -> bool:
+        if method == "GET" and path in ("/v1/models", "/health", "/models"):
+            if self.fault == "unhealthy":
+                return await self._json(writer, 503, {"error": {"message": "stub is unhealthy"}})
+            if path == "/health":
+                return await self._send(writer, 200, b"")
+            return await self._json(writer, 200, {"object": "list", "data": [
+                {"id": self.model, "object": "model", "owned_by": self.name}]})
+        if method == "POST" and path == "/stub/fault":
+            j = json.loads(body or b"{}")
+            self.fault, self.fault_left = str(j.get("mode", "ok")), j.get("count")
+            return await self._json(writer, 200, {"mode": self.fault, "count": self.fault_left})
+        if method == "GET" and path == "/stub/requests":
+            return await self._json(writer, 200, {"name": self.name, "requests": list(self.requests)})
+        if method == "POST" and path == "/stub/reset":
+            self.requests.clear()
+            return await self._json(writer, 200, {})
+        if method == "GET" and path == "/stub/stats":
+            return await self._json(writer, 200, {"name": self.name, "served": self.served, "active": self.active})
+        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            return await self.complete(path, headers, body, writer)
+        return await self._json(writer, 404, {"error": {"message": f"no route {method} {path}"}})
+
+    async def complete(self, path: str, headers: dict[str, str], raw: bytes, writer: asyncio.StreamWriter) -> bool:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return await self._json(writer, 400, {"error": {"message": "stub: body is not JSON"}})
+        chat = path.endswith("chat/completions")
+        self.requests.append({
+            "path": path, "t": time.monotonic(),
+            "body": {k: v for k, v in body.items() if k not in ("messages", "prompt")},
+            "headers": {k: v for k, v in headers.items() if k.startswith("x-lenpred") or k == "x-request-id"},
+        })
+        fault = self._take_fault()
+        if fault in ("500", "503", "429", "400"):
+            return await self._json(writer, int(fault), {"error": {"message": f"stub {self.name}: scripted {fault}"}})
+        if fault == "unhealthy":
+            return await self._json(writer, 503, {"error": {"message": "stub is unhealthy"}})
+        if fault == "reject-priority" and "priority" in body:
+            return await self._json(writer, 400, {"object": "error", "message": "Got priority 3 but Priority "
+                                                  "scheduling is not enabled.", "type": "BadRequestError", "code": 400})
+        if fault == "garbage":
+            return await self._send(writer, 200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+        if fault == "hang":
+            await asyncio.sleep(3600)
+            return False
+        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or self.default_tokens)
+        stream = bool(body.get("stream"))
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self._seq += 1
+        rid = f"stub-{self.name}-{self._seq}"
+        if self.slots is not None:
+            await self.slots.acquire()
+        self.active += 1
+        try:
+            if not stream:
+                return await self._unary(writer, rid, chat, body, n)
+            return await self._stream(writer, rid, chat, body, n, usage, fault)
+        finally:
+            self.active -= 1
+            self.served += 1
+            if self.slots is not None:
+                self.slots.release()
+
+    def _text(self, i: int) -> str:
+        return f" t{i}"
+
+    async def _unary(self, writer: asyncio.StreamWriter, rid: str, chat: bool, body: dict[str, Any], n: int) -> bool:
+        await asyncio.sleep(self.ttft + (n - 1) * self.interval)
+        text = "".join(self._text(i) for i in range(n))
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        obj = {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+               "model": body.get("model", self.model), "choices": [choice], "stub_backend": self.name,
+               "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}}
+        return await self._json(writer, 200, obj)
+
+    async def _stream(self, writer: asyncio.StreamWriter, rid: str, chat: bool, body: dict[str, Any], n: int,
+                      usage: bool, fault: str) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        if fault == "empty":
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        stop_at = None
+        if fault.startswith(("hang-after:", "close-after:")):
+            stop_at = int(fault.split(":", 1)[1])
+        model = body.get("model", self.model)
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        t0 = time.monotonic() + self.ttft
+        for i in range(n):
+            if stop_at is not None and i >= stop_at:
+                if fault.startswith("hang-after:"):
+                    await asyncio.sleep(3600)
+                writer.transport.abort()
+                return False
+            delay = t0 + i * self.interval - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if chat:
+                delta: dict[str, Any] = {"content": self._text(i)}
+                if i == 0:
+                    delta["role"] = "assistant"
+                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
+            else:
+                choice = {"index": 0, "text": self._text(i), "finish_reason": None}
+            if i == n - 1:
+                choice["finish_reason"] = "length"
+            ev = {"id": rid, "object": obj, "created": 0, "model": model, "choices": [choice],
+                  "stub_t": time.monotonic()}
+            _chunk(writer, b"data: " + json.dumps(ev).encode() + b"\n\n")
+            await writer.drain()
+        tail = b""
+        if usage:
+            u = {"id": rid, "object": obj, "created": 0, "model": model, "choices": [],
+                 "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}}
+            tail = b"data: " + json.dumps(u).encode() + b"\n\n"
+        _chunk(writer, tail + b"data: [DONE]\n\n")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+
+def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
+    writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+
+async def serve(args: argparse.Namespace) -> None:
+    stub = StubServer(args.name, args.model, args.tokens_per_s, args.ttft_ms, args.default_tokens, args.slots,
+                      args.fault)
+    server = await asyncio.start_server(stub.handle, args.host, args.port, backlog=1024, reuse_address=True)
+    port = server.sockets[0].getsockname()[1]
+    print(f"stub {args.name} listening on http://{args.host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lenpred.route.stub", description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8001)
+    p.add_argument("--name", default="stub")
+    p.add_argument("--model", default="stub")
+    p.add_argument("--tokens-per-s", type=float, default=50.0, help="tokens per second per stream")
+    p.add_argument("--ttft-ms", type=float, default=20.0, help="time to the first token")
+    p.add_argument("--default-tokens", type=int, default=16, help="tokens when the request has no max_tokens")
+    p.add_argument("--slots", type=int, default=0, help="requests served at once (0: all)")
+    p.add_argument("--fault", default="ok", help="initial fault mode for every request (see the module doc)")
+    args = p.parse_args(argv)
+    asyncio.run(serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

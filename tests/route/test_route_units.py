@@ -1,0 +1,235 @@
+"""The router's parts without sockets: config checks, request checks, SSE counting, the load model,
+priority with aging, the dispatch pool and its wait queue, the estimators and their fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lenpred.errors import ConfigError
+from lenpred.route.backends import Flight, Pool, QueueFull, QueueTimeout, expected_remaining
+from lenpred.route.config import BackendConfig, PriorityConfig, RouterConfig, normalize_url
+from lenpred.route.estimators import CharsEstimator, EstimateFailed, RemoteEstimator, WithFallback
+from lenpred.route.openai import ApiError, SSECounter, parse_request
+from lenpred.route.priority import PriorityMapper
+from lenpred.sim.policies import make_queue_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------- config
+@pytest.mark.parametrize(("data", "expect"), [
+    ({"backends": []}, "backends is empty"),
+    ({"backends": [{"url": "ftp://x"}]}, "backends[0].url: backend url 'ftp://x' is not an http(s) URL"),
+    ({"backends": [{"url": "http://a:99999"}]}, "invalid port"),
+    ({"backends": [{"url": "http://a:1"}], "policy": "fastest"}, "unknown policy 'fastest' -- fix: use one of: "
+                                                                 "least-predicted-tokens, least-requests"),
+    ({"backends": [{"url": "http://a:1"}], "polcy": "x"}, "config.polcy: unknown key -- fix: valid keys: mode"),
+    ({"backends": [{"url": "http://a:1", "weight": 2}]}, "backends[0].weight: unknown key"),
+    ({"backends": [{"url": "http://a:1"}, {"url": "http://a:1"}]}, "backend name 'a:1' is used twice"),
+    ({"mode": "annotate", "backends": [{"url": "http://a:1"}, {"url": "http://b:1"}]}, "forwards to one upstream"),
+    ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "remote"}}, "estimator.url is required"),
+    ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "head"}}, "estimator.head is required"),
+    ({"backends": [{"url": "http://a:1"}], "priority": {"min": 5, "max": 1}}, "priority.min (5) is above"),
+    ({"backends": [{"url": "http://a:1"}], "timeouts": {"read_s": 0}}, "timeouts.read_s must be a number > 0"),
+])
+def test_config_errors_are_one_line(data, expect):
+    with pytest.raises(ConfigError) as e:
+        RouterConfig.from_dict(data, "config")
+    assert expect in str(e.value) and "\n" not in str(e.value)
+
+
+def test_url_normalised_and_example_configs_load():
+    assert normalize_url("http://h:8000/v1/") == "http://h:8000"
+    assert normalize_url("https://h/prefix/v1") == "https://h/prefix"
+    assert BackendConfig(url="http://10.0.0.5:8000/v1").label == "10.0.0.5:8000"
+    files = sorted((ROOT / "experiments" / "route").glob("*.json"))
+    assert files
+    for f in files:
+        RouterConfig.load(f)
+
+
+# ---------------------------------------------------------------- requests
+def _bad(raw: bytes, kind: str = "chat") -> ApiError:
+    with pytest.raises(ApiError) as e:
+        parse_request(raw, kind)
+    return e.value
+
+
+def test_request_checks():
+    assert "not valid JSON" in _bad(b'{"model": ').message
+    assert "must be a JSON object, got list" in _bad(b"[1, 2]").message
+    assert _bad(b'{"messages": [{"role": "user", "content": "x"}]}').param == "model"
+    assert _bad(b'{"model": "m", "messages": []}').param == "messages"
+    assert _bad(b'{"model": "m", "messages": [{"content": "x"}]}').param == "messages[0]"
+    assert _bad(b'{"model": "m", "messages": [{"role": "user"}], "stream": "yes"}').param == "stream"
+    assert _bad(b'{"model": "m", "messages": [{"role": "user"}], "max_tokens": 0}').param == "max_tokens"
+    assert _bad(b'{"model": "m", "prompt": {"a": 1}}', "completion").param == "prompt"
+    assert "not UTF-8" in _bad(b'{"model": "\xff"}').message
+    body, q = parse_request(json.dumps({"model": "m", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "abcd"}, {"type": "image_url", "image_url": {}}]}],
+        "n": 2, "max_completion_tokens": 7, "stream": True}).encode(), "chat")
+    assert q.chars == 4 and q.n_sequences == 2 and q.max_tokens == 7 and q.stream and body["n"] == 2
+    _, q = parse_request(b'{"model": "m", "prompt": ["ab", "cde"], "n": 3}', "completion")
+    assert q.prompt == "ab" and q.n_sequences == 6
+    _, q = parse_request(b'{"model": "m", "prompt": [1, 2, 3]}', "completion")
+    assert q.prompt is None and q.prompt_token_ids == 3
+
+
+def test_sse_counter_across_chunk_boundaries():
+    ev = [b'data: {"choices": [{"text": "a"}]}\n\n', b'data: {"choices": [{"text": "b"}]}\n\n',
+          b'data: {"choices": [], "usage": {"completion_tokens": 5}}\n\n', b"data: [DONE]\n\n"]
+    stream = b": ping\n\n" + b"".join(ev)
+    c = SSECounter()
+    for i in range(0, len(stream), 7):  # chunks that cut lines anywhere
+        c.feed(stream[i : i + 7])
+    assert c.done and c.events == 3 and c.usage_tokens == 5 and c.tokens == 5 and c.error is None
+    c2 = SSECounter()
+    c2.feed(b'data: {"choices": [{"text": "a"}]}\n\ndata: {"error": {"message": "boom"}}\n\n')
+    assert c2.events == 1 and c2.error == "boom" and not c2.done and c2.tokens == 1
+
+
+# ---------------------------------------------------------------- load model and priority
+def test_expected_remaining_is_the_normal_mean_residual_life():
+    assert expected_remaining(100, 10, 0) == pytest.approx(100, abs=1e-6)
+    assert expected_remaining(100, 10, 50) == 50  # far from the tail: the plain difference
+    # at t = mu: E[L - mu | L > mu] = sigma * phi(0) / 0.5
+    assert expected_remaining(100, 10, 100) == pytest.approx(10 * 2 / math.sqrt(2 * math.pi), rel=1e-9)
+    vals = [expected_remaining(100, 20, t) for t in range(0, 400, 10)]
+    assert all(v >= 1.0 for v in vals) and all(a > b for a, b in zip(vals[:12], vals[1:12], strict=False))
+    assert expected_remaining(100, 0, 150) == 1.0  # no spread: floored, never zero while running
+
+
+def test_priority_is_the_simulator_sjf_key_with_aging():
+    m = PriorityMapper(PriorityConfig(aging=10.0, tokens_per_level=1.0), default_tokens=256, t0=0.0)
+    long_key, short_key = m.key(1000, None, now=0.0), m.key(10, None, now=100.0)
+    assert long_key < short_key  # the long request waited 100 s: 10 tokens/s made up 990 tokens
+    assert m.key(10, None, now=98.0) < long_key
+    sim = make_queue_policy("sjf", aging=10.0)
+
+    class R:
+        pred, spread, arrival = 300.0, None, 7.0
+
+    assert m.key(300, None, now=7.0) == sim.key(R(), 0)  # type: ignore[arg-type]
+    assert m.key(None, None, now=0.0) == 256  # no prediction: the default
+    clipped = PriorityMapper(PriorityConfig(tokens_per_level=10, min=0, max=50), 256, t0=0.0)
+    assert clipped.value(clipped.key(123, None, now=0.0)) == 12 and clipped.value(9999) == 50
+
+
+# ---------------------------------------------------------------- dispatch pool
+def _pool(policy: str, n: int = 2, max_outstanding: int = 8, max_queued: int = 4) -> Pool:
+    return Pool([BackendConfig(url=f"http://b{i}:1", max_outstanding=max_outstanding) for i in range(n)],
+                policy, max_queued=max_queued)
+
+
+def _acquire(pool: Pool, rid: str, tokens: float, key: float = 0.0, timeout: float = 1.0):
+    return pool.acquire(Flight(rid, tokens, 0.0, key), "m", frozenset(), timeout)
+
+
+def test_least_predicted_tokens_uses_the_draw_down():
+    async def go():
+        pool = _pool("least-predicted-tokens")
+        a = await _acquire(pool, "long", 1000)
+        b = await _acquire(pool, "s1", 50)
+        assert (a.index, b.index) == (0, 1)
+        c = await _acquire(pool, "s2", 50)
+        assert c.index == 1  # 100 predicted tokens < 1000
+        a.flights["long"].gen = 950  # the long one has streamed 950 tokens: ~50 left
+        d = await _acquire(pool, "s3", 50)
+        assert d.index == 0
+        pool.release(a, "long")
+        assert pool.backends[0].outstanding_requests() == 1
+
+    asyncio.run(go())
+
+
+def test_round_robin_and_least_requests_and_exclusion():
+    async def go():
+        rr = _pool("round-robin", n=3)
+        got = [(await _acquire(rr, f"r{i}", 1)).index for i in range(6)]
+        assert got == [0, 1, 2, 0, 1, 2]
+        lr = _pool("least-requests")
+        await _acquire(lr, "x", 1000)
+        assert (await _acquire(lr, "y", 1)).index == 1
+        b = await lr.acquire(Flight("z", 1, 0, 0), "m", frozenset({1}), 1.0)
+        assert b.index == 0
+        lr.backends[0].healthy = False
+        assert await lr.acquire(Flight("w", 1, 0, 0), "m", frozenset({1}), 1.0) is None  # none left
+
+    asyncio.run(go())
+
+
+def test_wait_queue_orders_by_priority_key_and_is_bounded():
+    async def go():
+        pool = _pool("least-requests", n=1, max_outstanding=1, max_queued=2)
+        b = await _acquire(pool, "running", 10)
+        order: list[str] = []
+
+        async def wait(rid: str, key: float) -> None:
+            got = await _acquire(pool, rid, 10, key=key, timeout=5.0)
+            order.append(rid)
+            await asyncio.sleep(0.01)
+            pool.release(got, rid)
+
+        t_late = asyncio.create_task(wait("big-key", 500.0))
+        await asyncio.sleep(0.01)
+        t_small = asyncio.create_task(wait("small-key", 5.0))
+        await asyncio.sleep(0.01)
+        with pytest.raises(QueueFull):
+            await _acquire(pool, "third", 10, key=0.0)
+        pool.release(b, "running")
+        await asyncio.gather(t_late, t_small)
+        assert order == ["small-key", "big-key"]
+        b = await _acquire(pool, "again", 10)
+        with pytest.raises(QueueTimeout):
+            await _acquire(pool, "late", 10, timeout=0.05)
+        assert pool.n_waiting == 0 and pool.backends[0].outstanding_requests() == 1
+
+    asyncio.run(go())
+
+
+# ---------------------------------------------------------------- estimators
+def _query(text: str = "x" * 40):
+    return parse_request(json.dumps({"model": "m", "prompt": text}).encode(), "completion")[1]
+
+
+def test_chars_estimator():
+    est = asyncio.run(CharsEstimator(chars_per_token=4, factor=1.5).estimate(_query("x" * 41)))
+    assert est.tokens == 11 * 1.5 and est.source == "chars" and est.spread == pytest.approx(0.5 * 16.5)
+
+
+def test_remote_estimator_answers_and_falls_back():
+    calls = {"n": 0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls["n"] += 1
+        body = json.loads(request.content)
+        if body["prompt"] == "garbage":
+            return httpx.Response(200, text="<html>")
+        if body["prompt"] == "down":
+            return httpx.Response(503, json={"detail": "down"})
+        return httpx.Response(200, json={"predicted_tokens": 120.0, "q10": 20.0, "q50": 100.0, "q90": 220.0,
+                                         "head": "proxy", "card_hash": "abc", "elapsed_ms": 1.0})
+
+    async def go():
+        remote = RemoteEstimator("http://serve.test", transport=httpx.MockTransport(handler))
+        await remote.start()
+        est = await remote.estimate(_query("hello"))
+        assert est.tokens == 120 and est.source == "remote:proxy" and est.spread == pytest.approx(200 / (2 * 1.2815516))
+        with pytest.raises(EstimateFailed, match="not a prediction"):
+            await remote.estimate(_query("garbage"))
+        falls: list[str] = []
+        wf = WithFallback(remote, CharsEstimator(), retry_after_s=60.0, on_fallback=falls.append)
+        est = await wf.estimate(_query("down"))
+        assert est.source == "chars+fallback" and len(falls) == 1
+        n = calls["n"]
+        est = await wf.estimate(_query("hello"))  # within retry_after_s: the service is not asked
+        assert est.source == "chars+fallback" and calls["n"] == n
+        await remote.stop()
+
+    asyncio.run(go())
