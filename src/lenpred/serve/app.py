@@ -106,8 +106,12 @@ async def _drain_receive() -> Message:
     return {"type": "http.disconnect"}
 
 
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict"})
+
+
 def _param(loc: Any) -> str | None:
-    parts = [str(x) for x in loc if x != "body"]
+    """``messages[0].content`` from pydantic's loc (without "body" and the union members' type tags)."""
+    parts = [str(x) for x in loc if x != "body" and not (isinstance(x, str) and ("[" in x or x in _TYPE_TAGS))]
     out = ""
     for p in parts:
         out += f"[{p}]" if p.isdigit() else ("." if out else "") + p
@@ -134,6 +138,10 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None, s
     elif e.get("type") == "extra_forbidden":
         msg = f"unknown field {param!r}: a predict request has prompt, messages and model"
     elif param is not None:
+        same = [str(x.get("msg", "")) for x in errs if _param(x.get("loc", ())) == param]
+        if len(same) > 1:  # a union (string or list of parts, ...): each member's complaint, once
+            msg = "; ".join(dict.fromkeys(same))
+            errs = [x for x in errs if _param(x.get("loc", ())) != param] + [e]
         msg = f"{param}: {msg}"
     more = len(errs) - 1
     if more:

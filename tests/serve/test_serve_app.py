@@ -1,0 +1,133 @@
+"""The HTTP app in process (FastAPI's TestClient): answers, bad input in OpenAI's error format, metrics."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from fastapi.testclient import TestClient
+
+from lenpred.serve.app import create_app
+from lenpred.serve.service import PredictionService
+from serve.servetest import FakeRunner
+
+LIMIT = 4096
+
+
+@pytest.fixture()
+def client():
+    svc = PredictionService(FakeRunner(), max_batch=16, max_wait_ms=5)
+    with TestClient(create_app(svc, max_body_bytes=LIMIT), raise_server_exceptions=False) as c:
+        yield c
+
+
+def _post(c: TestClient, body: str | bytes, **headers: str):
+    return c.post("/v1/predict", content=body, headers={"content-type": "application/json", **headers})
+
+
+def test_predict_prompt_and_messages(client) -> None:
+    r = client.post("/v1/predict", json={"prompt": "hello"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["predicted_tokens"] == 50.0 and body["q10"] == 25.0 and body["q90"] == 100.0
+    assert body["head"] == "fake-head" and body["card_hash"] == "feedfacecafebeef" and body["elapsed_ms"] > 0
+    r = client.post("/v1/predict", json={"messages": [{"role": "user", "content": [{"type": "text", "text": "abc"}]}],
+                                         "model": "whatever"})
+    assert r.status_code == 200 and r.json()["predicted_tokens"] == 30.0
+
+
+BAD = [
+    ("malformed-json", '{"prompt": "x"', 400, "not valid JSON", None),
+    ("not-json-at-all", "prompt=x", 400, "not valid JSON", None),
+    ("empty-body", "", 400, "request body is missing", None),
+    ("array-body", "[1, 2]", 400, "got a JSON array", None),
+    ("both", json.dumps({"prompt": "x", "messages": [{"role": "user", "content": "y"}]}), 400, "got both", None),
+    ("neither", json.dumps({"model": "m"}), 400, "got neither", None),
+    ("empty-prompt", json.dumps({"prompt": ""}), 400, "'prompt' is empty", None),
+    ("prompt-not-a-string", json.dumps({"prompt": 42}), 400, "valid string", "prompt"),
+    ("messages-not-a-list", json.dumps({"messages": "hi"}), 400, "valid list", "messages"),
+    ("message-bad-role", json.dumps({"messages": [{"role": "robot", "content": "hi"}]}), 400, "unknown role",
+     "messages[0].role"),
+    ("content-wrong-type", json.dumps({"messages": [{"role": "user", "content": 7}]}), 400, "messages[0].content",
+     "messages[0].content"),
+    ("unknown-field", json.dumps({"prompt": "x", "max_tokens": 5}), 400, "unknown field 'max_tokens'", "max_tokens"),
+    ("refused-by-the-head", json.dumps({"prompt": "bad"}), 400, "this prompt is bad", "prompt"),
+    ("too-large", json.dumps({"prompt": "x" * (LIMIT + 10)}), 413, f"limit of {LIMIT} bytes", None),
+]
+
+
+@pytest.mark.parametrize("body, status, expect, param", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_input_gets_an_openai_error(client, body, status, expect, param) -> None:
+    r = _post(client, body)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert expect in err["message"]
+    assert err["type"] == "invalid_request_error"
+    assert err["param"] == param
+    assert "Traceback" not in r.text
+
+
+def test_chunked_body_over_the_limit_is_refused(client) -> None:
+    def chunks():
+        yield b'{"prompt": "'
+        for _ in range(LIMIT // 100 + 2):
+            yield b"y" * 100
+        yield b'"}'
+
+    r = client.post("/v1/predict", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "over this service's limit" in r.json()["error"]["message"]
+
+
+def test_unknown_route_and_method(client) -> None:
+    r = client.get("/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    r = client.get("/v1/predict")
+    assert r.status_code == 405 and "not allowed" in r.json()["error"]["message"]
+
+
+def test_a_failed_model_call_is_a_500_in_openai_format_and_the_service_lives_on(client) -> None:
+    r = client.post("/v1/predict", json={"prompt": "boom"})
+    assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
+    assert "the model fell over" in r.json()["error"]["message"]
+    assert client.post("/v1/predict", json={"prompt": "ok"}).status_code == 200
+
+
+def test_healthz_and_metrics(client) -> None:
+    h = client.get("/healthz")
+    assert h.status_code == 200
+    assert h.json()["status"] == "ok" and h.json()["head"] == "fake-head" and h.json()["max_batch"] == 16
+    with ThreadPoolExecutor(8) as ex:  # concurrent HTTP requests: batched by the service
+        codes = list(ex.map(lambda i: client.post("/v1/predict", json={"prompt": "a" * (i + 1)}).status_code, range(24)))
+    assert codes == [200] * 24
+    _post(client, "{")
+    m = client.get("/metrics")
+    assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
+    text = m.text
+    assert 'lenpred_serve_requests_total{endpoint="/v1/predict",status="200"} 24.0' in text
+    assert 'lenpred_serve_requests_total{endpoint="/v1/predict",status="400"} 1.0' in text
+    assert 'lenpred_serve_errors_total{type="invalid_request_error"} 1.0' in text
+    assert "lenpred_serve_batch_size_bucket" in text and "lenpred_serve_request_latency_seconds_bucket" in text
+    calls = next(float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith("lenpred_serve_model_calls_total"))
+    sizes = next(float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith("lenpred_serve_batch_size_sum"))
+    assert sizes == 24 and 1 <= calls <= 24
+    client.get("/some/probe/path")
+    assert 'endpoint="other",status="404"' in client.get("/metrics").text  # unknown paths share one label
+
+
+def test_health_is_503_while_the_batcher_is_not_running() -> None:
+    app = create_app(PredictionService(FakeRunner()))
+    with TestClient(app) as c:  # the lifespan starts the batcher
+        assert c.get("/healthz").json()["status"] == "ok"
+    r = TestClient(app).get("/healthz")  # no lifespan: stopped
+    assert r.status_code == 503 and r.json()["status"] == "stopped"
+
+
+def test_openapi_documents_the_models(client) -> None:
+    spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    assert {"PredictRequest", "PredictResponse", "ChatMessage", "ErrorResponse", "HealthResponse"} <= set(schemas)
+    op = spec["paths"]["/v1/predict"]["post"]
+    assert {"200", "400", "413", "503", "504"} <= set(op["responses"])
+    assert "predicted_tokens" in schemas["PredictResponse"]["properties"]
