@@ -77,6 +77,9 @@ def _inputs(head: Predictor, rd: Any, feats: Any, ids: list[str]) -> Any:
 
 
 def _features(head: Predictor, rd: Any, features: PathLike | None) -> Any:
+    if head.input_kind == "trajectory":
+        raise ConfigError(f"the {head.name} head reads trajectory features, not prefill features",
+                          "train it with `lenpred outlets train`, predict with `lenpred outlets predict`")
     if head.input_kind != "features":
         return None
     if features is None:

@@ -16,6 +16,7 @@ from lenpred.predictors.egtp import EGTPHead
 from lenpred.predictors.film import FiLMHead
 from lenpred.predictors.mlp import MLPHead
 from lenpred.predictors.moe import MoEHead
+from lenpred.predictors.outlets import OutletsHead
 from lenpred.predictors.probe import ProbeHead
 from lenpred.predictors.prompt_length import PromptLengthHead
 from lenpred.predictors.proxy import ProxyHead
@@ -27,7 +28,7 @@ __all__ = ["PREDICTORS", "make_predictor"]
 
 PREDICTORS: Registry[type[Predictor]] = Registry("predictor")
 for _cls in (ConstantHead, PromptLengthHead, RidgeHead, MLPHead, SoftLabelHead, EGTPHead, FiLMHead, MoEHead,
-             ProxyHead, ProbeHead):
+             ProxyHead, ProbeHead, OutletsHead):
     PREDICTORS.add(_cls.name, _cls)
 
 

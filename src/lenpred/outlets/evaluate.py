@@ -1,0 +1,464 @@
+"""Remaining-length prediction scored along the trajectory, on the run's test prompts.
+
+What is measured (``lenpred outlets bench``), per method, on the rows of a trajectory artifact that
+belong to the split's test prompts:
+
+* **remaining-length MAE at progress points**: ``t0`` (t = 0), ``f10`` / ``f25`` / ``f50`` / ``f75``
+  (t = floor(f L) of each sample's own true length L: the row at exactly that position, else the
+  sample's nearest row, counted as ``inexact``), and by absolute tokens generated ``t32`` ... ``t512``
+  (the rows at exactly that t, so only samples longer than it: the prompt mix changes along that
+  series). Series ``progress`` = t0, f10 ... f75; series ``tokens`` = t0, t32 ... t512.
+  Averages are over prompts of the per-prompt mean over its samples (as the prefill bench); 95%
+  intervals resample prompts (:func:`lenpred.bench.metrics.point_metrics`);
+* **80% interval coverage** at each point (share of rows inside [q10, q90]) and the pinball loss;
+* **paired ratios**: each method's MAE over the reference's (the best carried prefill head: lowest
+  MAE at t = 0, or ``reference=``) and over the carried oracle's, at each point and averaged over the
+  ``progress`` series, with intervals from resampling prompts jointly (so the comparison is paired);
+  ``beats_oracle_from``: the first point of a series from which the method's MAE is below the
+  carried oracle's at that point and every later one (``..._ci``: the same with the whole interval
+  of the paired ratio below 1), or null when it never is;
+* **total length at t = 0**: at t = 0 the remaining length is the total, so the t0 MAE is the
+  total-length MAE; it is reported against the prefill oracle bound on the same test prompts
+  (:func:`lenpred.stats.oracle.mae_estimates`, capped lengths), with the prefill heads' own point
+  predictions (``pred_tokens``) beside their carried median.
+
+Methods: ``outlets*`` (trained heads), ``probe`` (the TRAIL-style probe: the ``probe`` variant of the
+head), ``prefill-<name>`` (a prefill predictions table carried by survival conditioning),
+``prefill-constant`` (training lengths carried the same way) and ``oracle-prompt`` (the carried
+prefill oracle); see :mod:`lenpred.outlets.baselines`.
+
+The result is an :class:`OutletsBench` (pydantic; :meth:`OutletsBench.json_schema` is the JSON
+schema of ``outlets_bench.json``, documented in docs/outlets.md).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from lenpred import __version__
+from lenpred.config import Config
+from lenpred.errors import ConfigError, DataError
+from lenpred.outlets.baselines import CarriedConstant, Remaining, carried_oracle, carry_prefill
+
+__all__ = [
+    "FORMAT", "SCHEMA_VERSION", "FRACTIONS", "TOKENS", "PointSpec", "default_points", "point_rows", "MethodInput",
+    "OutletsBench", "MethodResult", "Score", "PointInfo", "score_methods", "bound_on", "run_bench", "head_method",
+]
+
+FORMAT = "lenpred.outlets.bench"
+SCHEMA_VERSION = 1
+FRACTIONS = (0.1, 0.25, 0.5, 0.75)
+TOKENS = (32, 64, 128, 256, 512)
+ORACLE = "oracle-prompt"
+CONSTANT = "prefill-constant"
+Family = Literal["outlets", "probe", "prefill", "oracle"]
+Interval = tuple[float | None, float | None]
+
+
+def _f(x: Any) -> float | None:
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+def _ci(x: Sequence[float]) -> Interval:
+    return (_f(x[0]), _f(x[1]))
+
+
+# ---------------------------------------------------------------- points
+@dataclass(frozen=True)
+class PointSpec:
+    id: str
+    kind: str  # start | fraction | tokens
+    value: float
+    label: str
+
+
+def default_points(fractions: Sequence[float] = FRACTIONS, tokens: Sequence[int] = TOKENS) -> list[PointSpec]:
+    pts = [PointSpec("t0", "start", 0.0, "t=0")]
+    pts += [PointSpec(f"f{round(100 * f)}", "fraction", float(f), f"{100 * f:g}%") for f in fractions]
+    pts += [PointSpec(f"t{int(a)}", "tokens", float(a), f"{int(a)} tok") for a in tokens]
+    return pts
+
+
+def series_of(points: Sequence[PointSpec]) -> dict[str, list[str]]:
+    start = [p.id for p in points if p.kind == "start"]
+    return {"progress": start + [p.id for p in points if p.kind == "fraction"],
+            "tokens": start + [p.id for p in points if p.kind == "tokens"]}
+
+
+def _sample_codes(index: pd.DataFrame) -> np.ndarray:
+    key = index["prompt_id"].astype(str) + "\x00" + index["sample_idx"].astype(str)
+    return pd.factorize(key)[0]
+
+
+def point_rows(index: pd.DataFrame, spec: PointSpec) -> tuple[np.ndarray, int, float]:
+    """Rows of ``index`` at point ``spec`` (at most one per sample), how many are not at the exact
+    position (fraction points only), and the largest offset from it (tokens)."""
+    t = index["t"].to_numpy(dtype=np.float64)
+    if spec.kind == "start":  # every sample, an empty response (L = 0) included, as a prefill bench has it
+        return np.flatnonzero(t == 0), 0, 0.0
+    alive = index["remaining"].to_numpy(dtype=np.float64) > 0  # a row at t = L is a finished sample
+    if spec.kind == "tokens":
+        return np.flatnonzero((t == spec.value) & alive), 0, 0.0
+    target = np.floor(spec.value * index["length"].to_numpy(dtype=np.float64))
+    d = np.where(alive, np.abs(t - target), np.inf)
+    codes = _sample_codes(index)
+    order = np.lexsort((d, codes))  # by sample, nearest first
+    first = order[np.r_[True, np.diff(codes[order]) != 0]]
+    first = np.sort(first[np.isfinite(d[first])])
+    off = d[first]
+    return first, int((off > 0).sum()), float(off.max()) if off.size else 0.0
+
+
+# ---------------------------------------------------------------- the result (JSON schema)
+class Score(Config):
+    """One method at one point. MAE in tokens (average over prompts); intervals at ``ci``."""
+
+    n_prompts: int
+    n_samples: int
+    mae: float | None
+    mae_ci: Interval
+    coverage80: float | None = Field(description="share of rows inside [q10, q90] (average over prompts)")
+    pinball: float | None = Field(description="mean pinball loss of q10 / q50 / q90 (tokens)")
+    ratio_vs_reference: float | None = Field(description="MAE / the reference method's MAE (same rows)")
+    ratio_vs_reference_ci: Interval
+    ratio_vs_oracle: float | None = Field(description="MAE / the carried oracle's MAE (same rows)")
+    ratio_vs_oracle_ci: Interval
+
+
+class MethodResult(Config):
+    name: str = Field(description="outlets*, probe, prefill-<name>, prefill-constant or oracle-prompt")
+    family: Family
+    source: str = Field(description="head directory, predictions file, or 'run' (computed from the run)")
+    note: str = ""
+    fallback_rows: int = Field(0, description="rows that took a fallback value (carried oracle: no other sample left)")
+    points: dict[str, Score] = Field(description="point id -> score")
+    mean_mae_progress: float | None = Field(description="MAE averaged over the progress series (per prompt, then prompts)")
+    ratio_progress_vs_reference: float | None
+    ratio_progress_vs_reference_ci: Interval
+    beats_oracle_from: dict[str, str | None] = Field(description="series -> first point from which MAE < oracle's")
+    beats_oracle_from_ci: dict[str, str | None] = Field(description="series -> the same, paired interval below 1")
+
+
+class PointInfo(Config):
+    id: str
+    kind: Literal["start", "fraction", "tokens"]
+    value: float = Field(description="fraction of the true length, or tokens generated")
+    label: str
+    n_prompts: int
+    n_samples: int
+    inexact: int = Field(0, description="rows not at the exact position (the sample's nearest row was used)")
+    max_offset: float = Field(0.0, description="largest distance of such a row from the exact position (tokens)")
+
+
+class BoundInfo(Config):
+    """The prefill oracle bound on the test prompts (all their samples, capped)."""
+
+    n_prompts: int
+    n_samples: int
+    oracle_mae: float
+    oracle_mae_ci: Interval
+    oracle_mae_insample: float
+    oracle_mae_loo: float
+
+
+class TotalRow(Config):
+    name: str
+    mae: float | None = Field(description="total-length MAE at t = 0 (the carried median: q50)")
+    mae_ci: Interval
+    mae_over_bound: float | None
+    mae_point: float | None = Field(None, description="prefill heads: MAE of the table's own pred_tokens")
+    mae_point_over_bound: float | None = None
+
+
+class TotalAtStart(Config):
+    bound: BoundInfo | None
+    rows: list[TotalRow]
+
+
+class Protocol(Config):
+    run: str
+    card_hash: str
+    trajectory: str
+    trajectory_spec: dict[str, Any]
+    cap: float | None
+    test_prompts: int
+    test_samples: int
+    test_rows: int
+    reference: str | None = Field(description="the method ratios are taken against (best carried prefill head)")
+    n_boot: int
+    ci: float
+    seed: int
+    lenpred_version: str = __version__
+
+
+class OutletsBench(Config):
+    """``outlets_bench.json``: remaining-length prediction along the trajectory (docs/outlets.md)."""
+
+    format: Literal["lenpred.outlets.bench"] = FORMAT
+    schema_version: Literal[1] = SCHEMA_VERSION
+    protocol: Protocol
+    points: list[PointInfo]
+    series: dict[str, list[str]] = Field(description="progress: t0 + fractions; tokens: t0 + absolute positions")
+    methods: list[MethodResult]
+    total_t0: TotalAtStart
+
+    def method(self, name: str) -> MethodResult:
+        for m in self.methods:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def names(self) -> list[str]:
+        return [m.name for m in self.methods]
+
+
+# ---------------------------------------------------------------- scoring
+@dataclass
+class MethodInput:
+    """A method's predictions on every test row of the trajectory (aligned with its index)."""
+
+    name: str
+    family: str
+    source: str
+    remaining: Remaining
+    point_total: np.ndarray | None = None  # prefill tables: their own pred_tokens per row
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _family(name: str) -> str:
+    if name.startswith("outlets"):
+        return "outlets"
+    if name.startswith("probe"):
+        return "probe"
+    if name.startswith("prefill-"):
+        return "prefill"
+    if name.startswith("oracle-"):
+        return "oracle"
+    raise ConfigError(f"method name {name!r} does not say its family",
+                      "name heads outlets* or probe*, prefill tables prefill-*")
+
+
+def bound_on(lengths: pd.DataFrame, n_boot: int, ci: float, seed: int) -> BoundInfo:
+    """The oracle bound of :mod:`lenpred.stats.oracle` on the prompts of ``lengths`` (K >= 2)."""
+    from lenpred.stats.bootstrap import mean_ci
+    from lenpred.stats.oracle import mae_estimates
+
+    rows = []
+    k = lengths.groupby("prompt_id")["n_tokens"].transform("size")
+    for _, g in lengths[k >= 2].groupby(k[k >= 2]):
+        ids = g["prompt_id"].unique()
+        x = np.stack([g.loc[g["prompt_id"] == p, "n_tokens"].to_numpy(float) for p in ids])[None]  # (1, P, K)
+        est = mae_estimates(x)
+        rows.append(pd.DataFrame({"o": est["mae_oracle"], "i": est["mae_insample"], "l": est["mae_loo"]}))
+    if not rows:
+        raise DataError("no test prompt has 2+ samples: the bound is undefined", "use a run whose test prompts have K >= 8")
+    pp = pd.concat(rows, ignore_index=True)
+    return BoundInfo(n_prompts=len(pp), n_samples=int((k >= 2).sum()), oracle_mae=float(pp["o"].mean()),
+                     oracle_mae_ci=_ci(mean_ci(pp["o"].to_numpy(), n_boot, ci, np.random.default_rng(seed))),
+                     oracle_mae_insample=float(pp["i"].mean()), oracle_mae_loo=float(pp["l"].mean()))
+
+
+def _per_prompt(values: np.ndarray, pids: np.ndarray) -> pd.Series:
+    return pd.Series(values).groupby(pids, sort=False).mean()
+
+
+def _ratio(num: pd.Series, den: pd.Series, n_boot: int, ci: float, seed: int) -> tuple[float | None, Interval]:
+    from lenpred.stats.bootstrap import ratio_ci
+
+    a, b = num.to_numpy(float), den.reindex(num.index).to_numpy(float)
+    if not b.sum() > 0:
+        return None, (None, None)
+    return _f(a.sum() / b.sum()), _ci(ratio_ci(a, b, n_boot, ci, np.random.default_rng(seed)))
+
+
+def _beats(ratios: Sequence[float | None]) -> int | None:
+    """Index of the first point from which every ratio is below 1 (None: never)."""
+    first = None
+    for i in range(len(ratios) - 1, -1, -1):
+        r = ratios[i]
+        if r is None or r >= 1.0:
+            break
+        first = i
+    return first
+
+
+def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points: Sequence[PointSpec] | None = None,
+                  reference: str | None = None, n_boot: int = 1000, ci: float = 0.95, seed: int = 0
+                  ) -> tuple[list[PointInfo], list[MethodResult], str | None]:
+    """Score every method at every point (see the module docstring). ``index``: the test rows."""
+    from lenpred.bench.metrics import point_metrics
+
+    points = list(points or default_points())
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"method names must be unique, got {names}", "pass distinct names (NAME=PATH)")
+    for m in methods:
+        if m.remaining.q50.shape[0] != len(index):
+            raise DataError(f"method {m.name!r} has {m.remaining.q50.shape[0]} predictions for {len(index)} rows")
+    y_all = index["remaining"].to_numpy(dtype=np.float64)
+    pid_all = index["prompt_id"].astype(str).to_numpy()
+    infos: list[PointInfo] = []
+    raw: dict[str, dict[str, Any]] = {m.name: {} for m in methods}
+    per_prompt: dict[str, dict[str, pd.Series]] = {m.name: {} for m in methods}
+    for p in points:
+        rows, inexact, off = point_rows(index, p)
+        if rows.size == 0:
+            continue
+        y, pids = y_all[rows], pid_all[rows]
+        infos.append(PointInfo(id=p.id, kind=p.kind, value=p.value, label=p.label, n_prompts=int(len(set(pids))),
+                               n_samples=int(rows.size), inexact=inexact, max_offset=off))
+        for m in methods:
+            r = m.remaining.take(rows)
+            pm = point_metrics(y, r.q50, pids, r.q10, r.q50, r.q90, n_boot=n_boot, ci=ci, seed=seed)
+            raw[m.name][p.id] = pm
+            per_prompt[m.name][p.id] = _per_prompt(np.abs(y - r.q50), pids)
+    if not infos:
+        raise DataError("no trajectory row of a test prompt lies at any evaluation point",
+                        "compute trajectory features with t = 0 and the documented positions")
+    first = infos[0].id
+    if reference is None:
+        cands = [m.name for m in methods if m.family == "prefill" and m.name != CONSTANT]
+        cands = cands or [m.name for m in methods if m.name == CONSTANT]
+        reference = min(cands, key=lambda n: raw[n][first].mae) if cands else None
+    elif reference not in raw:
+        raise ConfigError(f"reference {reference!r} is not a method of this bench", f"methods: {', '.join(names)}")
+    oracle = ORACLE if ORACLE in raw else None
+    ser = series_of([p for p in points if any(i.id == p.id for i in infos)])
+    results = []
+    for m in methods:
+        pts: dict[str, Score] = {}
+        for info in infos:
+            pm = raw[m.name][info.id]
+            mine = per_prompt[m.name][info.id]
+            rr, rr_ci = _ratio(mine, per_prompt[reference][info.id], n_boot, ci, seed) if reference else (None, (None, None))
+            ro, ro_ci = _ratio(mine, per_prompt[oracle][info.id], n_boot, ci, seed) if oracle else (None, (None, None))
+            pts[info.id] = Score(n_prompts=pm.n_prompts, n_samples=pm.n_samples, mae=_f(pm.mae), mae_ci=_ci(pm.mae_ci),
+                                 coverage80=_f(pm.coverage80) if pm.coverage80 is not None else None,
+                                 pinball=_f(pm.pinball) if pm.pinball is not None else None,
+                                 ratio_vs_reference=rr, ratio_vs_reference_ci=rr_ci, ratio_vs_oracle=ro,
+                                 ratio_vs_oracle_ci=ro_ci)
+        prog = [i for i in ser["progress"] if i in pts]
+        avg = pd.concat([per_prompt[m.name][i] for i in prog], axis=1).mean(axis=1) if prog else pd.Series(dtype=float)
+        mean_prog = _f(avg.mean()) if len(avg) else None
+        rp, rp_ci = (None, (None, None))
+        if reference and prog:
+            ref_avg = pd.concat([per_prompt[reference][i] for i in prog], axis=1).mean(axis=1)
+            rp, rp_ci = _ratio(avg, ref_avg, n_boot, ci, seed)
+        beats, beats_ci = {}, {}
+        for s, ids in ser.items():
+            ids = [i for i in ids if i in pts]
+            b = _beats([pts[i].ratio_vs_oracle for i in ids]) if oracle else None
+            bc = _beats([pts[i].ratio_vs_oracle_ci[1] for i in ids]) if oracle else None
+            beats[s] = ids[b] if b is not None else None
+            beats_ci[s] = ids[bc] if bc is not None else None
+        results.append(MethodResult(
+            name=m.name, family=m.family, source=m.source, note=m.remaining.note,  # type: ignore[arg-type]
+            fallback_rows=m.remaining.fallback_rows, points=pts, mean_mae_progress=mean_prog,
+            ratio_progress_vs_reference=rp, ratio_progress_vs_reference_ci=rp_ci, beats_oracle_from=beats,
+            beats_oracle_from_ci=beats_ci))
+    return infos, results, reference
+
+
+def total_at_start(index: pd.DataFrame, methods: Sequence[MethodInput], bound: BoundInfo | None, *,
+                   n_boot: int, ci: float, seed: int) -> TotalAtStart:
+    from lenpred.bench.metrics import point_metrics
+
+    rows, _, _ = point_rows(index, PointSpec("t0", "start", 0.0, "t=0"))
+    out = []
+    if rows.size:
+        y = index["length"].to_numpy(dtype=np.float64)[rows]
+        pids = index["prompt_id"].astype(str).to_numpy()[rows]
+        b = bound.oracle_mae if bound is not None else None
+        for m in methods:
+            pm = point_metrics(y, m.remaining.q50[rows], pids, n_boot=n_boot, ci=ci, seed=seed)
+            mp = None
+            if m.point_total is not None:
+                mp = point_metrics(y, m.point_total[rows], pids, n_boot=10, ci=ci, seed=seed).mae
+            out.append(TotalRow(name=m.name, mae=_f(pm.mae), mae_ci=_ci(pm.mae_ci),
+                                mae_over_bound=_f(pm.mae / b) if b else None, mae_point=_f(mp) if mp is not None else None,
+                                mae_point_over_bound=_f(mp / b) if (b and mp is not None) else None))
+    return TotalAtStart(bound=bound, rows=out)
+
+
+# ---------------------------------------------------------------- the whole bench from files
+def head_method(path: str | os.PathLike[str], traj: Any, card: Mapping[str, Any] | None, name: str | None = None
+                ) -> MethodInput:
+    """An outlets head (any variant, the probe included) predicted on ``traj``'s rows."""
+    from lenpred.predictors.io import read_head
+
+    head, art = read_head(path, card=card)
+    if head.name != "outlets":
+        raise DataError(f"{path} is a {head.name} head, not an outlets head",
+                        "pass prefill heads' predictions with --prefill-predictions (lenpred predict)")
+    variant = (art.meta.get("train") or {}).get("variant") or "outlets"
+    name = name or variant
+    d = head.predict_dist(traj)
+    return MethodInput(name, _family(name), str(path), Remaining(d.q10, d.q50, d.q90, f"outlets head ({variant})"))
+
+
+def run_bench(traj_path: str | os.PathLike[str], run: str | os.PathLike[str], *,
+              heads: Sequence[tuple[str | None, str]] = (), prefill: Sequence[tuple[str | None, str]] = (),
+              split: str | os.PathLike[str] | None = None, reference: str | None = None, n_boot: int = 1000,
+              ci: float = 0.95, seed: int = 0, points: Sequence[PointSpec] | None = None) -> OutletsBench:
+    """Load everything, predict every method on the test rows, score. ``heads`` / ``prefill``: (name
+    or None, path) pairs; a prefill name gets the ``prefill-`` prefix."""
+    from lenpred.data.lengths import sample_lengths
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import load_split
+    from lenpred.outlets.store import load_trajectory
+    from lenpred.predictions import read_predictions
+    from lenpred.predictors.pipeline import run_cap
+
+    if n_boot < 10:
+        raise ConfigError(f"--n-boot must be at least 10, got {n_boot}")
+    rd = RunDir.open(run)
+    sp = load_split(rd, split, require_complete=False)
+    traj = load_trajectory(traj_path, card=rd.card)
+    test = traj.for_prompts(sorted(sp.test))
+    if test.n == 0:
+        raise DataError(f"trajectory {traj_path} has no row of a test prompt of {rd.path}",
+                        "compute trajectory features for the split's test prompts")
+    cap = run_cap(rd.card)
+    lengths = sample_lengths(rd, with_prompts=False)
+    if cap is not None:
+        lengths["n_tokens"] = np.minimum(lengths["n_tokens"], int(cap))
+    constant = CarriedConstant.from_samples(lengths[lengths["prompt_id"].isin(sp.train)])
+    idx = test.index
+    methods: list[MethodInput] = []
+    for name, path in heads:
+        methods.append(head_method(path, test, rd.card, name))
+    for name, path in prefill:
+        p = read_predictions(path, card=rd.card)
+        nm = name or p.made_by
+        nm = nm if nm.startswith("prefill-") else f"prefill-{nm}"
+        rem = carry_prefill(p, idx, cap, what=f"prefill predictions {nm!r}")
+        point = p.for_samples(idx[["prompt_id", "sample_idx"]], what=f"prefill predictions {nm!r}")["pred_tokens"]
+        methods.append(MethodInput(nm, "prefill", str(path), rem, point.to_numpy(dtype=np.float64)))
+    const_rem = constant.predict(idx["t"].to_numpy())
+    methods.append(MethodInput(CONSTANT, "prefill", "run", const_rem))
+    test_lengths = lengths[lengths["prompt_id"].isin(set(idx["prompt_id"].astype(str)))]
+    methods.append(MethodInput(ORACLE, "oracle", "run", carried_oracle(idx, test_lengths, fallback=const_rem)))
+    infos, results, ref = score_methods(idx, methods, points=points, reference=reference, n_boot=n_boot, ci=ci, seed=seed)
+    bound = bound_on(test_lengths, n_boot, ci, seed)
+    total = total_at_start(idx, methods, bound, n_boot=n_boot, ci=ci, seed=seed)
+    prot = Protocol(run=str(rd.path), card_hash=rd.card_hash, trajectory=str(traj_path),
+                    trajectory_spec=_jsonable(traj.spec), cap=cap, test_prompts=int(idx["prompt_id"].nunique()),
+                    test_samples=int(len(idx[["prompt_id", "sample_idx"]].drop_duplicates())), test_rows=int(test.n),
+                    reference=ref, n_boot=n_boot, ci=ci, seed=seed)
+    return OutletsBench(protocol=prot, points=infos, series=series_of([p for p in (points or default_points())
+                                                                         if any(i.id == p.id for i in infos)]),
+                        methods=results, total_t0=total)
+
+
+def _jsonable(d: Mapping[str, Any]) -> dict[str, Any]:
+    import json
+
+    return json.loads(json.dumps(dict(d), default=str))

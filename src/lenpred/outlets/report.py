@@ -1,0 +1,154 @@
+"""Presentation of an :class:`~lenpred.outlets.evaluate.OutletsBench`: Markdown tables and plots.
+
+Tables: remaining-length MAE at every point (one row per method, one column per point, the 95%
+interval under each figure), 80% interval coverage along the trajectory, the summary (MAE averaged
+over progress, its ratio to the best carried prefill head, from where each method beats the carried
+oracle) and the total-length MAE at t = 0 against the prefill oracle bound. Plots: MAE vs progress
+and vs tokens generated (one line per method, the carried oracle as a band), and coverage vs progress.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lenpred.outlets.evaluate import ORACLE, OutletsBench
+
+__all__ = ["render_markdown", "write_plots", "mae_rows"]
+
+
+def _n(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _ci(c: tuple[float | None, float | None], fmt: str = "{:.1f}") -> str:
+    return "-" if c[0] is None or c[1] is None else f"{fmt.format(c[0])}-{fmt.format(c[1])}"
+
+
+def _labels(res: OutletsBench) -> dict[str, str]:
+    return {p.id: p.label for p in res.points}
+
+
+def mae_rows(res: OutletsBench, ids: list[str]) -> list[list[str]]:
+    """One row per method: its name, then "MAE (lo-hi)" at each point of ``ids``."""
+    rows = []
+    for m in res.methods:
+        cells = [m.name]
+        for i in ids:
+            s = m.points.get(i)
+            cells.append("-" if s is None else f"{_n(s.mae)} ({_ci(s.mae_ci)})")
+        rows.append(cells)
+    return rows
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def render_markdown(res: OutletsBench) -> str:
+    p = res.protocol
+    lab = _labels(res)
+    out = ["# OUTLETS: remaining-length prediction along the trajectory", "",
+           f"- run: {p.run} (card {p.card_hash}); trajectory: {p.trajectory}",
+           f"- test: {p.test_prompts} prompts, {p.test_samples} samples, {p.test_rows} trajectory rows; cap {p.cap}",
+           f"- reference (best carried prefill head at t = 0): {p.reference or '-'}; "
+           f"intervals: {100 * p.ci:g}% over {p.n_boot} prompt resamples (seed {p.seed})",
+           "- MAE of the remaining length L - t in tokens, averaged over prompts; lengths as served "
+           "(a sample cut at max_new_tokens counts as max_new_tokens)", ""]
+    for s, ids in res.series.items():
+        title = {"progress": "by progress (share of the sample's own length)",
+                 "tokens": "by tokens generated (only samples longer than that)"}.get(s, s)
+        out += [f"## Remaining-length MAE {title}", ""]
+        out += _table(["method"] + [lab[i] for i in ids], mae_rows(res, ids)) + [""]
+    out += ["## Points", ""]
+    out += _table(["point", "prompts", "samples", "inexact rows", "max offset"],
+                  [[pt.label, str(pt.n_prompts), str(pt.n_samples), str(pt.inexact), _n(pt.max_offset, "{:.0f}")]
+                   for pt in res.points]) + [""]
+    ids = res.series.get("progress", [])
+    out += ["## 80% interval coverage along the trajectory", ""]
+    rows = [[m.name] + [_n(None if m.points.get(i) is None or m.points[i].coverage80 is None
+                           else 100 * m.points[i].coverage80, "{:.0f}%") for i in ids] for m in res.methods]
+    out += _table(["method"] + [lab[i] for i in ids], rows) + [""]
+    out += ["## Summary", ""]
+    rows = []
+    for m in res.methods:
+        rows.append([m.name, _n(m.mean_mae_progress), _n(m.ratio_progress_vs_reference, "{:.3f}"),
+                     _ci(m.ratio_progress_vs_reference_ci, "{:.3f}"),
+                     ", ".join(f"{s}: {lab.get(v, '-') if v else 'never'}" for s, v in m.beats_oracle_from.items()),
+                     ", ".join(f"{s}: {lab.get(v, '-') if v else 'never'}" for s, v in m.beats_oracle_from_ci.items()),
+                     str(m.fallback_rows)])
+    out += _table(["method", "MAE over progress", "/ reference", "95% CI", "below the carried oracle from",
+                   "... with the interval below 1", "fallback rows"], rows) + [""]
+    t = res.total_t0
+    out += ["## Total length at t = 0 against the prefill oracle bound", ""]
+    if t.bound is not None:
+        b = t.bound
+        out.append(f"Bound on the test prompts: {b.oracle_mae:.1f} tokens ({_ci(b.oracle_mae_ci)}; in-sample "
+                   f"{b.oracle_mae_insample:.1f}, leave-one-out {b.oracle_mae_loo:.1f}), {b.n_prompts} prompts, "
+                   f"{b.n_samples} samples.")
+        out.append("")
+    out += _table(["method", "MAE", "95% CI", "MAE / bound", "own point MAE", "own point / bound"],
+                  [[r.name, _n(r.mae), _ci(r.mae_ci), _n(r.mae_over_bound, "{:.3f}"), _n(r.mae_point),
+                    _n(r.mae_point_over_bound, "{:.3f}")] for r in t.rows]) + [""]
+    notes = [f"- {m.name}: {m.note}" for m in res.methods if m.note]
+    if notes:
+        out += ["## Methods", ""] + notes + [""]
+    return "\n".join(out)
+
+
+def _x(res: OutletsBench, ids: list[str], kind: str) -> list[float]:
+    by = {p.id: p for p in res.points}
+    return [100 * by[i].value if kind == "progress" else by[i].value for i in ids]
+
+
+def write_plots(res: OutletsBench, out: Path) -> list[Path]:
+    """``outlets_mae_progress.png``, ``outlets_mae_tokens.png``, ``outlets_coverage.png`` in ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for s, ids in res.series.items():
+        if len(ids) < 2:
+            continue
+        x = _x(res, ids, s)
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        for m in res.methods:
+            pts = [m.points.get(i) for i in ids]
+            y = [p.mae if p is not None and p.mae is not None else float("nan") for p in pts]
+            if m.name == ORACLE:
+                lo = [p.mae_ci[0] if p is not None and p.mae_ci[0] is not None else float("nan") for p in pts]
+                hi = [p.mae_ci[1] if p is not None and p.mae_ci[1] is not None else float("nan") for p in pts]
+                ax.fill_between(x, lo, hi, color="grey", alpha=0.3, label=f"{m.name} (95% CI)")
+                ax.plot(x, y, color="grey", ls="--", lw=1)
+            else:
+                ax.plot(x, y, marker="o", ms=3, lw=1.5 if m.family == "outlets" else 1.0,
+                        ls="-" if m.family in ("outlets", "probe") else ":", label=m.name)
+        ax.set_xlabel("progress (% of the sample's length)" if s == "progress" else "tokens generated")
+        ax.set_ylabel("remaining-length MAE (tokens)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        paths.append(out / f"outlets_mae_{s}.png")
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    ids = res.series.get("progress", [])
+    if len(ids) >= 2:
+        x = _x(res, ids, "progress")
+        fig, ax = plt.subplots(figsize=(7.5, 4.0))
+        for m in res.methods:
+            y = [100 * m.points[i].coverage80 if i in m.points and m.points[i].coverage80 is not None else float("nan")
+                 for i in ids]
+            ax.plot(x, y, marker="o", ms=3, label=m.name, ls="--" if m.name == ORACLE else "-")
+        ax.axhspan(75, 85, color="tab:green", alpha=0.15)
+        ax.axhline(80, color="tab:green", lw=1)
+        ax.set_xlabel("progress (% of the sample's length)")
+        ax.set_ylabel("rows inside the 80% interval (%)")
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        paths.append(out / "outlets_coverage.png")
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    return paths

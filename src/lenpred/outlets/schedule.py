@@ -1,0 +1,241 @@
+"""What OUTLETS is worth to a scheduler: trajectory re-predictions into the predictions table, and the
+simulator's reproduction experiment on the test prompts' samples.
+
+**Re-predictions** (:func:`outlets_predictions`): one row per sample of the trajectory (``sample_idx``
+>= 0): ``pred_tokens`` (and q10 / q50 / q90, spread) is the head's prediction at t = 0 (there the
+remaining length is the total), and ``repred_gen`` / ``repred_remaining`` are the trajectory's later
+positions t and the head's predicted remaining tokens there. The simulator applies a re-prediction
+when a request has generated that many tokens (:meth:`lenpred.sim.request.Request.apply_repredictions`):
+the ``srpt`` queue orders by the latest predicted remaining, and a decode instance's outstanding
+predicted tokens -- what ``least-predicted-tokens`` dispatch reads -- follow the re-predictions of its
+running requests. Offline the positions are the artifact's (0, 32 ... 512, 10-75% of L and a stride
+grid); online the head would run at every cycle, so this is a conservative stand-in.
+
+**The experiment** (:func:`run_schedule`, config ``experiments/outlets/schedule.json``): the
+reproduction setup (4 prefill + 8 decode instances, the llama8b-h100 profile, loads as multiples of
+the measured capacity) on a workload drawn from the *test* prompts' samples that the trajectory
+holds, with five arms: (a) FCFS + round robin; (b) the best prefill head, SJF + least predicted
+tokens; (c) OUTLETS with re-predictions, shortest predicted remaining + least predicted outstanding
+tokens; (d) the prompt-median oracle (median of the prompt's other samples), SJF + least predicted
+tokens; (e) true lengths, shortest remaining + least outstanding tokens. Reported per load: short-
+request P99 end-to-end latency, overall P99, and the load imbalance across decode instances (max /
+mean generated tokens, and the coefficient of variation of the mean batch size).
+
+In the config, the strings ``"{run}"``, ``"{prefill}"`` and ``"{outlets}"`` stand for the run
+directory and the two predictions tables; :func:`run_schedule` fills them in. Run it with::
+
+    python -m lenpred.outlets.schedule --config experiments/outlets/schedule.json --run RUN \\
+        --traj TRAJ --outlets-head HEAD --prefill-predictions PREFILL.parquet --out out/outlets/schedule
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lenpred.errors import ConfigError, DataError, LenpredError
+
+__all__ = ["outlets_predictions", "sample_workload", "fill_placeholders", "run_schedule", "schedule_table", "main"]
+
+PLACEHOLDERS = ("{run}", "{prefill}", "{outlets}")
+
+
+def outlets_predictions(head: Any, traj: Any, card: Mapping[str, Any] | None = None, *, source: str = "",
+                        variant: str = "outlets") -> Any:
+    """A predictions table with re-predictions from an outlets head on trajectory rows (every sample
+    needs its t = 0 row)."""
+    from lenpred.predictions import Predictions
+
+    idx = traj.index
+    t = idx["t"].to_numpy(dtype=np.int64)
+    d = head.predict_dist(traj)
+    point = head.predict(traj)
+    key = idx["prompt_id"].astype(str) + "\x00" + idx["sample_idx"].astype(str)
+    codes, _ = pd.factorize(key)
+    order = np.lexsort((t, codes))
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    rows = []
+    for r in np.split(order, bounds):
+        if r.size == 0:
+            continue
+        if t[r[0]] != 0:
+            first = idx.iloc[r[0]]
+            raise DataError(f"sample ({first['prompt_id']}, {int(first['sample_idx'])}) has no t = 0 row in the trajectory",
+                            "compute trajectory features with the documented positions (t = 0 is always kept)")
+        i0, later = r[0], r[1:]
+        rows.append({"prompt_id": str(idx["prompt_id"].iloc[i0]), "sample_idx": int(idx["sample_idx"].iloc[i0]),
+                     "pred_tokens": float(point[i0]), "spread": float(d.spread[i0]), "q10": float(d.q10[i0]),
+                     "q50": float(d.q50[i0]), "q90": float(d.q90[i0]),
+                     "repred_gen": [int(x) for x in t[later]],
+                     "repred_remaining": [float(max(x, 0.0)) for x in point[later]]})
+    frame = pd.DataFrame(rows)
+    return Predictions.from_frame(
+        frame, made_by="outlets", config={"head": source, "variant": variant}, card=card,
+        extra={"repredictions": "the outlets head's predicted remaining tokens at the trajectory artifact's positions"})
+
+
+def sample_workload(cfg: Any, run: str | os.PathLike[str], keys: pd.DataFrame, seed: int = 0) -> Any:
+    """The experiment's workload: ``cfg.n_requests`` draws (with replacement, seeded as the simulator's
+    run-directory workload) from the run's samples listed in ``keys`` (prompt_id, sample_idx), after
+    the config's length filters. Synthetic predictors (the prompt-median oracle) see every sample of
+    the run, so a prompt's other samples are all there."""
+    from lenpred.data.rundir import RunDir
+    from lenpred.sim.arrivals import unit_arrivals
+    from lenpred.sim.length_sources import filter_lengths, rundir_lengths
+    from lenpred.sim.workload import Workload
+
+    all_rows = rundir_lengths(str(run), cfg.lengths)
+    k = keys[["prompt_id", "sample_idx"]].astype({"prompt_id": str, "sample_idx": np.int64}).drop_duplicates()
+    pool = all_rows.merge(k, on=["prompt_id", "sample_idx"], how="inner")
+    if pool.empty:
+        raise DataError("no run sample is among the test samples the trajectory holds",
+                        "pass the trajectory features of this run")
+    pool = filter_lengths(pool, cfg.lengths)
+    rng_len = np.random.default_rng([seed, 1])
+    rng_arr = np.random.default_rng([seed, 2])
+    df = pool.iloc[rng_len.integers(0, len(pool), cfg.n_requests)].reset_index(drop=True)
+    population = all_rows[["prompt_id", "sample_idx"]].assign(n_tokens=all_rows["output_tokens"].to_numpy())
+    return Workload(prompt=df["prompt_tokens"].to_numpy(dtype=np.int64), output=df["output_tokens"].to_numpy(dtype=np.int64),
+                    arrivals=unit_arrivals(cfg.n_requests, cfg.arrival, rng_arr),
+                    rid=np.arange(cfg.n_requests, dtype=np.int64), keys=df[["prompt_id", "sample_idx"]].copy(),
+                    population=population, card=RunDir.open(str(run)).card, source="rundir")
+
+
+def fill_placeholders(obj: Any, values: Mapping[str, str]) -> Any:
+    """Replace the strings ``"{name}"`` anywhere in a JSON value by ``values[name]``."""
+    if isinstance(obj, dict):
+        return {k: fill_placeholders(v, values) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [fill_placeholders(v, values) for v in obj]
+    if isinstance(obj, str) and obj.startswith("{") and obj.endswith("}") and obj[1:-1] in values:
+        return values[obj[1:-1]]
+    return obj
+
+
+def schedule_table(res: Any) -> list[dict[str, Any]]:
+    """One row per (load, arm): short / overall P99 E2E (s), their change vs the baseline, imbalance."""
+    out = []
+    for load in res.loads():
+        base = res.get(res.baseline, load).summary["latency"]
+        for p in res.policies():
+            s = res.get(p, load).summary
+            lat, imb = s["latency"], s["decode_imbalance"]
+            row = {"load": load, "arm": p, "short_p99_e2e_s": lat["short"]["e2e"]["p99"],
+                   "all_p99_e2e_s": lat["all"]["e2e"]["p99"], "tokens_max_over_mean": imb["tokens_max_over_mean"],
+                   "batch_cv": imb["batch_cv"]}
+            for g in ("short", "all"):
+                b, v = base[g]["e2e"]["p99"], lat[g]["e2e"]["p99"]
+                row[f"{g}_p99_change"] = (v - b) / b if (b and v is not None) else None
+            out.append(row)
+    return out
+
+
+def _md(rows: list[dict[str, Any]], res: Any) -> str:
+    def f(x: Any, fmt: str) -> str:
+        return "-" if x is None else fmt.format(x)
+
+    out = ["# OUTLETS: value for scheduling (simulated, test prompts' samples)", "",
+           f"- short requests: true output < {res.short_threshold:g} tokens; loads are multiples of the measured "
+           f"capacity ({f(res.capacity_rps, '{:.2f}')} requests/s); baseline {res.baseline}", "",
+           "| load | arm | short P99 E2E (s) | vs baseline | overall P99 E2E (s) | vs baseline | "
+           "decode tokens max/mean | batch CV |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {f(r['load'], '{:g}')} | {r['arm']} | {f(r['short_p99_e2e_s'], '{:.3f}')} | "
+                   f"{f(r['short_p99_change'], '{:+.1%}')} | {f(r['all_p99_e2e_s'], '{:.3f}')} | "
+                   f"{f(r['all_p99_change'], '{:+.1%}')} | {f(r['tokens_max_over_mean'], '{:.3f}')} | "
+                   f"{f(r['batch_cv'], '{:.3f}')} |")
+    return "\n".join(out) + "\n"
+
+
+def run_schedule(config: str | os.PathLike[str] | Mapping[str, Any], run: str | os.PathLike[str],
+                 outlets_table: str | os.PathLike[str], prefill_table: str | os.PathLike[str],
+                 out: str | os.PathLike[str], *, keys: pd.DataFrame | None = None, n_requests: int | None = None,
+                 loads: tuple[float, ...] | None = None, progress: Callable[[str], None] | None = None) -> Any:
+    """Fill the config's placeholders, build the test-sample workload (``keys``: default the samples
+    of the OUTLETS table), run every arm at every load, write results.json, config.json, schedule.md."""
+    from lenpred.predictions import read_predictions
+    from lenpred.sim.config import SimConfig
+    from lenpred.sim.sweep import run_sweep
+
+    if isinstance(config, str | os.PathLike):
+        p = Path(config)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} not found")
+        try:
+            raw = json.loads(p.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{p} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    else:
+        raw = dict(config)
+    raw = fill_placeholders(raw, {"run": str(run), "prefill": str(prefill_table), "outlets": str(outlets_table)})
+    cfg = SimConfig.from_dict(raw, "config")
+    if n_requests is not None:
+        cfg = cfg.nested("workload", n_requests=n_requests)
+    if loads is not None:
+        cfg = cfg.nested("sweep", loads=loads)
+    from lenpred.data.rundir import RunDir
+
+    card = RunDir.open(str(run)).card
+    outlets = read_predictions(outlets_table, card=card)
+    read_predictions(prefill_table, card=card)  # refuse a table of another run before simulating
+    if keys is None:
+        keys = outlets.frame[outlets.frame["sample_idx"] >= 0][["prompt_id", "sample_idx"]]
+    wl = sample_workload(cfg.workload, run, keys, cfg.seed)
+    res = run_sweep(cfg, progress=progress, workload=wl)
+    dest = Path(out)
+    res.write(dest)
+    rows = schedule_table(res)
+    (dest / "schedule.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (dest / "schedule.md").write_text(_md(rows, res))
+    if cfg.plots:
+        from lenpred.sim.plots import write_plots
+
+        write_plots(res, dest)
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lenpred.outlets.schedule", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="experiments/outlets/schedule.json", help="simulator config with placeholders")
+    ap.add_argument("--run", required=True, help="run directory (its split gives the test prompts)")
+    ap.add_argument("--prefill-predictions", required=True, help="the best prefill head's table (lenpred predict)")
+    ap.add_argument("--outlets-head", default=None, help="outlets head: its re-predictions are made here")
+    ap.add_argument("--traj", default=None, help="trajectory features of the run (with --outlets-head)")
+    ap.add_argument("--outlets-predictions", default=None, help="or: an outlets table already made (lenpred outlets predict)")
+    ap.add_argument("--split", default=None, help="split file (default RUN/split.json)")
+    ap.add_argument("--requests", type=int, default=None, help="override workload.n_requests (smoke runs)")
+    ap.add_argument("--loads", default=None, help="override sweep.loads, comma-separated (smoke runs)")
+    ap.add_argument("--out", required=True, help="result folder")
+    a = ap.parse_args(argv)
+    try:
+        out = Path(a.out)
+        table = a.outlets_predictions
+        if table is None:
+            if a.outlets_head is None or a.traj is None:
+                raise ConfigError("pass --outlets-head HEAD with --traj TRAJ, or --outlets-predictions FILE")
+            from lenpred.outlets.cli_eval import predict_table
+
+            preds = predict_table(a.outlets_head, a.traj, a.run, roles=("test",), split=a.split)
+            out.mkdir(parents=True, exist_ok=True)
+            table = str(preds.write(out / "outlets_predictions.parquet"))
+        loads = tuple(float(x) for x in a.loads.split(",")) if a.loads else None
+        res = run_schedule(a.config, a.run, table, a.prefill_predictions, out, n_requests=a.requests, loads=loads,
+                           progress=lambda m: print(m, file=sys.stderr, flush=True))
+    except LenpredError as e:
+        print(f"lenpred outlets schedule: error: {e}", file=sys.stderr)
+        return 1
+    print((out / "schedule.md").read_text())
+    print(f"results: {out}/results.json ({res.wall_s:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,487 @@
+"""``outlets``: remaining-length prediction along the trajectory, from the EAGLE-3 draft backbone.
+
+Where every other head sees one prompt and predicts its total output length, this one sees one row
+of a trajectory artifact (:mod:`lenpred.outlets.store`): a sample at decoding position ``t`` (tokens
+generated so far), with the draft decoder's hidden state there (block ``"draft"``), the draft's
+fused low/mid/high target state (``"fused"``), a running mean of the draft states so far
+(``"draft_running"``) and one target layer (``"target.<layer>"``). It predicts the **remaining**
+length ``L - t`` with a predictive distribution (q10 / q50 / q90).
+
+Inputs (hyperparameters, so every variant of the comparison is one head class):
+
+* ``blocks``: block names (``"target"`` selects the one ``target.<layer>`` block); default ``("draft",)``;
+* ``progress``: append ``t`` and ``log1p(t)`` (standardised like every column);
+* ``loss``: ``"l1-log"`` (pinball losses at 0.1 / 0.5 / 0.9 on standardised ``log1p(remaining)``:
+  the 0.5 term is the L1 loss, so q50 estimates the conditional median; the log makes the error
+  relative), ``"l1"`` (the same on standardised raw tokens), or ``"softlabel"`` (a classifier over
+  ``n_bins`` remaining-length bins, cross-entropy on a Gaussian kernel of ``smoothing`` bins around
+  the label; ``bins="log"``: geometric bins of log(remaining + 16), fine near the end, ``"linear"``:
+  equal width on [0, cap]);
+* ``refine`` (softlabel only): TRAIL's Bayesian refinement across a sample's positions -- the
+  posterior at the previous position, moved down by the tokens generated since (a transition
+  matrix, :func:`lenpred.outlets.baselines.transition_matrix`), times the classifier's output here.
+  With ``blocks=("target",)``, linear bins, ``smoothing=0`` and no progress, that is the TRAIL probe
+  baseline (variant ``probe`` in :data:`VARIANTS`).
+
+**Labels and censoring.** The label of a row is ``remaining = L - t`` from the artifact, where L is
+the generated count as served. A sample cut at max_new_tokens has a censored *natural* length
+(L >= cap), but what a server generates under this card -- what a scheduler needs -- is exactly
+``cap - t`` more tokens; the head therefore predicts the served remaining, as every prefill head
+predicts min(L, cap) (:mod:`lenpred.predictors.targets`), and its distribution lives on
+[0, cap - t]. Truncated rows are kept with full weight (dropping them would bias the head short).
+
+**Weights.** Each training prompt counts once, split evenly over its samples, and each sample's
+weight evenly over its positions (long samples have more positions; without this they would dominate).
+
+**Intervals.** Regression heads learn q10 / q90 with pinball losses (q10 = q50 - softplus, q90 =
+q50 + softplus: never crossing) and then scale both half-widths by one factor, chosen so the 80%
+interval covers 80% of the validation rows (weighted). Binned heads read quantiles off the histogram.
+The mean and spread of a regression head are those of the quantile-matched two-piece normal.
+
+**What the head records.** The trajectory spec it was fitted on (draft head hash, target
+fingerprint, layers ...; :func:`check_trajectory_spec`), the blocks and their widths, and -- saved
+with ``card`` -- the run's model and sampling card. Features of another draft head or another target
+are refused with an error naming the field. ``predict`` returns the point prediction of the
+*remaining* length (q50, or the histogram mean with ``point="mean"``); :meth:`OutletsHead.predict_total`
+adds ``t``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import torch
+from torch import nn
+
+from lenpred.errors import CardMismatchError, DataError
+from lenpred.predictors.base import Predictor, check_param
+from lenpred.predictors.dist import Z90, Dist, binned, weighted_quantile
+from lenpred.predictors.nn import (
+    LogScale,
+    Standardizer,
+    load_module,
+    mlp,
+    module_tensors,
+    one_thread,
+    seeded,
+    train_loop,
+)
+
+__all__ = ["OutletsHead", "VARIANTS", "check_trajectory_spec", "row_weights", "two_piece_moments", "LOG_OFFSET"]
+
+LOG_OFFSET = 16.0  # log bins are equal in log(remaining + LOG_OFFSET): ~2-token bins at the end, ~50 at 512
+TARGET_PREFIX = "target."
+# spec keys that describe where or how many positions were written, not what the states are
+_SPEC_IGNORED = frozenset({
+    "lenpred_version", "created_at", "card_hash", "run", "n", "n_rows", "n_samples", "n_prompts", "shards",
+    "dtype", "positions", "position_scheme", "scheme", "stride", "fractions", "tokens", "seconds", "roles",
+    "device", "batch_size", "threads", "target_states",
+})
+
+# The variants compared in one table (lenpred outlets train --variant NAME). "outlets" is the default head.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "outlets": {"blocks": ("draft",), "progress": True, "loss": "l1-log"},
+    "outlets-fused": {"blocks": ("fused",), "progress": True, "loss": "l1-log"},
+    "outlets-both": {"blocks": ("draft", "fused"), "progress": True, "loss": "l1-log"},
+    "outlets-noprogress": {"blocks": ("draft",), "progress": False, "loss": "l1-log"},
+    "outlets-running": {"blocks": ("draft", "draft_running"), "progress": True, "loss": "l1-log"},
+    "outlets-l1raw": {"blocks": ("draft",), "progress": True, "loss": "l1"},
+    "outlets-softlabel": {"blocks": ("draft",), "progress": True, "loss": "softlabel"},
+    "probe": {"blocks": ("target",), "progress": False, "loss": "softlabel", "bins": "linear", "n_bins": 10,
+              "smoothing": 0.0, "refine": True, "hidden": 128, "depth": 1},
+}
+
+
+def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def _ignored(key: str) -> bool:
+    parts = key.split(".")
+    return any(p in _SPEC_IGNORED for p in parts) or parts[-1].endswith("path")
+
+
+def check_trajectory_spec(trained: Mapping[str, Any], given: Mapping[str, Any], what: str = "outlets head") -> None:
+    """Every field of the trajectory spec the head was fitted on must match the given features' --
+    except where and how many positions were written (the position scheme, the run, counts, dtype,
+    file paths): a head applies at any position, on any prompt set of the same draft head and target."""
+    a, b = _flat(trained), _flat(given)
+    for k in sorted(set(a) | set(b)):
+        if _ignored(k) or a.get(k) == b.get(k):
+            continue
+        low = k.lower()
+        if low.startswith("draft"):
+            who, fix = "another draft head", "compute trajectory features with the head's draft head"
+        elif low.startswith(("target", "model")) or "fingerprint" in low:
+            who, fix = "another target model", "compute trajectory features for the head's target model"
+        else:
+            who, fix = "another trajectory spec", "compute trajectory features with the head's spec"
+        raise CardMismatchError(
+            f"trajectory features come from {who} than the {what} was trained on "
+            f"({k}: {b.get(k)!r} != {a.get(k)!r})", f"{fix} (lenpred outlets features), or retrain the head on these")
+
+
+def row_weights(index: Any) -> np.ndarray:
+    """(n,) weights: each prompt 1, split evenly over its samples, each sample's over its positions."""
+    pid = index["prompt_id"].astype(str).to_numpy()
+    sid = index["sample_idx"].to_numpy()
+    key = np.char.add(np.char.add(pid.astype(str), "\x00"), sid.astype(str))
+    _, s_code, s_count = np.unique(key, return_inverse=True, return_counts=True)
+    _, p_code = np.unique(pid, return_inverse=True)
+    # samples per prompt: distinct sample codes within each prompt
+    pairs = np.unique(np.column_stack([p_code, s_code]), axis=0)
+    k_per_prompt = np.bincount(pairs[:, 0], minlength=p_code.max() + 1)
+    w = 1.0 / (k_per_prompt[p_code] * s_count[s_code])
+    return w / w.mean()
+
+
+def two_piece_moments(q10: np.ndarray, q50: np.ndarray, q90: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and sd of the two-piece normal whose 10/50/90% quantiles are the given ones (half-normals
+    of scales s1 = (q50 - q10) / z and s2 = (q90 - q50) / z on either side of q50, each half the mass)."""
+    s1 = np.maximum(q50 - q10, 0.0) / Z90
+    s2 = np.maximum(q90 - q50, 0.0) / Z90
+    d = (s2 - s1) / np.sqrt(2.0 * np.pi)
+    return q50 + d, np.sqrt(np.maximum(0.5 * (s1**2 + s2**2) - d**2, 0.0))
+
+
+def _bin_edges(kind: str, n_bins: int, cap: float) -> np.ndarray:
+    if kind == "linear":
+        return np.linspace(0.0, cap, n_bins + 1)
+    c = LOG_OFFSET
+    return np.exp(np.linspace(np.log(c), np.log(cap + c), n_bins + 1)) - c  # (B+1,), edges[0] = 0
+
+
+def _bin_position(y: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Continuous bin coordinate of values (bin j's centre is j)."""
+    j = np.clip(np.searchsorted(edges, y, side="right") - 1, 0, len(edges) - 2)
+    frac = (y - edges[j]) / (edges[j + 1] - edges[j])
+    return np.clip(j + frac - 0.5, 0.0, len(edges) - 2.0)
+
+
+def _soft_labels(y: np.ndarray, edges: np.ndarray, smoothing: float) -> np.ndarray:
+    n_bins = len(edges) - 1
+    pos = _bin_position(y, edges)
+    j = np.arange(n_bins)
+    if smoothing <= 0:
+        return (j == np.clip(np.floor(pos + 0.5), 0, n_bins - 1)[:, None]).astype(np.float32)
+    k = np.exp(-0.5 * ((j[None, :] - pos[:, None]) / smoothing) ** 2)
+    return (k / k.sum(1, keepdims=True)).astype(np.float32)
+
+
+class OutletsHead(Predictor):
+    """Remaining length ``L - t`` from trajectory rows (see the module docstring)."""
+
+    name: ClassVar[str] = "outlets"
+    input_kind: ClassVar[str] = "trajectory"
+    own_spread: ClassVar[bool] = True
+    default_blocks: ClassVar[tuple[str, ...]] = ("draft",)
+
+    def __init__(self, blocks: tuple[str, ...] | None = None, progress: bool = True, loss: str = "l1-log",
+                 n_bins: int = 32, bins: str = "log", smoothing: float = 1.0, refine: bool = False,
+                 point: str = "median", hidden: int = 256, depth: int = 2, dropout: float = 0.1, epochs: int = 60,
+                 batch_size: int = 512, lr: float = 1e-3, weight_decay: float = 1e-4, patience: int = 8,
+                 seed: int = 0) -> None:
+        self.blocks = blocks
+        self.progress = progress
+        self.loss = loss
+        self.n_bins = n_bins
+        self.bins = bins
+        self.smoothing = smoothing
+        self.refine = refine
+        self.point = point
+        self.hidden = hidden
+        self.depth = depth
+        self.dropout = dropout
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.patience = patience
+        self.seed = seed
+
+    # ---------------------------------------------------------------- hyperparameters
+    @property
+    def _binned(self) -> bool:
+        return self.loss == "softlabel"
+
+    def _check_params(self) -> None:
+        n = self.name
+        check_param(self.loss in ("l1-log", "l1", "softlabel"), n, "loss", "must be 'l1-log', 'l1' or 'softlabel'")
+        check_param(isinstance(self.progress, bool), n, "progress", "must be true or false")
+        check_param(isinstance(self.refine, bool), n, "refine", "must be true or false")
+        check_param(not self.refine or self.loss == "softlabel", n, "refine", "needs loss=softlabel (a histogram to refine)")
+        check_param(self.bins in ("log", "linear"), n, "bins", "must be 'log' or 'linear'")
+        check_param(isinstance(self.n_bins, int) and self.n_bins >= 2, n, "n_bins", "must be an integer >= 2")
+        check_param(float(self.smoothing) >= 0, n, "smoothing", "must be >= 0 (bins)")
+        check_param(self.point in ("median", "mean"), n, "point", "must be 'median' or 'mean'")
+        for k in ("hidden", "epochs", "batch_size", "patience"):
+            check_param(isinstance(getattr(self, k), int) and getattr(self, k) >= 1, n, k, "must be an integer >= 1")
+        check_param(isinstance(self.depth, int) and self.depth >= 0, n, "depth", "must be an integer >= 0")
+        check_param(0.0 <= float(self.dropout) < 1.0, n, "dropout", "must be in [0, 1)")
+        check_param(float(self.lr) > 0 and float(self.weight_decay) >= 0, n, "lr", "must be > 0 (weight_decay >= 0)")
+        blocks = self.default_blocks if self.blocks is None else self.blocks
+        check_param(len(blocks) >= 1 and all(isinstance(b, str) and b for b in blocks), n, "blocks",
+                    "must name at least one trajectory block (draft, fused, draft_running, target)")
+
+    # ---------------------------------------------------------------- inputs
+    def _resolve(self, traj: Any) -> list[str]:
+        out: list[str] = []
+        for sel in self.default_blocks if self.blocks is None else self.blocks:
+            if sel == "target":
+                cands = sorted(b for b in traj.blocks if b.startswith(TARGET_PREFIX))
+                if len(cands) != 1:
+                    raise DataError(f"block selector 'target' needs exactly one target.<layer> block, found "
+                                    f"{cands or 'none'}", f"name the block (blocks: {', '.join(sorted(traj.blocks))})")
+                name = cands[0]
+            else:
+                traj.block(sel)  # error listing the blocks if absent
+                name = sel
+            if name not in out:
+                out.append(name)
+        return out
+
+    def _matrix(self, traj: Any, fit: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(n, d) float32 inputs and (n,) positions t; at ``fit`` record what was read, else check it."""
+        from lenpred.outlets.store import Trajectory
+
+        if not isinstance(traj, Trajectory):
+            raise DataError(f"the {self.name} head reads trajectory features, got {type(traj).__name__}",
+                            "compute them with `lenpred outlets features` and train with `lenpred outlets train`")
+        if fit:
+            self.blocks_ = {"x": self._resolve(traj)}
+            self.widths_ = {"x": [int(traj.block(b).shape[1]) for b in self.blocks_["x"]]}
+            self.feature_spec_ = dict(traj.spec)
+            self.side_names_ = None
+        else:
+            check_trajectory_spec(self.feature_spec_ or {}, traj.spec, what=f"{self.name} head")
+            for b, w in zip(self.blocks_["x"], self.widths_["x"], strict=True):
+                got = int(traj.block(b).shape[1])
+                if got != w:
+                    raise DataError(f"trajectory block {b!r} has width {got}, the {self.name} head was trained on {w}",
+                                    "use trajectory features computed with the head's draft head and target")
+        t = traj.index["t"].to_numpy(dtype=np.float64)
+        cols = [traj.block(b) for b in self.blocks_["x"]]
+        if self.progress:
+            cols.append(np.column_stack([t, np.log1p(t)]).astype(np.float32))
+        x = np.concatenate(cols, axis=1).astype(np.float32, copy=False)
+        if not np.isfinite(x).all():
+            rows = np.flatnonzero(~np.isfinite(x).all(axis=1))
+            raise DataError(f"{self.name} input has NaN or infinite values in {rows.size} row(s) (first: row {int(rows[0])})",
+                            "recompute the trajectory features")
+        return x, t
+
+    def _labels(self, traj: Any, y: Any) -> np.ndarray:
+        if y is None:
+            return traj.index["remaining"].to_numpy(dtype=np.float64)
+        v = np.asarray(y, dtype=np.float64).reshape(-1)
+        if v.shape[0] != traj.n or not np.isfinite(v).all() or (v < 0).any():
+            raise DataError(f"{self.name}: y must be {traj.n} finite remaining lengths >= 0", "or pass y=None (the artifact's labels)")
+        return v
+
+    # ---------------------------------------------------------------- fit
+    def fit(self, X: Any, y: Any = None, *, X_val: Any = None, y_val: Any = None, cap: float | None = None) -> Self:
+        """Fit on trajectory rows ``X`` (labels: ``y`` or the rows' own ``remaining``); ``X_val`` (the
+        split's validation prompts) drives early stopping and the interval width. ``cap``: the card's
+        max_new_tokens (default: the length of the truncated rows, else the longest sample)."""
+        for attr in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
+            delattr(self, attr)
+        self._check_params()
+        import time
+
+        x, t = self._matrix(X, fit=True)
+        yr = self._labels(X, y)
+        n_prompts = int(X.index["prompt_id"].nunique())
+        if n_prompts < 2:
+            raise DataError(f"{self.name}: fit needs rows of at least 2 training prompts, got {n_prompts}")
+        if cap is None:
+            tr = X.index["truncated"].to_numpy(bool)
+            ln = X.index["length"].to_numpy(dtype=np.float64)
+            cap = float(ln[tr].max()) if tr.any() else float(ln.max())
+        self.cap_ = float(cap)
+        w = row_weights(X.index)
+        val = None
+        if X_val is not None:
+            xv, tv = self._matrix(X_val, fit=False)
+            val = (xv, tv, self._labels(X_val, y_val), row_weights(X_val.index))
+        t0 = time.perf_counter()
+        self.scaler_ = Standardizer.fit(x)
+        self.d_in_ = int(x.shape[1])
+        if self._binned:
+            self._fit_binned(x, yr, w, val)
+        else:
+            self._fit_regression(x, yr, w, val)
+        self.n_train_ = n_prompts
+        self.n_rows_ = int(X.n)
+        self.fit_seconds_ = time.perf_counter() - t0
+        return self
+
+    def _n_out(self) -> int:
+        return self.n_bins if self._binned else 3
+
+    def _build(self) -> nn.Module:
+        return mlp(self.d_in_, self.hidden, self.depth, self._n_out(), float(self.dropout))
+
+    def _train(self, loss_of: Any, n: int, val_mae: Any) -> None:
+        with seeded(self.seed):
+            self.net_ = self._build()
+            log = train_loop(self.net_, loss_of, n, val_mae=val_mae, epochs=self.epochs, batch_size=self.batch_size,
+                             lr=float(self.lr), weight_decay=float(self.weight_decay), patience=self.patience,
+                             seed=self.seed)
+        self.train_log_ = log.__dict__
+
+    def _fit_regression(self, x: np.ndarray, y: np.ndarray, w: np.ndarray, val: Any) -> None:
+        self.tscale_ = LogScale.fit(y, log=self.loss == "l1-log")
+        self.width_scale_ = 1.0
+        xt = self.scaler_(x)
+        zt = torch.from_numpy(self.tscale_.forward(y).astype(np.float32))
+        wt = torch.from_numpy(w.astype(np.float32))
+        taus = torch.tensor([0.1, 0.5, 0.9])
+
+        def loss_of(idx: torch.Tensor) -> torch.Tensor:
+            q = self._quantiles_z(self.net_(xt[idx]))  # (B, 3)
+            d = zt[idx][:, None] - q
+            pin = torch.maximum(taus * d, (taus - 1.0) * d).sum(-1)  # (B,)
+            return (wt[idx] * pin).mean()
+
+        val_mae = None
+        if val is not None:
+            xv_t = self.scaler_(val[0])
+
+            def val_mae() -> float:
+                q50 = self._tokens_regression(xv_t, val[1])[1]
+                return float(np.average(np.abs(q50 - val[2]), weights=val[3]))
+
+        self._train(loss_of, len(y), val_mae)
+        if val is not None:
+            self.width_scale_ = self._calibrate(self.scaler_(val[0]), val[2], val[3])
+
+    @staticmethod
+    def _quantiles_z(out: torch.Tensor) -> torch.Tensor:
+        m = out[:, 0]
+        lo = m - nn.functional.softplus(out[:, 1])
+        hi = m + nn.functional.softplus(out[:, 2])
+        return torch.stack([lo, m, hi], dim=-1)  # (B, 3)
+
+    def _raw_z(self, xt: torch.Tensor) -> np.ndarray:
+        self.net_.eval()
+        with torch.no_grad(), one_thread():
+            return self._quantiles_z(self.net_(xt)).numpy().astype(np.float64)  # (n, 3)
+
+    def _calibrate(self, xv_t: torch.Tensor, y: np.ndarray, w: np.ndarray) -> float:
+        """One factor on both half-widths (in the standardised target space) for 80% coverage."""
+        q = self._raw_z(xv_t)
+        z = self.tscale_.forward(y)
+        half = np.where(z < q[:, 1], q[:, 1] - q[:, 0], q[:, 2] - q[:, 1])
+        r = np.abs(z - q[:, 1]) / np.maximum(half, 1e-6)
+        return float(np.clip(weighted_quantile(r, w, 0.8), 0.25, 4.0))
+
+    def _tokens_regression(self, xt: torch.Tensor, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        q = self._raw_z(xt)
+        c = self.width_scale_
+        lo = q[:, 1] - c * (q[:, 1] - q[:, 0])
+        hi = q[:, 1] + c * (q[:, 2] - q[:, 1])
+        top = np.maximum(self.cap_ - t, 0.0)
+        return tuple(np.clip(self.tscale_.inverse(v), 0.0, top) for v in (lo, q[:, 1], hi))  # type: ignore[return-value]
+
+    def _fit_binned(self, x: np.ndarray, y: np.ndarray, w: np.ndarray, val: Any) -> None:
+        self.edges_ = _bin_edges(self.bins, self.n_bins, self.cap_)
+        xt = self.scaler_(x)
+        q = torch.from_numpy(_soft_labels(np.minimum(y, self.cap_), self.edges_, float(self.smoothing)))
+        wt = torch.from_numpy(w.astype(np.float32))
+
+        def loss_of(idx: torch.Tensor) -> torch.Tensor:
+            logp = torch.log_softmax(self.net_(xt[idx]), dim=-1)
+            return (wt[idx] * -(q[idx] * logp).sum(-1)).mean()
+
+        val_mae = None
+        if val is not None:
+            xv_t = self.scaler_(val[0])
+
+            def val_mae() -> float:  # without refinement: early stopping judges the classifier itself
+                d = binned(self._probs(xv_t, val[1]), self.edges_)
+                p = d.q50 if self.point == "median" else d.mean
+                return float(np.average(np.abs(p - val[2]), weights=val[3]))
+
+        self._train(loss_of, len(y), val_mae)
+
+    def _probs(self, xt: torch.Tensor, t: np.ndarray) -> np.ndarray:
+        """(n, B) histograms, mass on bins entirely above cap - t removed (it cannot happen)."""
+        self.net_.eval()
+        with torch.no_grad(), one_thread():
+            p = torch.softmax(self.net_(xt), dim=-1).numpy().astype(np.float64)
+        possible = self.edges_[None, :-1] < np.maximum(self.cap_ - t, 1e-9)[:, None]
+        p = np.where(possible, p, 0.0)
+        s = p.sum(1, keepdims=True)
+        return np.where(s > 0, p / np.where(s > 0, s, 1.0), possible / np.maximum(possible.sum(1, keepdims=True), 1))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """(n, n_bins) distribution over the remaining-length bins ``edges_`` (refined with ``refine``)."""
+        self._check_fitted()
+        if not self._binned:
+            raise DataError(f"this {self.name} head is a regression head (loss={self.loss}); it has no bins")
+        x, t = self._matrix(X, fit=False)
+        p = self._probs(self.scaler_(x), t)
+        if self.refine:
+            from lenpred.outlets.baselines import refine_trajectories
+
+            p = refine_trajectories(p, X.index, self.edges_)
+        return p
+
+    # ---------------------------------------------------------------- predict
+    def predict_dist(self, X: Any) -> Dist:
+        """Remaining-length distribution per row: mean, spread, q10 / q50 / q90 (tokens)."""
+        self._check_fitted()
+        if self._binned:
+            p = self.predict_proba(X)
+            d = binned(p, self.edges_)
+            top = np.maximum(self.cap_ - X.index["t"].to_numpy(dtype=np.float64), 0.0)
+            return Dist(*(np.minimum(v, top) for v in (d.mean, d.spread, d.q10, d.q50, d.q90)))
+        x, t = self._matrix(X, fit=False)
+        lo, mid, hi = self._tokens_regression(self.scaler_(x), t)
+        mean, sd = two_piece_moments(lo, mid, hi)
+        return Dist(np.clip(mean, 0.0, np.maximum(self.cap_ - t, 0.0)), sd, lo, mid, hi)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """(n,) predicted remaining tokens L - t (q50; the histogram mean with ``point="mean"``)."""
+        d = self.predict_dist(X)
+        return d.mean if (self._binned and self.point == "mean") else d.q50
+
+    def predict_total(self, X: Any) -> np.ndarray:
+        """(n,) predicted total output tokens: t + predicted remaining."""
+        return X.index["t"].to_numpy(dtype=np.float64) + self.predict(X)
+
+    # ---------------------------------------------------------------- state
+    def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        t = module_tensors(self.net_) | {"x_mean": self.scaler_.mean, "x_scale": self.scaler_.scale}
+        info: dict[str, Any] = {"d_in": self.d_in_, "train_log": self.train_log_, "n_rows": self.n_rows_}
+        if self._binned:
+            t["edges"] = self.edges_
+        else:
+            info |= {"target": self.tscale_.to_json(), "width_scale": self.width_scale_}
+        return t, info
+
+    def _set_state(self, tensors: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+        self.d_in_ = int(info["d_in"])
+        self.n_rows_ = int(info.get("n_rows") or 0)
+        self.scaler_ = Standardizer(tensors["x_mean"], tensors["x_scale"])
+        self.train_log_ = dict(info.get("train_log") or {})
+        if self._binned:
+            self.edges_ = tensors["edges"]
+        else:
+            self.tscale_ = LogScale(**info["target"])
+            self.width_scale_ = float(info["width_scale"])
+        if self.cap_ is None:
+            raise DataError("outlets head lacks its cap", "the head is corrupt: retrain it")
+        self.cap_ = float(self.cap_)
+        with seeded(self.seed):
+            self.net_ = self._build()
+        load_module(self.net_, tensors)
