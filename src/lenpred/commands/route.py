@@ -55,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per backend call is noise
+    app = create_app(cfg)  # a bad head or estimator fails here
     _check_port(cfg.host, cfg.port)
-    app = create_app(cfg)  # a bad head or estimator fails here, before the port is taken
     print(f"lenpred route: {cfg.mode} mode, policy {cfg.policy}, {len(cfg.backends)} backend(s), "
           f"estimator {cfg.estimator.kind}; listening on http://{cfg.host}:{cfg.port}", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=args.log_level,

@@ -275,7 +275,7 @@ class Router:
             return True
         return False
 
-    def _status_error(self, b: Backend, status: int, content: bytes) -> Response:
+    def _status_error(self, b: Backend, status: int, content: bytes, ctx: _Ctx) -> Response:
         """A non-200 answer: raise _Retry for 429 / 5xx, return the backend's own 4xx as it is."""
         msg = backend_message(content)
         if status == 429 or status >= 500:
@@ -288,8 +288,9 @@ class Router:
         except ValueError:
             ok = False
         if ok:
-            return Response(content, status, media_type="application/json")
-        return _error(ApiError(status, f"backend {b.label} answered HTTP {status}: {msg}", code="backend_error"))
+            return Response(content, status, headers=self._reply_headers(ctx), media_type="application/json")
+        return _error(ApiError(status, f"backend {b.label} answered HTTP {status}: {msg}", code="backend_error"),
+                      self._reply_headers(ctx))
 
     def _transport_error(self, b: Backend, e: Exception, what: str) -> _Retry:
         if isinstance(e, httpx.ConnectError | httpx.ConnectTimeout):
@@ -320,7 +321,7 @@ class Router:
             if not self._rejects_priority(b, status, body, ctx.priority is not None):
                 self.metrics.requests.labels(b.label, f"backend_{status}").inc()
                 self._log(ctx.rid, f"backend answered HTTP {status}: {backend_message(body, 120)}", ctx)
-                return self._status_error(b, status, body)
+                return self._status_error(b, status, body, ctx)
 
     def _remaining(self, ctx: _Ctx) -> float:
         left = ctx.deadline - time.perf_counter()

@@ -215,7 +215,7 @@ class RouterConfig(Config):
     policy: str = Field("least-predicted-tokens", description="dispatch policy (lenpred.sim.policies.DISPATCHERS)")
     seed: int = Field(0, description="seed of the random choices (power-of-two)")
     default_tokens: float = Field(256.0, description="load counted for a request without a prediction")
-    backends: tuple[BackendConfig, ...] = Field(description="the OpenAI-compatible servers")
+    backends: tuple[BackendConfig, ...] = Field((), description="the OpenAI-compatible servers (at least one)")
     estimator: EstimatorConfig = Field(default_factory=EstimatorConfig)
     priority: PriorityConfig = Field(default_factory=PriorityConfig)
     timeouts: TimeoutConfig = Field(default_factory=TimeoutConfig)

@@ -112,7 +112,18 @@ class HeadEstimator:
     """A trained head served in this process by ``lenpred.serve.service.PredictionService``."""
 
     def __init__(self, path: str, max_batch: int = 64, max_wait_ms: float = 2.0, spread: float = 0.5) -> None:
-        from lenpred.serve.service import PredictionService  # the serve extra; imported only when used
+        from pathlib import Path
+
+        from lenpred.errors import ConfigError
+
+        if not Path(path).is_dir():
+            raise ConfigError(f"estimator.head: no head directory at {path}",
+                              "train one (lenpred train ...) or use estimator kind 'remote' / 'chars'")
+        try:
+            from lenpred.serve.service import PredictionService  # imported only when used
+        except ImportError as e:
+            raise ConfigError(f"estimator kind 'head' needs lenpred.serve ({e})",
+                              "install lenpred with the serve extra, or use estimator kind 'remote' / 'chars'") from None
 
         self.svc = PredictionService.from_head(path, max_batch=max_batch, max_wait_ms=max_wait_ms)
         self.rel = spread

@@ -1,0 +1,61 @@
+"""Bad inputs of `lenpred route` (rows for tests/test_bad_input.py): the router's config is checked before
+anything starts, so each of these exits 1 with one line naming the problem and the fix, and listens on
+nothing. (Bad *requests* to a running router are tested in tests/route/test_router_stub.py.)"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+from bad_input_harness import BadInput
+
+_OK_BACKENDS = [{"url": "http://127.0.0.1:9"}]
+_held: list[socket.socket] = []  # a listening socket kept open while its row runs
+
+
+def _cfg(data: object, name: str = "router.json"):  # noqa: ANN202 - a setup callable
+    def setup(tmp: Path) -> dict[str, Path]:
+        p = tmp / name
+        p.write_text(data if isinstance(data, str) else json.dumps(data))
+        return {"cfg": p}
+
+    return setup
+
+
+def _port_taken(tmp: Path) -> dict[str, Path]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    _held.append(s)
+    return _cfg({"backends": _OK_BACKENDS, "port": s.getsockname()[1]})(tmp)
+
+
+def _route(expect: str, setup=None, argv: list[str] | None = None) -> tuple:  # noqa: ANN001
+    return argv or ["route", "--config", "{cfg}"], setup, expect
+
+
+_ROWS = {
+    "route-no-config": (["route"], None, "no config given -- fix: pass --config FILE"),
+    "route-config-missing": (["route", "--config", "{tmp}/nope.json"], None, "config file"),
+    "route-config-not-json": _route("is not valid JSON (line 1", _cfg('{"backends": [')),
+    "route-unknown-key": _route("config.backend: unknown key -- fix: valid keys: mode, host",
+                                _cfg({"backend": _OK_BACKENDS})),
+    "route-no-backends": _route("backends is empty -- fix: list at least one backend", _cfg({"backends": []})),
+    "route-bad-url": _route("backends[0].url: backend url 'localhost:8000' is not an http(s) URL",
+                            _cfg({"backends": [{"url": "localhost:8000"}]})),
+    "route-bad-policy": _route("config.policy: unknown policy 'shortest' -- fix: use one of: least-predicted-tokens",
+                               _cfg({"backends": _OK_BACKENDS, "policy": "shortest"})),
+    "route-bad-priority-mode": _route("backends[0].priority", _cfg({"backends": [{"url": "http://h:1",
+                                                                                 "priority": "yes"}]})),
+    "route-annotate-two": _route("mode 'annotate' forwards to one upstream",
+                                 _cfg({"mode": "annotate", "backends": [{"url": "http://a:1"}, {"url": "http://b:1"}]})),
+    "route-remote-no-url": _route("estimator.url is required for kind 'remote'",
+                                  _cfg({"backends": _OK_BACKENDS, "estimator": {"kind": "remote"}})),
+    "route-head-missing": _route("estimator.head: no head directory at",
+                                 _cfg({"backends": _OK_BACKENDS,
+                                       "estimator": {"kind": "head", "head": "/nonexistent/head"}})),
+    "route-port-taken": _route("cannot listen on 127.0.0.1:", _port_taken),
+}
+
+CASES: list[BadInput] = [BadInput(k, argv, setup, expect=expect) for k, (argv, setup, expect) in _ROWS.items()]
