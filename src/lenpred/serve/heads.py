@@ -163,7 +163,14 @@ class PrefillRunner(Runner):
                             "that did not come from `lenpred features`)",
                             "serve a head trained on features computed by `lenpred features`")
         self._model_id = str(recorded["id"])
-        mspec = resolve(model or self._model_id)
+        try:
+            mspec = resolve(model or self._model_id)
+        except ModelError as e:
+            if model is not None:
+                raise
+            raise ModelError(f"head {path} reads the prefill features of model {self._model_id!r}, which cannot be "
+                             f"loaded here ({e.problem})",
+                             "pass --model with that model's folder or id (it is checked by fingerprint)") from None
         if mspec.fingerprint != recorded["fingerprint"]:
             raise CardMismatchError(
                 f"model {model or self._model_id!r} has fingerprint {mspec.fingerprint[:19]}..., head {path} was "

@@ -1,12 +1,15 @@
 """Run a :class:`~lenpred.serve.service.PredictionService` under uvicorn (what ``lenpred serve`` calls).
 
-The head is loaded and the socket bound *before* uvicorn starts, so a bad head, a busy port or an
-unusable host fail at once with a one-line :class:`~lenpred.errors.LenpredError` (exit code 1);
-``--port 0`` binds any free port, and the ``listening on`` line names it.
+The socket is bound first (a busy port fails before a model is loaded), the head loaded next (a bad
+head fails before anything listens), and only then does uvicorn start listening: each fails at once
+with a one-line :class:`~lenpred.errors.LenpredError` (exit code 1). Until the head is loaded the
+port refuses connections, so "connection refused" means "not ready yet". ``--port 0`` binds any free
+port; the ``listening on`` line names it.
 """
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
 
@@ -17,7 +20,8 @@ __all__ = ["bind", "serve"]
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on (host, port), or a ConfigError naming the problem."""
+    """A TCP socket bound to (host, port), not yet listening (asyncio's server calls listen), or a
+    ConfigError naming the problem."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
@@ -32,8 +36,6 @@ def bind(host: str, port: int) -> socket.socket:
         sock.close()
         raise ConfigError(f"cannot listen on {host}:{port} ({e.strerror})",
                           "pass another --port (0 picks a free one), or stop what holds this one") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
     return sock
 
 
@@ -43,10 +45,15 @@ def serve(cfg: ServeConfig) -> int:
     from lenpred.serve.app import create_app
     from lenpred.serve.service import PredictionService
 
-    svc = PredictionService.from_head(cfg.head, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms,
-                                      threads=cfg.threads, max_queue=cfg.max_queue, timeout_s=cfg.timeout_s,
-                                      model=cfg.model, max_prompt_tokens=cfg.max_prompt_tokens, device=cfg.device)
     sock = bind(cfg.host, cfg.port)
+    try:
+        svc = PredictionService.from_head(cfg.head, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms,
+                                          threads=cfg.threads, max_queue=cfg.max_queue, timeout_s=cfg.timeout_s,
+                                          model=cfg.model, max_prompt_tokens=cfg.max_prompt_tokens,
+                                          device=cfg.device)
+    except BaseException:
+        sock.close()
+        raise
     host, port = sock.getsockname()[:2]
     app = create_app(svc, max_body_bytes=cfg.max_body_bytes)
     what = f"target {svc.model_id}" if svc.model_id else "no target model"
@@ -56,9 +63,22 @@ def serve(cfg: ServeConfig) -> int:
           flush=True)
     ucfg = uvicorn.Config(app, log_level=cfg.log_level, access_log=cfg.access_log, lifespan="on")
     server = uvicorn.Server(ucfg)
+    # uvicorn shuts down gracefully on SIGINT / SIGTERM, then re-raises the signal to the handler that
+    # was there before; a quiet one here makes a requested stop exit 0 (not 143, nor a KeyboardInterrupt)
+    before = {s: _quiet(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
+        for s, h in before.items():
+            if h is not None:
+                signal.signal(s, h)
     print("serve: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _quiet(sig: signal.Signals) -> object:
+    try:
+        return signal.signal(sig, lambda *_: None)
+    except ValueError:  # not the main thread: leave signals alone
+        return None
