@@ -33,13 +33,17 @@ def save_model(path: Path, model: Any) -> tuple[Path, str]:
 
 def make_run(path: Path, model: Any, *, fingerprint: str = FAKE_FP, model_id: str = "tiny",
              lengths: list[list[int]] | None = None, token_ids: bool = True, seed: int = 0,
-             test_min_samples: int = 3) -> Any:
-    """A run with hand-made responses and a written split (prompts with 3 samples are test candidates)."""
+             test_min_samples: int = 3, prompts: list[list[int]] | None = None,
+             responses: list[list[list[int]]] | None = None, roles: dict[str, str] | None = None) -> Any:
+    """A run with hand-made responses and a written split (prompts with 3 samples are test candidates).
+    ``prompts`` / ``responses`` (per prompt, its samples' token ids) replace the random ones."""
     import pandas as pd
 
     from lenpred.data.rundir import RunDir
-    from lenpred.data.split import SplitConfig, build_split, write_split
+    from lenpred.data.split import Split, SplitConfig, build_split, write_split
 
+    if responses is not None:
+        lengths = [[len(r) for r in rs] for rs in responses]
     lengths = LENGTHS if lengths is None else lengths
     V = model.config.vocab_size
     card = {
@@ -52,7 +56,8 @@ def make_run(path: Path, model: Any, *, fingerprint: str = FAKE_FP, model_id: st
     }
     run = RunDir.create(path, card)
     rng = np.random.default_rng(seed)
-    prompts = [rng.integers(1, V - 1, int(rng.integers(2, 9))).tolist() for _ in lengths]
+    if prompts is None:
+        prompts = [rng.integers(1, V - 1, int(rng.integers(2, 9))).tolist() for _ in lengths]
     run.write_prompts(pd.DataFrame({
         "prompt_id": [f"p{i}" for i in range(len(lengths))], "idx": list(range(len(lengths))),
         "text": [" ".join(map(str, p)) for p in prompts], "n_prompt_tokens": [len(p) for p in prompts],
@@ -61,11 +66,13 @@ def make_run(path: Path, model: Any, *, fingerprint: str = FAKE_FP, model_id: st
     rows = []
     for i, ls in enumerate(lengths):
         for j, L in enumerate(ls):
-            ids = rng.integers(1, V - 1, L).tolist()
+            ids = rng.integers(1, V - 1, L).tolist() if responses is None else list(responses[i][j])
             rows.append({"prompt_id": f"p{i}", "sample_idx": j, "n_tokens": L, "stop_reason": "length" if L >= CAP else "eos",
                          "text": "", "token_ids": ids if token_ids else [], "seed": j})
     run.append_samples(rows)
-    if token_ids:
+    if roles is not None:
+        write_split(Split(run.card_hash, SplitConfig(), roles), run)
+    elif token_ids:
         write_split(build_split(run, SplitConfig(test_min_samples=test_min_samples, test_share=0.5, val_share=0.3)), run)
     return run
 

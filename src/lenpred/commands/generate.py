@@ -5,6 +5,13 @@ under a sampling card (``--card RUN`` or a card.json; by default the card record
 trained, else lenpred's defaults) and speculative sampling keeps the target's distribution exactly.
 The text streams to stdout as cycles commit tokens; a summary (tokens, tokens/s, tau) goes to
 stderr, and ``--events FILE`` writes one JSON line per cycle.
+
+``--length-head HEAD`` (with ``--draft``) runs an OUTLETS length head at every cycle on the draft
+states the loop already has (:mod:`lenpred.outlets.online`; no extra forward pass) and reports the
+predicted remaining tokens with an 80% interval and the predicted total: as JSON lines on stdout
+with ``--json`` (one per cycle, then a final ``done`` line; no plain text), otherwise as a live line
+on stderr (on a terminal) with the text printed at the end. A head trained on the states of another
+draft head or target is refused before the target is loaded.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="sampling seed (default: the card's)")
     parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt text as it is")
     parser.add_argument("--events", help="write one JSON line per cycle to this file")
+    parser.add_argument("--length-head", help="OUTLETS length head (lenpred outlets train) run at every cycle; needs --draft")
+    parser.add_argument("--json", action="store_true",
+                        help="stream JSON lines on stdout (one per cycle: tokens, tokens so far, predictions), no plain text")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--quiet", action="store_true", help="print only the generated text")
 
@@ -64,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--k must be >= 1 draft tokens per cycle, got {args.k}", "pass --k 1 or more")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
+    if args.length_head and not args.draft:
+        raise ConfigError("--length-head needs --draft: the length head reads the draft's hidden states",
+                          "pass --draft HEAD (the draft head the length head was trained on)")
     if bool(args.prompt) == bool(args.prompt_file):
         raise ConfigError("pass exactly one of --prompt TEXT and --prompt-file FILE")
     text = args.prompt
@@ -88,6 +101,16 @@ def run(args: argparse.Namespace) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     head = load_draft(args.draft) if args.draft else None
+    lh_spec = None
+    if args.length_head:
+        from lenpred.outlets.extract import draft_identity
+        from lenpred.outlets.online import check_head_spec, read_head_spec
+
+        lh_spec = read_head_spec(args.length_head)
+        draft_id = draft_identity(head)
+        check_head_spec(lh_spec, draft=draft_id, target_fingerprint=None,
+                        layers=(lh_spec.get("layers") or {}).get("draft_input") or [],
+                        what=f"length head {args.length_head}")
     rec = ((head.meta or {}).get("target") or {}) if head else {}
     model_name = args.model or rec.get("id") or EMBEDDED
     spec, folder = hf_folder(model_name)
@@ -95,6 +118,12 @@ def run(args: argparse.Namespace) -> int:
 
     tcfg = AutoConfig.from_pretrained(folder)
     layers = check_against_target(head, tcfg, fingerprint=spec.fingerprint) if head else None
+    if lh_spec is not None:  # now with the target: another target or layers are refused too
+        check_head_spec(lh_spec, draft=draft_id, target_fingerprint=spec.fingerprint, layers=layers,
+                        what=f"length head {args.length_head}")
+        from lenpred.outlets.online import load_length_head
+
+        length_head = load_length_head(args.length_head)
     sampling_d, prompts_d, where = _sampling_card(args, head.meta if head else None)
     sampling = sampling_from_card(sampling_d, max_new_tokens=args.max_new_tokens, seed=args.seed)
     lm = load(model_name)
@@ -110,18 +139,41 @@ def run(args: argparse.Namespace) -> int:
                              max_new_tokens=sampling.max_new_tokens, eos_ids=eos_ids)
     events = open(args.events, "w", encoding="utf-8") if args.events else None  # noqa: SIM115
     printed = ""
+    live = not args.json and args.length_head is not None and sys.stderr.isatty()
+    stream_text = not args.json and args.length_head is None
+    online = None
+    if args.length_head:
+        from lenpred.outlets.online import OnlineLengthHead
+
+        online = OnlineLengthHead(length_head, len(ids), layers, spec=lh_spec)
 
     def on_cycle(c: Any) -> None:
         nonlocal printed
         now = lm.tokenizer.decode(c.generated, skip_special_tokens=True)
-        sys.stdout.write(now[len(printed):])
-        sys.stdout.flush()
+        delta = now[len(printed):]
         printed = now
+        ev = online(c) if online is not None else None
+        pred = ev.to_json() if ev is not None else {}
+        for k in ("cycle", "committed", "n_generated"):
+            pred.pop(k, None)
+        if stream_text:
+            sys.stdout.write(delta)
+            sys.stdout.flush()
+        if args.json:
+            sys.stdout.write(json.dumps({"event": "cycle", "cycle": c.index, "tokens": c.committed, "text": delta,
+                                         "n_generated": c.n_generated, **pred}) + "\n")
+            sys.stdout.flush()
+        if live and ev is not None:
+            tail = now[-40:].replace("\n", " ")
+            sys.stderr.write(f"\r\033[K{c.n_generated} tokens | ~{ev.remaining_now:.0f} left "
+                             f"[{ev.remaining_q10:.0f}-{ev.remaining_q90:.0f} after t={ev.t}] | total ~{ev.total:.0f} "
+                             f"[{ev.total_q10:.0f}-{ev.total_q90:.0f}] | ...{tail}")
+            sys.stderr.flush()
         if events is not None:
             events.write(json.dumps({"cycle": c.index, "proposed": c.proposed, "accepted": c.accepted,
                                      "committed": c.committed, "n_generated": c.n_generated,
                                      "state_positions": [c.positions[0], c.positions[-1]] if c.positions else [],
-                                     "seconds": round(c.seconds, 6)}) + "\n")
+                                     "seconds": round(c.seconds, 6), **pred}) + "\n")
 
     gen = torch.Generator().manual_seed(int(sampling.seed))
     t0 = time.perf_counter()
@@ -132,7 +184,22 @@ def run(args: argparse.Namespace) -> int:
             events.close()
     dt = time.perf_counter() - t0
     final = lm.tokenizer.decode(g.tokens, skip_special_tokens=True)
-    sys.stdout.write(final[len(printed):] + "\n")
+    if live:
+        sys.stderr.write("\n")
+    if args.json:
+        last = online.events[-1].to_json() if online is not None and online.events else {}
+        sys.stdout.write(json.dumps({"event": "done", "n_generated": len(g.tokens), "stop_reason": g.stop_reason,
+                                     "tau": round(g.tau, 4), "seconds": round(dt, 3), "text": final,
+                                     "last_prediction": last}) + "\n")
+    else:
+        sys.stdout.write((final if not stream_text else final[len(printed):]) + "\n")
+    if online is not None and online.head_seconds and not args.quiet:
+        import numpy as np
+
+        per = float(np.median(np.add(online.row_seconds, online.head_seconds)))
+        fwd = g.target_seconds / max(g.target_forwards, 1)
+        print(f"lenpred generate: length head {1e3 * per:.2f} ms per cycle (median over {len(online.head_seconds)} "
+              f"cycles) = {100 * per / fwd:.2f}% of the loop's mean target pass ({1e3 * fwd:.1f} ms)", file=sys.stderr)
     if not args.quiet:
         mode = "greedy" if args.greedy else f"sampling ({where})"
         spec_s = f"k={args.k}, tau={g.tau:.2f}, " if head else "plain, "

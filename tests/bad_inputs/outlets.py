@@ -1,0 +1,140 @@
+"""Bad inputs of ``lenpred outlets`` and of ``lenpred generate --length-head`` (rows for tests/test_bad_input.py).
+
+Rows of ``outlets features`` and ``generate --length-head`` (outlets-traj) are in the first block;
+rows of ``outlets train`` / ``outlets bench`` (outlets-eval) go in their own block below it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bad_input_harness import BadInput
+
+# ------------------------------------------------------------------ outlets features, generate --length-head
+_FP = "sha256:" + "ab" * 32
+
+
+def _tiny_config(vocab: int = 96, hidden: int = 64, layers: int = 8) -> Any:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                       num_attention_heads=4, num_key_value_heads=2)
+
+
+def _draft(path: Path, fingerprint: str | None = _FP, hidden: int = 64) -> Path:
+    import numpy as np
+    import torch
+
+    from lenpred.draft.config import DraftConfig
+    from lenpred.draft.io import save_draft, target_summary
+    from lenpred.draft.model import Eagle3Draft
+    from lenpred.draft.vocab import build_draft_vocab
+
+    tcfg = _tiny_config(hidden=hidden)
+    head = Eagle3Draft(DraftConfig.for_target(tcfg, 40))
+    head.init_weights(torch.Generator().manual_seed(0))
+    d2t, t2d, _ = build_draft_vocab(np.arange(96)[::-1].copy(), 40)
+    head.set_vocab(d2t, t2d)
+    save_draft(head, path, meta={"target": target_summary(tcfg, fingerprint, "tiny")})
+    return path
+
+
+def _model(path: Path) -> tuple[Path, str]:
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from lenpred.models.loading import resolve
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(_tiny_config()).save_pretrained(path)
+    return path, resolve(str(path)).fingerprint
+
+
+def _run(path: Path, fingerprint: str = _FP, model_id: str = "tiny", token_ids: bool = True) -> Path:
+    import pandas as pd
+
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import Split, SplitConfig, write_split
+
+    card = {"model": {"id": model_id, "fingerprint": fingerprint, "vocab_size": 96},
+            "prompts": {"source": "jsonl", "chat_template": False}, "sampling": {"max_new_tokens": 8},
+            "engine": {"name": "test"}}
+    run = RunDir.create(path, card)
+    run.write_prompts(pd.DataFrame({"prompt_id": ["a", "b"], "idx": [0, 1], "text": ["x y", "z w"],
+                                    "n_prompt_tokens": [2, 2], "prompt_token_ids": [[5, 6], [7, 8]]}))
+    run.append_samples([{"prompt_id": p, "sample_idx": 0, "n_tokens": 3, "stop_reason": "eos", "text": "a b c",
+                         "token_ids": [9, 10, 11] if token_ids else [], "seed": 0} for p in ("a", "b")])
+    write_split(Split(run.card_hash, SplitConfig(), {"a": "train", "b": "test"}), run)
+    return run.path
+
+
+def _run_and_draft(tmp: Path) -> dict[str, Path]:
+    return {"run": _run(tmp / "run"), "head": _draft(tmp / "head")}
+
+
+def _draft_of_another_target(tmp: Path) -> dict[str, Path]:
+    return {"run": _run(tmp / "run"), "head": _draft(tmp / "head", fingerprint="sha256:" + "cd" * 32)}
+
+
+def _draft_of_another_shape(tmp: Path) -> dict[str, Path]:
+    folder, fp = _model(tmp / "model")
+    return {"run": _run(tmp / "run", fingerprint=fp, model_id=str(folder)), "head": _draft(tmp / "head", None, hidden=32),
+            "model": folder}
+
+
+def _run_without_token_ids(tmp: Path) -> dict[str, Path]:
+    return {"run": _run(tmp / "run", token_ids=False), "head": _draft(tmp / "head")}
+
+
+def _out_is_file(tmp: Path) -> dict[str, Path]:
+    (tmp / "traj").write_text("not a directory")
+    return _run_and_draft(tmp)
+
+
+def _length_head(path: Path, spec: dict[str, Any]) -> Path:
+    from lenpred.artifacts import write_artifact
+
+    write_artifact(path, kind="head", schema_version=1, meta={"predictor": "outlets", "feature_spec": spec},
+                   json_files={"state.json": {}})
+    return path
+
+
+def _length_head_of_another_draft(tmp: Path) -> dict[str, Path]:
+    spec = {"draft": {"sha256": "0" * 64}, "target_fingerprint": _FP, "layers": {"draft_input": [2, 4, 5]}}
+    return {"head": _draft(tmp / "draft"), "lh": _length_head(tmp / "lh", spec)}
+
+
+def _prefill_head(tmp: Path) -> dict[str, Path]:
+    return {"head": _draft(tmp / "draft"), "lh": _length_head(tmp / "lh", {"model": "tiny", "layers": [10, 15]})}
+
+
+_F = ["outlets", "features", "--run", "{run}", "--draft", "{head}", "--out", "{tmp}/traj", "--no-progress"]
+
+CASES: list[BadInput] = [
+    BadInput("outlets-features-draft-of-another-target", _F, _draft_of_another_target,
+             expect="was trained for target tiny"),
+    BadInput("outlets-features-draft-of-another-shape", [*_F, "--model", "{model}", "--no-cache"],
+             _draft_of_another_shape, expect="hidden size mismatch"),
+    BadInput("outlets-features-no-token-ids", _F, _run_without_token_ids, expect="without token ids"),
+    BadInput("outlets-features-unknown-role", [*_F, "--roles", "train,bogus"], _run_and_draft,
+             expect="unknown role 'bogus'"),
+    BadInput("outlets-features-shard-out-of-range", [*_F, "--shard", "2/2"], _run_and_draft,
+             expect="slice index must be in 0..1"),
+    BadInput("outlets-features-too-few-positions", [*_F, "--max-positions", "4"], _run_and_draft,
+             expect="must be >= 10"),
+    BadInput("outlets-features-out-is-file", _F, _out_is_file, expect="exists and is a file"),
+    BadInput("outlets-features-no-draft", ["outlets", "features", "--run", "{tmp}", "--out", "{tmp}/traj"], None,
+             expect="needs --run RUN and --draft HEAD"),
+    BadInput("generate-length-head-without-draft", ["generate", "--length-head", "{tmp}/lh", "--prompt", "hi"], None,
+             expect="--length-head needs --draft"),
+    BadInput("generate-length-head-of-another-draft",
+             ["generate", "--draft", "{head}", "--length-head", "{lh}", "--prompt", "hi"],
+             _length_head_of_another_draft, expect="states of another draft head"),
+    BadInput("generate-length-head-is-a-prefill-head",
+             ["generate", "--draft", "{head}", "--length-head", "{lh}", "--prompt", "hi"],
+             _prefill_head, expect="not trained on trajectory features"),
+]
+
+# ------------------------------------------------------------------ outlets train / bench (outlets-eval)
+# CASES += [BadInput("outlets-train-...", ...), ...]
