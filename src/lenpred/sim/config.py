@@ -30,6 +30,7 @@ MODES = ("disaggregated", "colocated")
 PREEMPTION = ("recompute", "swap")
 ARRIVALS = ("poisson", "gamma", "trace", "burst")
 LENGTH_SOURCES = ("synthetic", "sharegpt", "rundir", "trace")
+SPLIT_ROLES = ("train", "val", "test")  # lenpred.data.split.ROLES (not imported: config reads no data)
 LOAD_UNITS = ("req/s", "capacity")
 # prediction models that are not synthetic predictors: a predictions table, a trace's own column
 TABLE_MODELS = ("table", "input")
@@ -193,6 +194,10 @@ class LengthConfig(Config):
     max_total_tokens: int = 2048
     include_truncated: bool = Field(
         True, description="rundir: keep samples stopped by max_new_tokens (a server stops there too)")
+    roles: tuple[str, ...] | None = Field(
+        None, description="rundir: only the prompts with these roles in the run's split (e.g. [\"test\"]: "
+        "prompts no head was trained on); unset: every prompt")
+    split: str | None = Field(None, description="rundir with roles: the split file (default RUN/split.json)")
 
     @model_validator(mode="after")
     def _check(self) -> LengthConfig:
@@ -200,6 +205,14 @@ class LengthConfig(Config):
         _choice(w, "source", self.source, LENGTH_SOURCES)
         if self.source in ("rundir", "trace") and not self.path:
             raise ConfigError(f"{w}.path is required for source {self.source!r}")
+        if (self.roles is not None or self.split is not None) and self.source != "rundir":
+            raise ConfigError(f"{w}.roles and {w}.split are read by source 'rundir' only, not {self.source!r}",
+                              "drop them, or use source 'rundir'")
+        if self.roles is not None:
+            bad = sorted(set(self.roles) - set(SPLIT_ROLES))
+            if bad or not self.roles:
+                raise ConfigError(f"{w}.roles must be a non-empty list of split roles, got {list(self.roles)}",
+                                  f"roles are {', '.join(SPLIT_ROLES)}")
         _positive(w, prompt_median=self.prompt_median, output_median=self.output_median,
                   prompt_sigma=self.prompt_sigma, output_sigma=self.output_sigma,
                   max_prompt_tokens=self.max_prompt_tokens, max_total_tokens=self.max_total_tokens)

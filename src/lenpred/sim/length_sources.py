@@ -86,12 +86,22 @@ def filter_lengths(df: pd.DataFrame, cfg: LengthConfig) -> pd.DataFrame:
 def rundir_lengths(path: str, cfg: LengthConfig) -> pd.DataFrame:
     """One row per sample of a run directory, sorted by prompt id: ``prompt_id``, ``sample_idx``,
     ``prompt_tokens``, ``output_tokens`` (the sampled length). With ``include_truncated`` off,
-    only samples that stopped at EOS."""
+    only samples that stopped at EOS; with ``roles``, only the prompts of those roles in the run's
+    split (``split``: its file, default RUN/split.json)."""
     from lenpred.data.lengths import sample_lengths
 
     df = sample_lengths(path)
     if "n_prompt_tokens" not in df.columns:
         raise DataError(f"run directory {path} has no prompt table", "finish collecting it, or pass another run")
+    if cfg.roles is not None:
+        from lenpred.data.split import load_split
+
+        sp = load_split(path, cfg.split, require_complete=False)
+        keep = set().union(*(sp.ids(r) for r in cfg.roles))
+        df = df[df["prompt_id"].isin(keep)]
+        if df.empty:
+            raise DataError(f"run directory {path}: no sample of a prompt with role {', '.join(cfg.roles)} in its split",
+                            f"check workload.lengths.roles, or run `lenpred split {path}`")
     if not cfg.include_truncated:
         df = df[df["stop_reason"] == "eos"]
     df = df.dropna(subset=["n_prompt_tokens"])  # samples of prompts the prompt table does not list
