@@ -15,7 +15,8 @@ conditioning on survival (L > t), never by subtracting t.
   table with only a spread uses N(pred, spread); one with only a point, a 1-token spread (then the
   carried prediction is essentially max(pred - t, 0): said in :attr:`Remaining.note`). The carried
   p-quantile is that of L - t given L > t: Q(F(t) + p (1 - F(t))) - t, computed in the upper tail
-  with log-probabilities so that far in the tail it tends to 0, not to the cap.
+  with log-probabilities so that far in the tail it tends to 0, not to the cap. At t = 0 nothing is
+  conditioned on (every sample has a t = 0 row, an empty response too): the quantiles are the table's.
 * **TRAIL-style probe**: the ``probe`` variant of the ``outlets`` head (an MLP classifier over
   equal-width bins on one target layer) with TRAIL's Bayesian refinement across steps,
   :func:`refine_sequence`: prior at a position = the posterior at the previous position times the
@@ -28,7 +29,8 @@ conditioning on survival (L > t), never by subtracting t.
 * **Carried prefill oracle** (:func:`carried_oracle`): per test row (prompt p, sample k, position t),
   the median of {L_j - t : L_j > t} over prompt p's *other* samples -- the best a prefill predictor
   can do at t (leave-one-out, so the error of an oracle that saw K - 1 samples; at t = 0 it is the
-  LOO prompt median of the bench). Its q10 / q90 are the same set's 10/90% quantiles. Where no other
+  LOO prompt median of the bench: at t = 0 every other sample counts). Its q10 / q90 are the same
+  set's 10/90% quantiles (of K - 1 values: a rough interval). Where no other
   sample survives to t the set is empty; such rows take the carried constant's values instead
   (counted in :attr:`Remaining.fallback_rows` and reported).
 * **Carried constant** (:class:`CarriedConstant`): the training samples' lengths (each prompt weighted
@@ -143,9 +145,10 @@ def two_piece_carry(q10: np.ndarray, q50: np.ndarray, q90: np.ndarray, t: np.nda
     t = np.asarray(t, dtype=np.float64)
     hi = np.inf if cap is None else float(cap)
     below = t < m
+    start = t <= 0  # at t = 0 nothing is known yet (an empty response is possible): no conditioning
     # survival S(t) = P(L > t): below the median from the lower piece, above it from the upper one (in logs)
-    log_s = np.where(below, np.log1p(-special.ndtr((t - m) / s1)), special.log_ndtr(-(t - m) / s2))
-    f_t = np.where(below, special.ndtr((t - m) / s1), 0.5)  # only used below the median
+    log_s = np.where(start, 0.0, special.log_ndtr(-(t - m) / np.where(below, s1, s2)))  # 1 - Phi(z) = Phi(-z)
+    f_t = np.where(start, 0.0, np.where(below, special.ndtr((t - m) / s1), 0.5))  # only used below the median
     out = []
     for p in probs:
         # u = F(t) + p S(t); below 0.5 invert the lower piece, else the upper piece through log(1 - u)
@@ -221,7 +224,8 @@ def carried_oracle(index: pd.DataFrame, lengths: pd.DataFrame, fallback: Remaini
         lj = g["n_tokens"].to_numpy(dtype=np.float64)  # (K,)
         sj = g["sample_idx"].to_numpy(dtype=np.int64)
         tr = t[rows][:, None]
-        keep = (lj[None, :] > tr) & (sj[None, :] != sid[rows][:, None])  # (r, K): other samples still running
+        # (r, K): the other samples still running at t (at t = 0: all of them, an empty response included)
+        keep = ((lj[None, :] > tr) | (tr <= 0)) & (sj[None, :] != sid[rows][:, None])
         vals = np.where(keep, lj[None, :] - tr, np.nan)
         q10, q50, q90, e = _quantiles_of_sets(vals)
         out[:, rows] = np.vstack([q10, q50, q90])
@@ -258,7 +262,7 @@ class CarriedConstant:
     def at(self, t: float) -> tuple[float, float, float]:
         t = float(t)
         if t not in self._cache:
-            i = int(np.searchsorted(self.values, t, side="right"))  # first value > t
+            i = 0 if t <= 0 else int(np.searchsorted(self.values, t, side="right"))  # first value > t
             if i >= self.values.size:
                 self._cache[t] = (1.0, 1.0, 1.0)
             else:
