@@ -11,7 +11,10 @@ multiples of the cluster's measured saturation throughput, on the reproduction's
   ``--heads NAME=DIR`` (predicted here on the test prompts, as ``lenpred bench`` does);
 * ``sjf+lpt prompt-median`` -- the bound itself as a predictor: each sample predicted by the median of
   its prompt's *other* samples (``lenpred.data.lengths.loo_median``, the bench's prompt-median row);
-* ``sjf+lpt true lengths`` -- the oracle.
+* ``sjf+lpt true lengths`` -- the oracle;
+* ``sjf lognormal relX`` -- the reproduction's synthetic noise model (``true * exp(sigma Z)``) at the
+  first table's own relative MAE on these samples (``--no-matched-noise`` leaves it out): same
+  error size, the error *shape* of a noise model that sees the truth.
 
 It prints the short-request P99 end-to-end latency table (the baseline's change per arm) and each
 arm's prediction error on the workload's samples (MAE averaged over prompts, and over the oracle
@@ -110,17 +113,37 @@ def prediction_errors(cfg: Any, workload: Any) -> list[dict[str, Any]]:
     for pol in cfg.policies:
         pc = cfg.prediction_for(pol)
         uses = pol.queue != "fcfs" or pol.dispatch != "round-robin"
-        row: dict[str, Any] = {"arm": pol.name, "prediction": pc.to_dict() if uses else None, "mae": None}
+        row: dict[str, Any] = {"arm": pol.name, "prediction": pc.to_dict() if uses else None, "mae": None,
+                               "rel_mae_samples": None}
         if uses:
             a = cache.get(pc).for_samples(pop[["prompt_id", "sample_idx"]], what=f"predictions of arm {pol.name!r}")
             err = np.abs(a["pred_tokens"].to_numpy(float) - y)
             row["mae"] = float(per_prompt_mean(err, pop["prompt_id"].to_numpy()).mean())
+            row["rel_mae_samples"] = float(err.mean() / y.mean())  # what the lognormal model's rel_mae means
         out.append(row)
     return out
 
 
-def run_experiment(cfg: Any, say: Any = print) -> tuple[Any, dict[str, Any]]:
-    """Simulate every arm at every load; the sweep result and the summary dictionary."""
+def with_matched_noise(cfg: Any, errors: Sequence[dict[str, Any]]) -> Any:
+    """``cfg`` plus, after the first predictions-table arm, the synthetic lognormal noise model at that
+    table's own relative error on the workload (the reproduction's yardstick, at the same MAE): the
+    difference between the two arms is what the *shape* of a real predictor's errors costs."""
+    from lenpred.sim.config import PolicyConfig, PredictionConfig
+
+    pols = list(cfg.policies)
+    for i, (pol, e) in enumerate(zip(pols, errors, strict=True)):
+        pc = cfg.prediction_for(pol)
+        if pc.model == "table":
+            rel = round(float(e["rel_mae_samples"]), 3)
+            arm = PolicyConfig(name=f"{pol.name.split(' ')[0]} lognormal rel{rel:.3f}", queue=pol.queue,
+                               dispatch=pol.dispatch, prediction=PredictionConfig(model="lognormal", rel_mae=rel))
+            return cfg.replace(policies=tuple(pols[:i + 1] + [arm] + pols[i + 1:]))
+    return cfg
+
+
+def run_experiment(cfg: Any, say: Any = print, matched_noise: bool = True) -> tuple[Any, dict[str, Any]]:
+    """Simulate every arm at every load; the sweep result and the summary dictionary (``matched_noise``:
+    add :func:`with_matched_noise`'s arm)."""
     from lenpred.bench import evaluate
     from lenpred.sim.sweep import run_sweep
     from lenpred.sim.workload import build_workload
@@ -128,6 +151,9 @@ def run_experiment(cfg: Any, say: Any = print) -> tuple[Any, dict[str, Any]]:
     lc = cfg.workload.lengths
     wl = build_workload(cfg.workload, cfg.seed)
     errors = prediction_errors(cfg, wl)  # every table is checked (card, coverage) before any run
+    if matched_noise:
+        cfg = with_matched_noise(cfg, errors)
+        errors = prediction_errors(cfg, wl)
     bound = None
     if lc.roles is not None and tuple(lc.roles) == ("test",) and lc.include_truncated:
         from lenpred.data.split import load_split
@@ -143,7 +169,7 @@ def run_experiment(cfg: Any, say: Any = print) -> tuple[Any, dict[str, Any]]:
                      "prompts": int(wl.population["prompt_id"].nunique())},
         "bound": bound, "arms": errors, "capacity_rps": res.capacity_rps, "short_threshold_tokens": res.short_threshold,
         "baseline": res.baseline, "table_short_p99_e2e": res.table(), "table_all_p99_e2e": res.table(group="all"),
-        "wall_s": res.wall_s,
+        "wall_s": res.wall_s, "config": cfg.to_dict(),
     }
     return res, summary
 
@@ -158,15 +184,18 @@ def print_errors(summary: dict[str, Any]) -> str:
              f"(roles {', '.join(summary['roles']) or 'all'})"
              + (f"; oracle bound {b['oracle_mae']:.1f} tokens" if b else ""))
     t = Table(title=title, title_justify="left")
-    header = ["arm", "prediction", "MAE (tokens, over prompts)", "MAE / bound"]
+    header = ["arm", "prediction", "MAE (tokens, over prompts)", "MAE / bound", "rel. MAE (samples)"]
     for h in header:
         t.add_column(h, justify="left" if h in ("arm", "prediction") else "right")
-    md = ["| " + " | ".join(header) + " |", "|---|---|---:|---:|"]
+    md = ["| " + " | ".join(header) + " |", "|---|---|---:|---:|---:|"]
     for e in summary["arms"]:
         p = e["prediction"]
         what = "-" if p is None else (f"table {Path(p['path']).name}" if p["model"] == "table" else p["model"])
+        if p is not None and p["model"] == "lognormal":
+            what += f" (rel_mae {p['rel_mae']:g})"
         cells = [e["arm"], what, "-" if e["mae"] is None else f"{e['mae']:.1f}",
-                 "-" if e.get("mae_over_bound") is None else f"{e['mae_over_bound']:.3f}"]
+                 "-" if e.get("mae_over_bound") is None else f"{e['mae_over_bound']:.3f}",
+                 "-" if e["rel_mae_samples"] is None else f"{e['rel_mae_samples']:.3f}"]
         t.add_row(*cells)
         md.append("| " + " | ".join(cells) + " |")
     Console(width=140).print(t)
@@ -187,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n-requests", type=int, default=None, help="requests in the workload (config: 40,000)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--no-matched-noise", action="store_true",
+                    help="leave out the lognormal arm at the first table's own relative error")
     ap.add_argument("--out", default="out/sim/real_predictions", help="output folder")
     a = ap.parse_args(argv)
 
@@ -215,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tables += heads_to_tables(heads, a.run, a.features, a.split, out)
         cfg = build_config(a.config, a.run, tables, split=a.split, loads=loads, n_requests=a.n_requests, seed=a.seed,
                            plots=False if a.no_plots else None)
-        res, summary = run_experiment(cfg, say=say)
+        res, summary = run_experiment(cfg, say=say, matched_noise=not a.no_matched_noise)
     except LenpredError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -225,7 +256,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     md_err = print_errors(summary)
     md = print_table(res)
     (out / "table.md").write_text(md + "\n\n" + md_err + "\n")
-    summary["config"] = cfg.to_dict()
     atomic_write_json(out / "real_predictions.json", summary)
     if cfg.plots:
         from lenpred.sim.plots import write_plots

@@ -103,7 +103,14 @@ def test_end_to_end_table_and_prediction_errors(run, tmp_path, capsys):
                     "--heads", f"ridge2={run['head']}", "--features", str(run["features"]), "--out", str(out)]) == 0
     s = json.loads((out / "real_predictions.json").read_text())
     arms = {a["arm"]: a for a in s["arms"]}
-    assert list(arms) == ["fcfs+rr", "sjf+lpt ridge", "sjf+lpt ridge2", "sjf+lpt prompt-median", "sjf+lpt true lengths"]
+    noise = [a for a in arms if "lognormal" in a]
+    assert list(arms) == ["fcfs+rr", "sjf+lpt ridge", *noise, "sjf+lpt ridge2", "sjf+lpt prompt-median",
+                          "sjf+lpt true lengths"] and len(noise) == 1
+    # the matched noise model has the first table's relative error (in expectation: a few hundred samples here)
+    rel = arms["sjf+lpt ridge"]["rel_mae_samples"]
+    assert arms[noise[0]]["prediction"]["rel_mae"] == pytest.approx(rel, abs=1e-3)
+    assert arms[noise[0]]["rel_mae_samples"] == pytest.approx(rel, rel=0.15)
+    del arms[noise[0]]
     # known answers: the bench's own figures on the same test prompts
     sp = load_split(run["run"], require_complete=False)
     from lenpred.predictions import read_predictions
@@ -125,6 +132,10 @@ def test_end_to_end_table_and_prediction_errors(run, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "P99 end-to-end latency" in text and "sjf+lpt ridge" in text
     assert (out / "results.json").is_file() and (out / "table.md").is_file()
+    assert sr.main(["--run", str(run["run"]), "--config", str(run["config"]), "--predictions", f"ridge={run['preds']}",
+                    "--no-matched-noise", "--loads", "1.0", "--out", str(tmp_path / "out2")]) == 0
+    s2 = json.loads((tmp_path / "out2" / "real_predictions.json").read_text())
+    assert [a["arm"] for a in s2["arms"]] == ["fcfs+rr", "sjf+lpt ridge", "sjf+lpt prompt-median", "sjf+lpt true lengths"]
 
 
 def test_bad_predictions_are_refused_with_one_line(run, tmp_path, capsys):
