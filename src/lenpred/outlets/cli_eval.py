@@ -77,8 +77,8 @@ def train_variant(traj_path: str, run: str, variant: str, params: dict[str, Any]
     head = make_predictor("outlets", {**VARIANTS[variant], **(params or {})})
     head._check_params()
     rd = RunDir.open(run)
+    traj = load_trajectory(traj_path, card=rd.card)  # features of another run: refused first
     sp = load_split(rd, split, require_complete=False)
-    traj = load_trajectory(traj_path, card=rd.card)
     train = traj.for_prompts(sorted(sp.train))
     sp.check_no_test(train.index["prompt_id"].unique(), what="outlets training rows")
     if train.n == 0:

@@ -420,8 +420,8 @@ def run_bench(traj_path: str | os.PathLike[str], run: str | os.PathLike[str], *,
     if n_boot < 10:
         raise ConfigError(f"--n-boot must be at least 10, got {n_boot}")
     rd = RunDir.open(run)
+    traj = load_trajectory(traj_path, card=rd.card)  # features of another run: refused first
     sp = load_split(rd, split, require_complete=False)
-    traj = load_trajectory(traj_path, card=rd.card)
     test = traj.for_prompts(sorted(sp.test))
     if test.n == 0:
         raise DataError(f"trajectory {traj_path} has no row of a test prompt of {rd.path}",
