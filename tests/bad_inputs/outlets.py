@@ -137,4 +137,81 @@ CASES: list[BadInput] = [
 ]
 
 # ------------------------------------------------------------------ outlets train / bench (outlets-eval)
-# CASES += [BadInput("outlets-train-...", ...), ...]
+def _eval_run(tmp: Path, spec: dict[str, Any] | None = None) -> dict[str, Path]:
+    """A synthetic run with a split and its trajectory artifact (tests/outlets/eval_synth.py)."""
+    from outlets.eval_synth import parts, write_run
+
+    return write_run(tmp, parts(n_train=8, n_val=2, n_test=4), spec=spec)
+
+
+def _eval_foreign_run(tmp: Path) -> dict[str, Path]:
+    import copy
+
+    from lenpred.data.rundir import RunDir
+    from outlets.eval_synth import CARD
+
+    p = _eval_run(tmp)
+    card = copy.deepcopy(CARD)
+    card["sampling"]["seed"] = 1
+    return {"traj": p["traj"], "run": RunDir.create(tmp / "other-run", card).path}
+
+
+def _eval_head_of_another_draft(tmp: Path) -> dict[str, Path]:
+    import copy
+
+    from lenpred.outlets.store import load_trajectory, save_trajectory
+    from lenpred.predictors.outlets import OutletsHead
+    from outlets.eval_synth import CAP, CARD, SPEC
+
+    p = _eval_run(tmp)
+    traj = load_trajectory(p["traj"])
+    OutletsHead(epochs=2).fit(traj, cap=CAP).save(tmp / "head", card=CARD)
+    spec = copy.deepcopy(SPEC)
+    spec["draft"]["sha256"] = "e" * 64
+    from lenpred.data.rundir import RunDir
+
+    save_trajectory(tmp / "traj2", type(traj)(traj.index, traj.blocks, spec), RunDir.open(p["run"]).card)
+    return {**p, "head": tmp / "head", "traj2": tmp / "traj2"}
+
+
+def _eval_prefill_head(tmp: Path) -> dict[str, Path]:
+    import numpy as np
+
+    from lenpred.predictors.registry import make_predictor
+    from outlets.eval_synth import CARD
+
+    p = _eval_run(tmp)
+    make_predictor("constant").fit(np.zeros((3, 1)), np.array([1.0, 2.0, 3.0])).save(tmp / "const", card=CARD)
+    return {**p, "head": tmp / "const"}
+
+
+def _eval_out_not_artifact(tmp: Path) -> dict[str, Path]:
+    (tmp / "h").mkdir()
+    (tmp / "h" / "notes.txt").write_text("mine")
+    return {}
+
+
+_T = ["outlets", "train", "--traj", "{tmp}/traj", "--run", "{tmp}/run", "--out", "{tmp}/h"]
+_B = ["outlets", "bench", "--traj", "{tmp}/traj", "--run", "{tmp}/run", "--out", "{tmp}/o"]
+
+CASES += [
+    BadInput("outlets-train-unknown-variant", [*_T, "--variant", "nope"], None, expect="unknown outlets variant 'nope'"),
+    BadInput("outlets-train-bad-hyperparameter", [*_T, "--param", "loss=l2"], None,
+             expect="hyperparameter loss must be 'l1-log'"),
+    BadInput("outlets-train-out-not-an-artifact", _T, _eval_out_not_artifact, expect="not a lenpred artifact"),
+    BadInput("outlets-train-trajectory-of-another-run", ["outlets", "train", "--traj", "{traj}", "--run", "{run}",
+                                                         "--out", "{tmp}/h"],
+             _eval_foreign_run, expect="under another card"),
+    BadInput("outlets-bench-head-of-another-draft", [*_B[:3], "{traj2}", *_B[4:], "--heads", "{head}"],
+             _eval_head_of_another_draft, expect="trajectory features come from another draft head"),
+    BadInput("outlets-bench-prefill-head-as-outlets-head", [*_B, "--heads", "{head}"], _eval_prefill_head,
+             expect="is a constant head, not an outlets head"),
+    BadInput("outlets-bench-nothing", _B, None, expect="nothing to bench"),
+    BadInput("outlets-bench-n-boot", [*_B, "--prefill-predictions", "{tmp}/p.parquet", "--n-boot", "3"], None,
+             expect="--n-boot must be at least 10"),
+    BadInput("outlets-predict-out-is-a-directory", ["outlets", "predict", "--head", "{tmp}/h", "--traj", "{tmp}/traj",
+                                                    "--run", "{tmp}/run", "--out", "{tmp}"], None, expect="is a directory"),
+    BadInput("train-outlets-head-on-prefill-features", ["train", "--run", "{run}", "--predictor", "outlets",
+                                                        "--out", "{tmp}/h"], _eval_run,
+             expect="reads trajectory features, not prefill features"),
+]

@@ -35,6 +35,12 @@ class Subcommand:
 SUBCOMMANDS: dict[str, Subcommand] = {
     "features": Subcommand(__name__, "add_features_arguments", "run_features",
                            "trajectory features: draft / fused / target states at sampled decoding positions"),
+    "train": Subcommand("lenpred.outlets.cli_eval", "add_train_arguments", "run_train",
+                        "train a remaining-length head variant on the split's train rows (val: early stopping)"),
+    "predict": Subcommand("lenpred.outlets.cli_eval", "add_predict_arguments", "run_predict",
+                          "a predictions table with trajectory re-predictions (for the simulator)"),
+    "bench": Subcommand("lenpred.outlets.cli_eval", "add_bench_arguments", "run_bench",
+                        "remaining-length MAE along the trajectory: heads, carried prefill heads, oracle, probe"),
 }
 
 
