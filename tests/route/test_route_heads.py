@@ -42,7 +42,7 @@ def proxy_head(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def stub():
-    s = Stub("h")
+    s = Stub("h").start()
     yield s
     s.stop()
 

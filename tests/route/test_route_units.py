@@ -193,6 +193,24 @@ def test_wait_queue_orders_by_priority_key_and_is_bounded():
     asyncio.run(go())
 
 
+def test_a_slow_health_check_does_not_take_out_a_busy_backend():
+    from lenpred.route.config import HealthConfig
+
+    h = HealthConfig(fail_after=1)
+    pool = _pool("least-requests", n=1)
+    b = pool.backends[0]
+    b.flights["r"] = Flight("r", 10, 0, 0)
+    b.check_result(False, "health check failed: ReadTimeout", h, slow=True)
+    assert b.healthy  # busy: llama.cpp answers /v1/models only between requests
+    b.check_result(False, "health check failed: ConnectError", h, slow=False)
+    assert not b.healthy and "ConnectError" in b.last_error
+    b.check_result(True, None, h)
+    assert b.healthy and b.last_error is None
+    b.flights.clear()
+    b.check_result(False, "health check failed: ReadTimeout", h, slow=True)
+    assert not b.healthy  # idle and silent: out
+
+
 # ---------------------------------------------------------------- estimators
 def _query(text: str = "x" * 40):
     return parse_request(json.dumps({"model": "m", "prompt": text}).encode(), "completion")[1]

@@ -19,7 +19,7 @@ from lenpred.route.estimators import Estimate
 
 @pytest.fixture(scope="module")
 def stubs():
-    a, b = Stub("a"), Stub("b")
+    a, b = Stub("a").start(), Stub("b").start()
     yield a, b
     a.stop()
     b.stop()
@@ -28,7 +28,7 @@ def stubs():
 @pytest.fixture()
 def two(stubs):
     for s in stubs:
-        if s.proc is None or s.proc.poll() is not None:
+        if not s.alive:
             s.start()
         s.reset()
     return stubs

@@ -145,10 +145,10 @@ class Router:
 
     # ------------------------------------------------------------------ one request
     async def handle(self, request: Request, kind: str) -> Response:
-        t_in = time.perf_counter()
+        t_in = time.monotonic()
         rid = request.headers.get("x-request-id", "")
         if not _RID.match(rid):
-            rid = uuid.uuid4().hex[:16]
+            rid = str(uuid.uuid4())  # a UUID: some servers (llama-cpp-python) refuse any other x-request-id
         try:
             raw = await self._read_body(request)
             body, q = parse_request(raw, kind)
@@ -204,7 +204,7 @@ class Router:
         exclude: set[int] = set()
         last: _Retry | None = None
         while ctx.attempts < lim.max_attempts:
-            wait = min(lim.queue_timeout_s, max(0.001, ctx.deadline - time.perf_counter()))
+            wait = min(lim.queue_timeout_s, max(0.001, ctx.deadline - time.monotonic()))
             try:
                 b = await self.pool.acquire(ctx.flight, ctx.query.model, frozenset(exclude), wait)
             except QueueFull:
@@ -310,7 +310,7 @@ class Router:
             content = self._payload(ctx, b)
             headers = self._out_headers(ctx)
             if ctx.attempts == 1:
-                self.metrics.overhead.observe(time.perf_counter() - ctx.t_in)
+                self.metrics.overhead.observe(time.monotonic() - ctx.t_in)
             if ctx.query.stream:
                 resp = await self._stream(ctx, b, url, content, headers)
             else:
@@ -324,7 +324,7 @@ class Router:
                 return self._status_error(b, status, body, ctx)
 
     def _remaining(self, ctx: _Ctx) -> float:
-        left = ctx.deadline - time.perf_counter()
+        left = ctx.deadline - time.monotonic()
         if left <= 0:
             raise ApiError(504, f"the request took longer than the router's total timeout of "
                                 f"{self.cfg.timeouts.total_s:g} s", "server_error", code="timeout")
@@ -355,9 +355,10 @@ class Router:
             raise _Retry(ApiError(502, f"backend {b.label} answered something that is not an OpenAI response: "
                                        f"{backend_message(r.content, 80)}", "server_error", code="backend_garbage"),
                          "garbage") from None
+        b.last_progress = time.monotonic()
         produced = (j.get("usage") or {}).get("completion_tokens") if isinstance(j.get("usage"), dict) else None
         self._finish(ctx, b, produced, "ok")
-        self.metrics.ttfb.observe(time.perf_counter() - ctx.t_in)
+        self.metrics.ttfb.observe(time.monotonic() - ctx.t_in)
         return Response(r.content, 200, headers=self._reply_headers(ctx), media_type="application/json")
 
     async def _stream(self, ctx: _Ctx, b: Backend, url: str, content: bytes,
@@ -403,7 +404,8 @@ class Router:
             await _close(r)
             raise
         ctx.flight.gen = counter.tokens
-        self.metrics.ttfb.observe(time.perf_counter() - ctx.t_in)
+        b.last_progress = time.monotonic()
+        self.metrics.ttfb.observe(time.monotonic() - ctx.t_in)
         return _Stream(self._relay(ctx, b, r, it, bytes(first), counter), 200, headers=self._reply_headers(ctx),
                        media_type="text/event-stream")
 
@@ -417,8 +419,9 @@ class Router:
                 async for chunk in it:
                     counter.feed(chunk)
                     ctx.flight.gen = counter.tokens
+                    b.last_progress = now = time.monotonic()  # a busy backend is not a dead one
                     yield chunk
-                    if time.perf_counter() > ctx.deadline:
+                    if now > ctx.deadline:
                         err = f"the stream took longer than the router's total timeout of {self.cfg.timeouts.total_s:g} s"
                         break
             except httpx.TimeoutException:
@@ -448,7 +451,7 @@ class Router:
             self.metrics.completion.observe(per_seq)
             if ctx.tokens is not None:
                 self.metrics.abs_error.observe(abs(per_seq - ctx.tokens))
-        ms = (time.perf_counter() - ctx.t_in) * 1e3
+        ms = (time.monotonic() - ctx.t_in) * 1e3
         self._log(ctx.rid, f"{outcome} tokens={produced if produced is not None else '-'} ms={ms:.0f}"
                            + (f" error={err}" if err else ""), ctx)
 

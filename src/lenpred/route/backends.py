@@ -80,6 +80,7 @@ class Backend:
         self.fails = 0
         self.oks = 0
         self.last_error: str | None = None
+        self.last_progress = -math.inf  # time.monotonic() of the last bytes a request got from it
         self.n_done = 0
 
     # -- the simulator's Loaded protocol
@@ -109,7 +110,14 @@ class Backend:
             self.healthy = False
             log.warning("backend %s is out: %s", self.label, reason)
 
-    def check_result(self, ok: bool, reason: str | None, health: HealthConfig) -> None:
+    def check_result(self, ok: bool, reason: str | None, health: HealthConfig, slow: bool = False) -> None:
+        """Account for one health check. A check that only timed out (``slow``) does not count against a
+        backend with requests in flight or that sent bytes just now: a server that serialises its requests
+        (llama-cpp-python's /v1/models waits for the model) answers late while it is busy, and a dead one is
+        noticed at once anyway (its open connections break, and a connection refused takes it out)."""
+        recent = time.monotonic() - self.last_progress < health.interval_s + health.timeout_s
+        if not ok and slow and (self.flights or recent):
+            return
         if ok:
             self.fails, self.oks = 0, self.oks + 1
             if not self.healthy and self.oks >= health.recover_after:
@@ -235,6 +243,9 @@ class Pool:
 
     # -- health
     async def check(self, client: Any, b: Backend, health: HealthConfig) -> None:
+        import httpx
+
+        slow = False
         try:
             r = await client.get(b.url + health.path, timeout=health.timeout_s)
             ok = r.status_code == 200
@@ -243,7 +254,8 @@ class Pool:
                 self._models_from(b, r)
         except Exception as e:  # any failure to answer is a failed check
             ok, reason = False, f"health check failed: {type(e).__name__}: {e}".rstrip(": ")
-        b.check_result(ok, reason, health)
+            slow = isinstance(e, httpx.ReadTimeout | httpx.PoolTimeout)
+        b.check_result(ok, reason, health, slow)
         if ok:
             self._wake()
 
