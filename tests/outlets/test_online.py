@@ -219,3 +219,62 @@ def test_online_equals_offline_on_smollm2_with_a_random_draft(tmp_path) -> None:
     for b, v in off.items():
         on = np.stack([rows[int(t)][b] for t in ts])
         np.testing.assert_allclose(on, v, rtol=0, atol=1e-4 * max(float(np.abs(v).max()), 1.0), err_msg=b)
+
+
+def _random_smollm2_draft(path, lm):
+    from lenpred.draft.config import DraftConfig
+    from lenpred.draft.io import save_draft, target_summary
+    from lenpred.draft.model import Eagle3Draft
+
+    head = Eagle3Draft(DraftConfig.for_target(lm.model.config, 1024))
+    head.init_weights(torch.Generator().manual_seed(0))
+    t2d = torch.zeros(lm.model.config.vocab_size, dtype=torch.bool)
+    t2d[:1024] = True
+    head.set_vocab(torch.zeros(1024, dtype=torch.long), t2d)
+    save_draft(head, path, meta={"target": target_summary(lm.model.config, lm.spec.fingerprint, "smollm2-135m")})
+    return path
+
+
+@pytest.mark.slow
+def test_features_and_generate_json_on_smollm2(tmp_path, monkeypatch, capsys) -> None:
+    """The real target, a random draft, two short real samples of the reference run: the CLI writes the
+    trajectory (and fills the cache), and `generate --json --length-head` streams one event per cycle."""
+    from lenpred.cli import main
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import Split, SplitConfig, write_split
+    from lenpred.models import load
+
+    ref = RunDir.open("data/runs/smollm2-sharegpt")
+    pid = "ng7qVs8_0"  # a test prompt of 34 tokens with short answers
+    s = ref.samples()
+    s = s[s.prompt_id == pid].sort_values("n_tokens").head(2)
+    run = RunDir.create(tmp_path / "run", ref.card)
+    p = ref.prompts()
+    run.write_prompts(p[p.prompt_id == pid].reset_index(drop=True))
+    run.append_samples(s.reset_index(drop=True))
+    write_split(Split(run.card_hash, SplitConfig(), {pid: "test"}), run)
+    lm = load("smollm2-135m")
+    draft = _random_smollm2_draft(tmp_path / "draft", lm)
+    argv = ["outlets", "features", "--run", str(run.path), "--draft", str(draft), "--out", str(tmp_path / "traj"),
+            "--cache", str(tmp_path / "cache"), "--no-progress"]
+    assert main(argv) == 0, capsys.readouterr().err
+    traj = load_trajectory(tmp_path / "traj", card=ref.card)
+    assert set(traj.blocks) == {"draft", "fused", "target.15", "draft_running"}
+    assert traj.index["t"].max() < traj.index["length"].max() and traj.spec["target_states"] == "float16"
+    assert main([*argv[:7], str(tmp_path / "traj2"), *argv[8:]]) == 0
+    assert "2 of them from the state cache" in capsys.readouterr().err
+    # generate: a length head that names this draft (loaded through a stand-in: no outlets head exists here)
+    spec = {**traj.spec}
+    _fake_head(tmp_path / "lh", spec)
+    monkeypatch.setattr("lenpred.outlets.online.load_length_head", lambda path: StandIn())
+    rc = main(["generate", "--draft", str(draft), "--length-head", str(tmp_path / "lh"), "--json", "--greedy",
+               "--max-new-tokens", "12", "--k", "2", "--prompt", "Name three colours.", "--threads", "1"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    lines = [json.loads(x) for x in out.strip().splitlines()]
+    cyc = [x for x in lines if x["event"] == "cycle"]
+    assert cyc and lines[-1]["event"] == "done" and lines[-1]["n_generated"] == cyc[-1]["n_generated"]
+    for x in cyc:
+        assert {"tokens", "text", "n_generated", "t", "remaining", "remaining_q10", "remaining_q90", "total"} <= set(x)
+        assert x["remaining_q10"] <= x["remaining"] <= x["remaining_q90"]
+    assert "% of the loop's mean target pass" in err

@@ -79,7 +79,8 @@ class TrajectoryRun:
     def summary(self) -> str:
         if self.up_to_date:
             return f"{self.out} is up to date ({self.samples} samples, {self.rows} rows)"
-        rate = f", {self.tokens / self.seconds:.0f} teacher-forced tokens/s" if self.tokens and self.seconds else ""
+        rate = (f", {self.tokens} target tokens teacher-forced, {self.tokens / self.seconds:.0f} tokens/s overall"
+                if self.tokens and self.seconds else "")
         return (f"{self.samples} samples, {self.rows} rows -> {self.out} ({self.computed} computed now, "
                 f"{self.from_cache} of them from the state cache {self.cache or '(none)'}; {self.seconds:.1f} s{rate})")
 

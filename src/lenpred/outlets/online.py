@@ -68,7 +68,7 @@ class OnlineFeatures:
 
     def __init__(self, n_prompt: int, layers: Sequence[int], spec: Mapping[str, Any] | None = None) -> None:
         self.builder = RowBuilder(n_prompt, layers)
-        self.spec = dict(spec or {})
+        self.spec = spec if spec is not None else {}  # kept as given (not copied): see OnlineLengthHead
         self._traj: Trajectory | None = None
 
     def add_cycle(self, cycle: Any) -> int:
@@ -100,7 +100,9 @@ class OnlineLengthHead:
     def __init__(self, head: Any, n_prompt: int, layers: Sequence[int], spec: Mapping[str, Any] | None = None,
                  emit: Any = None) -> None:
         self.head = head
-        self.features = OnlineFeatures(n_prompt, layers, spec)
+        # the head's own spec object when it has one: a head may skip its spec check on identity
+        own = getattr(head, "feature_spec_", None)
+        self.features = OnlineFeatures(n_prompt, layers, own if isinstance(own, dict) and own else spec)
         self.emit = emit
         self.events: list[LengthEvent] = []
         self.row_seconds: list[float] = []
