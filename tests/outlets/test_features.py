@@ -246,7 +246,12 @@ def test_shards_merge_to_the_unsharded_result(setup, model, tmp_path) -> None:
     pd.testing.assert_frame_equal(a.index, b.index)
     for k in a.blocks:
         np.testing.assert_array_equal(a.blocks[k], b.blocks[k])
-    assert {k: v for k, v in a.spec.items()} == {k: v for k, v in b.spec.items()}
+    assert a.spec == b.spec
+    from lenpred.cli import main  # the same through the CLI
+
+    assert main(["outlets", "features", "--merge", *(str(tmp_path / f"s{i}") for i in range(3)),
+                 "--out", str(tmp_path / "m2")]) == 0
+    assert load_trajectory(tmp_path / "m2").index.equals(a.index)
 
 
 # ------------------------------------------------------------------------------------------ CLI
