@@ -82,6 +82,21 @@ VERBS: dict[str, tuple[str, str, str]] = {
         "generate with the target, optionally with an EAGLE-3 draft (speculative decoding)",
         "lenpred generate --draft out/draft/smollm2 --prompt 'Write a haiku about tea.'",
     ),
+    "serve": (
+        "lenpred.commands.serve",
+        "a length-prediction service (FastAPI): POST /v1/predict, /healthz, /metrics",
+        "lenpred serve --head data/heads/proxy --port 8100",
+    ),
+    "route": (
+        "lenpred.commands.route",
+        "a length-aware OpenAI-compatible router in front of N backends (priority, dispatch, headers)",
+        "lenpred route --config router.json",
+    ),
+    "outlets": (
+        "lenpred.commands.outlets",
+        "OUTLETS: trajectory features from the draft backbone, remaining-length heads, their bench",
+        "lenpred outlets features --run data/runs/smollm2-sharegpt --draft data/draft/smollm2-135m --out out/traj",
+    ),
 }
 
 
