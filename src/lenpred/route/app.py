@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import math
 import re
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,6 +29,11 @@ from typing import Any
 
 import anyio
 import httpx
+
+if importlib.util.find_spec("sniffio") is None:
+    # httpcore tries `import sniffio` on every request; without the package each failed import searches
+    # sys.path (~0.3 ms, a third of the router's CPU per request). None in sys.modules fails it at once.
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -36,6 +43,7 @@ from lenpred.route.estimators import Estimate, make_estimator
 from lenpred.route.metrics import RouterMetrics
 from lenpred.route.openai import ApiError, Query, SSECounter, backend_message, parse_request, sse_error_event
 from lenpred.route.priority import PriorityMapper
+from lenpred.route.upstream import Upstream, UpstreamError, UpstreamResponse, Watchdog
 
 __all__ = ["Router", "create_app"]
 
@@ -115,17 +123,18 @@ class Router:
             cfg.estimator, on_fallback=lambda reason: self.metrics.fallbacks.inc())
         self.prio = PriorityMapper(cfg.priority, cfg.default_tokens)
         self._transport = transport
-        self.client: httpx.AsyncClient | None = None
-        self._health: asyncio.Task[None] | None = None
+        self.client: httpx.AsyncClient | None = None  # health checks
         t = cfg.timeouts
-        self._t_stream = httpx.Timeout(connect=t.connect_s, read=t.read_s, write=t.read_s, pool=None)
+        self.watchdog = Watchdog(tick_s=min(0.25, t.read_s / 4))
+        self.upstreams = [Upstream(b.url, t.connect_s, self.watchdog, max_idle=b.max_outstanding)
+                          for b in cfg.backends]
+        self._health: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        n = sum(b.max_outstanding for b in self.cfg.backends) + 16
-        self.client = httpx.AsyncClient(
-            transport=self._transport, limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
-            timeout=self._t_stream, follow_redirects=False,
-        )
+        t = self.cfg.timeouts
+        self.client = httpx.AsyncClient(transport=self._transport, follow_redirects=False,
+                                        timeout=httpx.Timeout(t.read_s, connect=t.connect_s))
+        self.watchdog.start()
         await self.estimator.start()
         # one round of checks before serving: /v1/models knows the models, a dead backend starts out
         await asyncio.gather(*(self.pool.check(self.client, b, self.cfg.health) for b in self.pool.backends))
@@ -140,6 +149,9 @@ class Router:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health
         await self.estimator.stop()
+        await self.watchdog.stop()
+        for up in self.upstreams:
+            await up.close()
         if self.client is not None:
             await self.client.aclose()
 
@@ -292,20 +304,20 @@ class Router:
         return _error(ApiError(status, f"backend {b.label} answered HTTP {status}: {msg}", code="backend_error"),
                       self._reply_headers(ctx))
 
-    def _transport_error(self, b: Backend, e: Exception, what: str) -> _Retry:
-        if isinstance(e, httpx.ConnectError | httpx.ConnectTimeout):
-            b.mark_down(f"{type(e).__name__}: {e}")
-            return _Retry(ApiError(502, f"backend {b.label} is unreachable ({type(e).__name__})", "server_error",
+    def _upstream_error(self, b: Backend, e: UpstreamError, what: str) -> _Retry:
+        if e.kind == "connect":
+            b.mark_down(str(e))
+            return _Retry(ApiError(502, f"backend {b.label} is unreachable ({e})", "server_error",
                                    code="backend_unreachable"), "connect")
-        if isinstance(e, httpx.TimeoutException):
+        if e.kind == "timeout":
             return _Retry(ApiError(504, f"backend {b.label} sent nothing {what} within "
                                         f"{self.cfg.timeouts.read_s:g} s", "server_error", code="backend_timeout"),
                           "timeout")
-        return _Retry(ApiError(502, f"backend {b.label} broke the connection ({type(e).__name__})",
-                               "server_error", code="backend_error"), "broken")
+        return _Retry(ApiError(502, f"backend {b.label} broke the connection ({e})", "server_error",
+                               code="backend_error"), "broken")
 
     async def _attempt(self, ctx: _Ctx, b: Backend) -> Response:
-        url = b.url + PATHS[ctx.query.kind]
+        url = PATHS[ctx.query.kind]
         while True:
             content = self._payload(ctx, b)
             headers = self._out_headers(ctx)
@@ -330,53 +342,52 @@ class Router:
                                 f"{self.cfg.timeouts.total_s:g} s", "server_error", code="timeout")
         return left
 
-    async def _unary(self, ctx: _Ctx, b: Backend, url: str, content: bytes,
+    async def _unary(self, ctx: _Ctx, b: Backend, path: str, content: bytes,
                      headers: list[tuple[str, str]]) -> Response | tuple[int, bytes]:
-        assert self.client is not None
         left = self._remaining(ctx)
-        t = self.cfg.timeouts
+        r: UpstreamResponse | None = None
         try:
-            async with asyncio.timeout(left):
-                r = await self.client.post(url, content=content, headers=headers,
-                                           timeout=httpx.Timeout(connect=t.connect_s, read=left, write=t.read_s,
-                                                                 pool=None))
+            async with asyncio.timeout(left):  # a non-streamed answer may be silent until it is complete
+                r = await self.upstreams[b.index].post(path, headers, content, read_s=left + 1.0)
+                raw = await r.read()
         except TimeoutError:
             raise ApiError(504, f"backend {b.label} did not answer within the router's total timeout of "
-                                f"{t.total_s:g} s", "server_error", code="timeout") from None
-        except httpx.HTTPError as e:
-            raise self._transport_error(b, e, "back") from None
-        if r.status_code != 200:
-            return r.status_code, r.content
+                                f"{self.cfg.timeouts.total_s:g} s", "server_error", code="timeout") from None
+        except UpstreamError as e:
+            raise self._upstream_error(b, e, "back") from None
+        finally:
+            if r is not None:
+                r.close()
+        if r.status != 200:
+            return r.status, raw
         try:
-            j = json.loads(r.content)
+            j = json.loads(raw)
             if not isinstance(j, dict) or "choices" not in j:
                 raise ValueError("no choices")
         except (ValueError, UnicodeDecodeError):
             raise _Retry(ApiError(502, f"backend {b.label} answered something that is not an OpenAI response: "
-                                       f"{backend_message(r.content, 80)}", "server_error", code="backend_garbage"),
+                                       f"{backend_message(raw, 80)}", "server_error", code="backend_garbage"),
                          "garbage") from None
         b.last_progress = time.monotonic()
         produced = (j.get("usage") or {}).get("completion_tokens") if isinstance(j.get("usage"), dict) else None
         self._finish(ctx, b, produced, "ok")
         self.metrics.ttfb.observe(time.monotonic() - ctx.t_in)
-        return Response(r.content, 200, headers=self._reply_headers(ctx), media_type="application/json")
+        return Response(raw, 200, headers=self._reply_headers(ctx), media_type="application/json")
 
-    async def _stream(self, ctx: _Ctx, b: Backend, url: str, content: bytes,
+    async def _stream(self, ctx: _Ctx, b: Backend, path: str, content: bytes,
                       headers: list[tuple[str, str]]) -> Response | tuple[int, bytes]:
-        assert self.client is not None
         left = self._remaining(ctx)
-        req = self.client.build_request("POST", url, content=content, headers=headers, timeout=self._t_stream)
-        r: httpx.Response | None = None
+        r: UpstreamResponse | None = None
         counter = SSECounter()
         first = bytearray()
         try:
             async with asyncio.timeout(left):
-                r = await self.client.send(req, stream=True)
-                if r.status_code != 200:
-                    body = await r.aread()
-                    await r.aclose()
-                    return r.status_code, body
-                it = r.aiter_raw()
+                r = await self.upstreams[b.index].post(path, headers, content, read_s=self.cfg.timeouts.read_s)
+                if r.status != 200:
+                    raw = await r.read(1 << 20)
+                    r.close()
+                    return r.status, raw
+                it = r.chunks().__aiter__()
                 # hold the client's answer until the first data event: until then a failure is retried
                 while not (counter.events or counter.done or counter.error):
                     try:
@@ -394,14 +405,14 @@ class Router:
                     raise _Retry(ApiError(502, f"backend {b.label} sent an error event first: {counter.error}",
                                           "server_error", code="backend_error"), "error_event")
         except TimeoutError:
-            await _close(r)
+            _close(r)
             raise ApiError(504, f"backend {b.label} sent no token within the router's total timeout of "
                                 f"{self.cfg.timeouts.total_s:g} s", "server_error", code="timeout") from None
-        except httpx.HTTPError as e:
-            await _close(r)
-            raise self._transport_error(b, e, "(first token)") from None
+        except UpstreamError as e:
+            _close(r)
+            raise self._upstream_error(b, e, "(first token)") from None
         except BaseException:
-            await _close(r)
+            _close(r)
             raise
         ctx.flight.gen = counter.tokens
         b.last_progress = time.monotonic()
@@ -409,7 +420,7 @@ class Router:
         return _Stream(self._relay(ctx, b, r, it, bytes(first), counter), 200, headers=self._reply_headers(ctx),
                        media_type="text/event-stream")
 
-    async def _relay(self, ctx: _Ctx, b: Backend, r: httpx.Response, it: Any, first: bytes,
+    async def _relay(self, ctx: _Ctx, b: Backend, r: UpstreamResponse, it: Any, first: bytes,
                      counter: SSECounter) -> Any:
         err: str | None = None
         outcome = "ok"
@@ -424,10 +435,9 @@ class Router:
                     if now > ctx.deadline:
                         err = f"the stream took longer than the router's total timeout of {self.cfg.timeouts.total_s:g} s"
                         break
-            except httpx.TimeoutException:
-                err = f"backend {b.label} sent nothing for {self.cfg.timeouts.read_s:g} s"
-            except httpx.HTTPError as e:
-                err = f"backend {b.label} broke the stream ({type(e).__name__})"
+            except UpstreamError as e:
+                err = (f"backend {b.label} sent nothing for {self.cfg.timeouts.read_s:g} s" if e.kind == "timeout"
+                       else f"backend {b.label} broke the stream ({e})")
             if err is None and not counter.done and counter.error is None:
                 err = f"backend {b.label} closed the stream before it ended"
             if counter.error is not None:
@@ -439,10 +449,9 @@ class Router:
             outcome = "client_gone"
             raise
         finally:
+            r.close()
             self.pool.release(b, ctx.rid)
             self._finish(ctx, b, counter.tokens if outcome == "ok" else None, outcome, err)
-            with anyio.CancelScope(shield=True):
-                await r.aclose()
 
     def _finish(self, ctx: _Ctx, b: Backend, produced: int | None, outcome: str, err: str | None = None) -> None:
         self.metrics.requests.labels(b.label, outcome).inc()
@@ -487,10 +496,9 @@ def _looks_like_sse(buf: bytearray) -> bool:
     return head[:1] in (b"", b":") or head.startswith((b"data", b"event", b"id", b"retry"))
 
 
-async def _close(r: httpx.Response | None) -> None:
+def _close(r: UpstreamResponse | None) -> None:
     if r is not None:
-        with anyio.CancelScope(shield=True):
-            await r.aclose()
+        r.close()
 
 
 def create_app(cfg: RouterConfig, estimator: Any = None, transport: Any = None) -> FastAPI:

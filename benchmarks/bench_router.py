@@ -1,0 +1,573 @@
+"""Benchmarks of `lenpred route` on loopback: its overhead, its behaviour when a backend dies, and a real A/B.
+
+    nice -n 15 .venv/bin/python benchmarks/bench_router.py overhead   # 200 concurrent streams, stub backends
+    nice -n 15 .venv/bin/python benchmarks/bench_router.py fault      # 200 requests, one of two stubs killed
+    nice -n 15 .venv/bin/python benchmarks/bench_router.py ab --head proxy=PATH --head ridge=PATH --sim
+
+* **overhead**: two stub backends (lenpred.route.stub: tokens at a fixed rate, each chunk stamped with the
+  stub's monotonic clock), the same waves of concurrent streams sent once straight to the stubs and once
+  through a router process. Added latency = router path minus direct path, for the first token (from
+  the client's send) and for every chunk (arrival minus the stub's stamp), at p50 and p99; the router's
+  CPU per request from /proc (user + system time of its process over its phase).
+* **fault**: 200 requests (3 of 4 streamed) at a fixed rate through a router over two stubs; stub a is
+  SIGKILLed after half of them were sent. Each request is *completed* (the full, right content),
+  *failed cleanly* (an OpenAI error body, or an SSE error event then [DONE]) or *lost* (anything else: an
+  exception, a truncated stream without an error, wrong content, a hang past the client timeout);
+  *retried* counts the completed ones that needed a second backend (x-lenpred-attempts > 1).
+* **ab**: two llama.cpp servers (the embedded SmolLM2 GGUF), prompts of the reference run's test split
+  sent as chat requests under the run's sampling card (a fixed seed per prompt, so every arm generates
+  the same answers and only the scheduling differs), Poisson arrivals at ``--rate``; arms = round robin
+  and least predicted outstanding tokens with each head (``--head NAME=DIR``, served by a ``lenpred
+  serve`` process each) or the chars fallback. Reports short-request P99 latency (output below the
+  median) and throughput; with ``--sim``, a latency profile fitted to calibration requests (sequential,
+  straight to one server) and the simulator's figures for the same requests, predictions and policies.
+
+Each writes its figures as JSON (``--out``, default out/bench/router/<mode>.json) beside the printed table.
+The CPU is shared on the development machines: run with ``nice`` and read the figures as upper bounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from lenpred.route.procs import LlamaServer, RouterProcess, ServeProcess, Stub
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _q(xs: list[float], q: float) -> float | None:
+    return float(np.quantile(np.asarray(xs), q)) if xs else None
+
+
+def _ms(xs: list[float]) -> dict[str, float | None]:
+    return {"p50": _r(_q(xs, 0.5), 1e3), "p99": _r(_q(xs, 0.99), 1e3), "n": len(xs)}
+
+
+def _r(x: float | None, scale: float = 1.0, nd: int = 3) -> float | None:
+    return None if x is None else round(x * scale, nd)
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+
+
+def _machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+            "nice": os.nice(0)}
+
+
+def _write(out: Path, obj: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(obj, indent=2) + "\n")
+    print(f"figures: {out}")
+
+
+def _table(title: str, header: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for h in header:
+        t.add_column(h, justify="right")
+    for r in rows:
+        t.add_row(*["-" if v is None else (f"{v:g}" if isinstance(v, float) else str(v)) for v in r])
+    Console(width=140).print(t)
+
+
+# ---------------------------------------------------------------- one streamed request, measured
+async def _stream(c: httpx.AsyncClient, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    t0 = time.monotonic()
+    rec: dict[str, Any] = {"t_send": t0, "first": None, "lags": [], "n": 0, "done": False, "error": None,
+                           "text": [], "status": None, "headers": {}, "usage": None}
+    try:
+        async with c.stream("POST", url, json=body) as r:
+            rec["status"], rec["headers"] = r.status_code, dict(r.headers)
+            if r.status_code != 200:
+                raw = await r.aread()
+                try:
+                    rec["error"] = json.loads(raw)["error"]["message"]
+                except (ValueError, KeyError, TypeError):
+                    rec["error"] = f"HTTP {r.status_code} without an OpenAI error body"
+                    rec["lost"] = True
+                return rec
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    rec["done"] = True
+                    continue
+                now = time.monotonic()
+                ev = json.loads(payload)
+                if "error" in ev:
+                    rec["error"] = ev["error"].get("message")
+                    continue
+                if ev.get("usage"):
+                    rec["usage"] = ev["usage"]
+                if not ev.get("choices"):
+                    continue
+                if rec["first"] is None:
+                    rec["first"] = now - t0
+                if "stub_t" in ev:
+                    rec["lags"].append(now - ev["stub_t"])
+                ch = ev["choices"][0]
+                rec["text"].append(ch.get("text") or (ch.get("delta") or {}).get("content") or "")
+                rec["n"] += 1
+    except (httpx.HTTPError, ValueError) as e:
+        rec["error"], rec["lost"] = f"{type(e).__name__}: {e}", True
+    rec["e2e"] = time.monotonic() - t0
+    return rec
+
+
+async def _unary(c: httpx.AsyncClient, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    t0 = time.monotonic()
+    rec: dict[str, Any] = {"t_send": t0, "error": None, "status": None, "headers": {}, "text": []}
+    try:
+        r = await c.post(url, json=body)
+        rec["status"], rec["headers"] = r.status_code, dict(r.headers)
+        j = r.json()
+        if r.status_code == 200:
+            rec["text"] = [j["choices"][0]["message"]["content"]]
+            rec["done"] = True
+        else:
+            rec["error"] = j["error"]["message"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+        rec["error"], rec["lost"] = f"{type(e).__name__}: {e}", True
+    rec["e2e"] = time.monotonic() - t0
+    return rec
+
+
+def _chat(n: int, stream: bool, model: str = "stub", prompt: str = "Count for me, please.") -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": n, "stream": stream}
+
+
+def _client(n: int, timeout: float) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=n + 8, max_keepalive_connections=n + 8))
+
+
+def _stub_router(stubs: list[Stub], logs: Path, **extra: Any) -> RouterProcess:
+    cfg = {"backends": [{"url": s.url, "name": s.name} for s in stubs], "policy": "least-predicted-tokens",
+           "log_requests": False, "health": {"interval_s": 0.5}, **extra}
+    return RouterProcess(cfg, log_dir=logs)
+
+
+# ---------------------------------------------------------------- overhead
+class _Conn:
+    """A minimal keep-alive HTTP/1.1 client connection for the overhead waves: httpx's pool scans all its
+    connections on every event, so a client holding hundreds of them measures itself, not the router."""
+
+    def __init__(self, url: str) -> None:
+        from urllib.parse import urlsplit
+
+        u = urlsplit(url)
+        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
+        self.r: asyncio.StreamReader | None = None
+        self.w: asyncio.StreamWriter | None = None
+
+    async def stream(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.w is None:
+            self.r, self.w = await asyncio.open_connection(self.host, self.port)
+        assert self.r is not None
+        data = json.dumps(body).encode()
+        rec: dict[str, Any] = {"first": None, "lags": [], "n": 0, "done": False, "error": None, "status": None}
+        t0 = time.monotonic()
+        self.w.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        await self.w.drain()
+        head = (await self.r.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+        rec["status"] = int(head.split(" ", 2)[1])
+        if "transfer-encoding: chunked" not in head:
+            n = int(head.split("content-length:", 1)[1].split("\r\n", 1)[0]) if "content-length:" in head else 0
+            await self.r.readexactly(n)
+            rec["error"] = f"HTTP {rec['status']}"
+            return rec
+        buf = b""
+        while True:
+            size = int((await self.r.readuntil(b"\r\n")).strip(), 16)
+            chunk = await self.r.readexactly(size + 2)
+            if size == 0:
+                break
+            now = time.monotonic()
+            buf += chunk[:-2]
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if not line.startswith(b"data: "):
+                    continue
+                if line[6:] == b"[DONE]":
+                    rec["done"] = True
+                    continue
+                ev = json.loads(line[6:])
+                if "error" in ev:
+                    rec["error"] = ev["error"]["message"]
+                    continue
+                if rec["first"] is None:
+                    rec["first"] = now - t0
+                rec["lags"].append(now - ev["stub_t"])
+                rec["n"] += 1
+        return rec
+
+    def close(self) -> None:
+        if self.w is not None:
+            self.w.close()
+
+
+async def _waves(urls: list[str], streams: int, rounds: int, tokens: int, ramp_s: float = 1.0) -> list[dict[str, Any]]:
+    """``rounds`` waves of ``streams`` concurrent streams (plus a first, uncounted wave that opens the
+    connections); each stream has a connection of its own, kept alive from wave to wave. The streams of
+    a wave start evenly over ``ramp_s`` (all at once, every stub would emit its tokens at the same instants:
+    a burst that measures queueing in the client, not the path)."""
+    conns = [_Conn(urls[i % len(urls)]) for i in range(streams)]
+    out: list[dict[str, Any]] = []
+
+    async def one(i: int, c: _Conn) -> dict[str, Any]:
+        await asyncio.sleep(ramp_s * i / streams)
+        return await c.stream("/v1/chat/completions", _chat(tokens, True))
+
+    try:
+        for w in range(rounds + 1):
+            recs = await asyncio.gather(*(one(i, c) for i, c in enumerate(conns)))
+            if w:
+                out.extend(recs)
+    finally:
+        for c in conns:
+            c.close()
+    return out
+
+
+def _summ(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in recs if r.get("done") and r["error"] is None]
+    return {"requests": len(recs), "ok": len(ok), "first_token_ms": _ms([r["first"] for r in ok]),
+            "per_chunk_ms": _ms([x for r in ok for x in r["lags"][1:]]),  # chunks after the first
+            "first_chunk_lag_ms": _ms([r["lags"][0] for r in ok if r["lags"]])}
+
+
+def overhead(args: argparse.Namespace) -> dict[str, Any]:
+    logs = Path(tempfile.mkdtemp(prefix="bench-router-"))
+    stubs = [Stub(n, log_dir=logs, tokens_per_s=args.rate, ttft_ms=args.ttft_ms).start() for n in ("a", "b")]
+    router = _stub_router(stubs, logs)
+    try:
+        direct = _summ(asyncio.run(_waves([s.url for s in stubs], args.streams, args.rounds, args.tokens, args.ramp_s)))
+        router.start()
+        assert router.pid is not None
+        cpu0 = _cpu_s(router.pid)
+        recs = asyncio.run(_waves([router.url], args.streams, args.rounds, args.tokens, args.ramp_s))
+        cpu = _cpu_s(router.pid) - cpu0
+        via = _summ(recs)
+        metrics = httpx.get(router.url + "/metrics").text
+    finally:
+        router.stop()
+        for s in stubs:
+            s.stop()
+    internal = _hist_mean(metrics, "lenpred_route_overhead_seconds")
+    n = (args.rounds + 1) * args.streams  # CPU covers the warm-up wave too
+    added = {k: {q: _r((via[k][q] or 0) - (direct[k][q] or 0), 1, 3) for q in ("p50", "p99")}
+             for k in ("first_token_ms", "per_chunk_ms")}
+    res = {"bench": "router-overhead", "streams": args.streams, "rounds": args.rounds, "tokens": args.tokens,
+           "ramp_s": args.ramp_s,
+           "tokens_per_s": args.rate, "direct": direct, "router": via,
+           "overhead_ms": {"first_token": added["first_token_ms"], "per_chunk": added["per_chunk_ms"]},
+           "router_cpu_ms_per_request": _r(cpu / n, 1e3, 2), "router_internal_ms_mean": _r(internal, 1e3, 3),
+           "goal": "p99 added latency under 5 ms", "machine": _machine()}
+    rows = [[name, d["first_token_ms"]["p50"], d["first_token_ms"]["p99"], d["per_chunk_ms"]["p50"],
+             d["per_chunk_ms"]["p99"], d["ok"]] for name, d in (("direct", direct), ("router", via))]
+    rows.append(["added", added["first_token_ms"]["p50"], added["first_token_ms"]["p99"],
+                 added["per_chunk_ms"]["p50"], added["per_chunk_ms"]["p99"], None])
+    _table(f"router overhead: {args.streams} concurrent streams x {args.rounds} waves, {args.tokens} tokens at "
+           f"{args.rate:g} tokens/s (ms)", ["path", "first token p50", "p99", "per chunk p50", "p99", "ok"], rows)
+    print(f"router CPU per request: {res['router_cpu_ms_per_request']} ms; its own time before forwarding "
+          f"(read, parse, predict, dispatch): {res['router_internal_ms_mean']} ms mean")
+    return res
+
+
+def _hist_mean(text: str, name: str) -> float | None:
+    s = c = None
+    for line in text.splitlines():
+        if line.startswith(name + "_sum"):
+            s = float(line.split()[-1])
+        elif line.startswith(name + "_count"):
+            c = float(line.split()[-1])
+    return s / c if s is not None and c else None
+
+
+# ---------------------------------------------------------------- fault
+def _classify(rec: dict[str, Any], n: int) -> str:
+    want = "".join(f" t{i}" for i in range(n))
+    if rec.get("lost"):
+        return "lost"
+    if rec["status"] == 200 and rec.get("done") and rec["error"] is None:
+        return "completed" if "".join(rec["text"]) == want else "lost"
+    if rec["error"] is not None and (rec["status"] != 200 or rec.get("done")):
+        return "failed_clean"
+    return "lost"
+
+
+async def _fault_run(url: str, victim: Stub, n: int, rate: float, tokens: int, kill_after: int) -> list[dict]:
+    async with _client(n, 60) as c:
+        tasks = []
+        for i in range(n):
+            if i == kill_after:
+                victim.kill()
+            stream = i % 4 != 3
+            fn = _stream if stream else _unary
+            tasks.append(asyncio.create_task(fn(c, url + "/v1/chat/completions", _chat(tokens, stream))))
+            await asyncio.sleep(1.0 / rate)
+        recs = await asyncio.gather(*tasks)
+    for i, r in enumerate(recs):
+        r["stream"] = i % 4 != 3
+        r["i"] = i
+    return list(recs)
+
+
+def fault(args: argparse.Namespace) -> dict[str, Any]:
+    logs = Path(tempfile.mkdtemp(prefix="bench-router-"))
+    stubs = [Stub(n, log_dir=logs, tokens_per_s=args.rate_tokens, ttft_ms=20).start() for n in ("a", "b")]
+    router = _stub_router(stubs, logs, timeouts={"read_s": 2.0, "total_s": 30.0}).start()
+    try:
+        recs = asyncio.run(_fault_run(router.url, stubs[0], args.requests, args.rate, args.tokens,
+                                      args.kill_after if args.kill_after is not None else args.requests // 2))
+        metrics = httpx.get(router.url + "/metrics").text
+    finally:
+        router.stop()
+        for s in stubs:
+            s.stop()
+    kinds = [_classify(r, args.tokens) for r in recs]
+    retried = sum(1 for r, k in zip(recs, kinds, strict=True)
+                  if k == "completed" and int(r["headers"].get("x-lenpred-attempts", "1")) > 1)
+    res = {"bench": "router-fault", "requests": len(recs), "completed": kinds.count("completed"), "retried": retried,
+           "failed_clean": kinds.count("failed_clean"), "lost": kinds.count("lost"),
+           "streamed": sum(r["stream"] for r in recs), "kill_after": args.kill_after or args.requests // 2,
+           "rate_rps": args.rate, "tokens": args.tokens, "router_retries_metric": _counter_sum(metrics, "lenpred_route_retries_total"),
+           "failed_examples": sorted({r["error"] for r, k in zip(recs, kinds, strict=True) if k != "completed"})[:5],
+           "goal": "0 lost", "machine": _machine()}
+    _table(f"fault: {len(recs)} requests at {args.rate:g}/s through 2 stub backends, one SIGKILLed after "
+           f"{res['kill_after']} were sent", ["requests", "completed", "retried", "failed cleanly", "lost"],
+           [[res["requests"], res["completed"], res["retried"], res["failed_clean"], res["lost"]]])
+    for e in res["failed_examples"]:
+        print(f"  failed: {e}")
+    return res
+
+
+def _counter_sum(text: str, name: str) -> float:
+    return sum(float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith(name + "{"))
+
+
+# ---------------------------------------------------------------- A/B on two llama.cpp servers
+def _workload(run_path: str, n: int, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import load_split
+
+    run = RunDir.open(run_path)
+    prompts = run.prompts()
+    test = set(load_split(run, require_complete=False).test)
+    pool = prompts[prompts.prompt_id.isin(test)].sort_values("prompt_id").reset_index(drop=True)
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(len(pool))[:n]
+    rows = [{"prompt_id": str(pool.prompt_id[i]), "text": str(pool.text[i]),
+             "prompt_tokens": int(pool.n_prompt_tokens[i])} for i in idx]
+    return rows, dict(run.card["sampling"])
+
+
+def _ab_body(row: dict[str, Any], sampling: dict[str, Any], max_tokens: int, k: int, model: str) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": row["text"]}], "stream": True,
+            "stream_options": {"include_usage": True}, "max_tokens": max_tokens,
+            "temperature": sampling["temperature"], "top_p": sampling["top_p"], "min_p": sampling.get("min_p", 0.0),
+            "frequency_penalty": sampling.get("frequency_penalty", 0.0), "seed": int(sampling.get("seed", 0)) + k}
+
+
+async def _replay(url: str, rows: list[dict[str, Any]], arrivals: np.ndarray, sampling: dict[str, Any],
+                  max_tokens: int, model: str, timeout: float) -> list[dict[str, Any]]:
+    async with _client(len(rows), timeout) as c:
+        t0 = time.monotonic()
+        tasks = []
+        for k, (row, at) in enumerate(zip(rows, arrivals, strict=True)):
+            delay = t0 + at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(_stream(c, url + "/v1/chat/completions",
+                                                     _ab_body(row, sampling, max_tokens, k, model))))
+        recs = await asyncio.gather(*tasks)
+    for r, row, at in zip(recs, rows, arrivals, strict=True):
+        r["arrival_s"] = float(at)
+        r["prompt_id"] = row["prompt_id"]
+        r["output_tokens"] = (r.get("usage") or {}).get("completion_tokens", r.get("n", 0))
+        r["prompt_tokens"] = (r.get("usage") or {}).get("prompt_tokens", row["prompt_tokens"])
+        r["predicted"] = float(r["headers"].get("x-lenpred-predicted-tokens", "nan"))
+        r["backend"] = r["headers"].get("x-lenpred-backend")
+    return list(recs)
+
+
+def _arm_figures(recs: list[dict[str, Any]], short_thr: float) -> dict[str, Any]:
+    ok = [r for r in recs if r.get("done") and r["error"] is None]
+    e2e = [r["e2e"] for r in ok]
+    short = [r["e2e"] for r in ok if r["output_tokens"] < short_thr]
+    span = max(r["t_send"] + r["e2e"] for r in ok) - min(r["t_send"] for r in recs) if ok else float("nan")
+    toks = sum(r["output_tokens"] for r in ok)
+    return {"requests": len(recs), "ok": len(ok), "short_p99_e2e_s": _r(_q(short, 0.99)),
+            "short_p50_e2e_s": _r(_q(short, 0.5)), "p99_e2e_s": _r(_q(e2e, 0.99)), "mean_e2e_s": _r(statistics.fmean(e2e)) if e2e else None,
+            "p99_ttft_s": _r(_q([r["first"] for r in ok if r["first"] is not None], 0.99)),
+            "throughput_tok_s": _r(toks / span, 1, 2), "throughput_req_s": _r(len(ok) / span, 1, 4),
+            "backends": {b: sum(1 for r in ok if r["backend"] == b) for b in sorted({str(r["backend"]) for r in ok})}}
+
+
+def _calibrate(server: LlamaServer, rows: list[dict[str, Any]], sampling: dict[str, Any], model: str,
+               n: int) -> list[dict[str, Any]]:
+    """Sequential requests straight to one server: TTFT -> prefill timings, inter-token time -> decode timings."""
+    async def go() -> list[dict[str, Any]]:
+        out = []
+        async with _client(2, 600) as c:
+            for k, row in enumerate(rows[:n]):
+                rec = await _stream(c, server.url + "/v1/chat/completions", _ab_body(row, sampling, 48, 10_000 + k, model))
+                if rec.get("done") and rec["first"] is not None and rec["n"] > 2:
+                    p = (rec.get("usage") or {}).get("prompt_tokens", row["prompt_tokens"])
+                    m = (rec.get("usage") or {}).get("completion_tokens", rec["n"])
+                    out.append({"kind": "prefill", "seconds": rec["first"], "tokens": p, "tokens_sq": p * p})
+                    out.append({"kind": "decode", "seconds": (rec["e2e"] - rec["first"]) / max(1, m - 1),
+                                "batch": 1, "context": p + m // 2})
+        return out
+
+    return asyncio.run(go())
+
+
+def _simulate(timings: list[dict[str, Any]], arms: dict[str, list[dict[str, Any]]], dispatch: dict[str, str],
+              short_thr: float, folder: Path) -> dict[str, Any]:
+    import pandas as pd
+
+    from lenpred.sim.config import ClusterConfig, MetricsConfig, PolicyConfig, SimConfig
+    from lenpred.sim.profiles import fit_profile
+    from lenpred.sim.sweep import replay_config, run_sweep
+
+    prof = fit_profile(timings, name="llamacpp-fitted", base="llama8b-h100")
+    prof_path = folder / "llamacpp-fitted.json"
+    prof_path.write_text(json.dumps(prof.describe(), indent=2))
+    out: dict[str, Any] = {"profile": prof.describe(), "arms": {}}
+    for name, recs in arms.items():
+        ok = [r for r in recs if r.get("done") and r["error"] is None]
+        pred = [r["predicted"] if r["predicted"] == r["predicted"] else float(r["output_tokens"]) for r in ok]
+        table = folder / f"requests-{name}.csv"
+        pd.DataFrame({"arrival_s": [r["arrival_s"] for r in ok], "prompt_tokens": [r["prompt_tokens"] for r in ok],
+                      "output_tokens": [max(1, r["output_tokens"]) for r in ok],
+                      "predicted_tokens": pred}).to_csv(table, index=False)
+        cfg = SimConfig(name=f"ab-{name}", cluster=ClusterConfig(mode="colocated", n_instances=2,
+                                                                 profile=str(prof_path), max_batch=1),
+                        policies=(PolicyConfig(name=name, queue="fcfs", dispatch=dispatch[name]),),
+                        metrics=MetricsConfig(short_threshold=short_thr), plots=False)
+        cfg, wl = replay_config(cfg, table)
+        s = run_sweep(cfg, workload=wl).runs[0].summary
+        out["arms"][name] = {"short_p99_e2e_s": _r(s["latency"]["short"]["e2e"]["p99"]),
+                             "p99_e2e_s": _r(s["latency"]["all"]["e2e"]["p99"]) if "all" in s["latency"] else None}
+    return out
+
+
+def ab(args: argparse.Namespace) -> dict[str, Any]:
+    logs = Path(args.logs or tempfile.mkdtemp(prefix="bench-router-ab-"))
+    rows, sampling = _workload(args.run, args.requests, args.seed)
+    max_tokens = args.max_tokens or int(sampling["max_new_tokens"])
+    rng = np.random.default_rng(args.seed + 1)
+    arrivals = np.cumsum(rng.exponential(1.0 / args.rate, len(rows)))
+    arrivals -= arrivals[0]
+    heads = dict(h.split("=", 1) for h in args.head)
+    servers = [LlamaServer(n, log_dir=logs, threads=args.threads, n_ctx=args.n_ctx) for n in ("a", "b")]
+    serves: dict[str, ServeProcess] = {}
+    arms: dict[str, dict[str, Any]] = {"round-robin": {"policy": "round-robin", "estimator": {"kind": "chars"}}}
+    for name in heads:
+        arms[f"lpt-{name}"] = {"policy": "least-predicted-tokens", "head": name}
+    if args.chars_arm or not heads:
+        arms["lpt-chars"] = {"policy": "least-predicted-tokens", "estimator": {"kind": "chars"}}
+    results: dict[str, list[dict[str, Any]]] = {}
+    timings: list[dict[str, Any]] = []
+    try:
+        for s in servers:
+            s.start()
+        for name, path in heads.items():
+            serves[name] = ServeProcess(path, name=name, log_dir=logs)
+            serves[name].start()
+        if args.sim:
+            timings = _calibrate(servers[0], rows[::-1], sampling, servers[0].alias, args.calib)
+        for arm, spec in arms.items():
+            est = spec.get("estimator") or {"kind": "remote", "url": serves[spec["head"]].url, "timeout_s": 5.0}
+            cfg = {"backends": [{"url": s.url, "name": s.name, "priority": "off", "max_outstanding": 1024}
+                                for s in servers],
+                   "policy": spec["policy"], "estimator": est, "log_requests": True,
+                   "timeouts": {"read_s": 600.0, "total_s": 3600.0},
+                   "limits": {"max_queued": 4096, "queue_timeout_s": 3600.0},
+                   "health": {"interval_s": 2.0, "timeout_s": 5.0}}
+            with RouterProcess(cfg, name=arm, log_dir=logs, log_level="info") as router:
+                print(f"arm {arm}: {len(rows)} requests at {args.rate:g}/s ...", file=sys.stderr, flush=True)
+                results[arm] = asyncio.run(_replay(router.url, rows, arrivals, sampling, max_tokens,
+                                                   servers[0].alias, timeout=3600))
+    finally:
+        for p in [*serves.values(), *servers]:
+            p.stop()
+    outs = [r["output_tokens"] for recs in results.values() for r in recs if r.get("done")]
+    short_thr = float(np.median(outs)) if outs else 0.0
+    figs = {arm: _arm_figures(recs, short_thr) for arm, recs in results.items()}
+    res: dict[str, Any] = {"bench": "router-ab", "requests": len(rows), "rate_rps": args.rate,
+                           "max_tokens": max_tokens, "short_threshold_tokens": short_thr, "arms": figs,
+                           "heads": heads, "run": args.run, "machine": _machine(), "logs": str(logs)}
+    if args.sim and timings:
+        res["sim"] = _simulate(timings, results, {a: s["policy"] for a, s in arms.items()}, short_thr, logs)
+    rows_t = []
+    for arm, f in figs.items():
+        sim = ((res.get("sim") or {}).get("arms") or {}).get(arm, {})
+        rows_t.append([arm, f["ok"], f["short_p99_e2e_s"], sim.get("short_p99_e2e_s"), f["p99_e2e_s"],
+                       f["throughput_tok_s"], f["throughput_req_s"], json.dumps(f["backends"])])
+    _table(f"A/B: two llama.cpp servers, {len(rows)} ShareGPT test prompts at {args.rate:g} req/s, short = output "
+           f"< {short_thr:g} tokens", ["arm", "ok", "short P99 e2e (s)", "sim short P99", "P99 e2e (s)",
+                                       "tokens/s", "req/s", "per backend"], rows_t)
+    return res
+
+
+# ---------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="mode", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", default=None, help="JSON figures (default out/bench/router/<mode>.json)")
+    o = sub.add_parser("overhead", parents=[common], help="added latency and CPU of the router (stub backends)")
+    o.add_argument("--streams", type=int, default=200)
+    o.add_argument("--rounds", type=int, default=3, help="measured waves of --streams concurrent streams")
+    o.add_argument("--tokens", type=int, default=32, help="tokens per stream")
+    o.add_argument("--rate", type=float, default=10.0, help="tokens per second per stream")
+    o.add_argument("--ttft-ms", type=float, default=50.0)
+    o.add_argument("--ramp-s", type=float, default=1.0, help="the streams of a wave start evenly over this time")
+    f = sub.add_parser("fault", parents=[common], help="one of two backends killed mid-run")
+    f.add_argument("--requests", type=int, default=200)
+    f.add_argument("--rate", type=float, default=50.0, help="requests per second")
+    f.add_argument("--tokens", type=int, default=20)
+    f.add_argument("--rate-tokens", type=float, default=50.0, help="tokens per second per stream")
+    f.add_argument("--kill-after", type=int, default=None, help="kill stub a after this many requests (n/2)")
+    a = sub.add_parser("ab", parents=[common], help="round robin vs least predicted tokens on two llama.cpp servers")
+    a.add_argument("--run", default="data/runs/smollm2-sharegpt")
+    a.add_argument("--requests", type=int, default=200)
+    a.add_argument("--rate", type=float, default=0.35, help="requests per second (near the pair's capacity)")
+    a.add_argument("--max-tokens", type=int, default=None, help="default: the run card's max_new_tokens")
+    a.add_argument("--head", action="append", default=[], metavar="NAME=DIR", help="a head for an lpt arm")
+    a.add_argument("--chars-arm", action="store_true", help="also least predicted tokens with the chars estimate")
+    a.add_argument("--sim", action="store_true", help="fit a latency profile and add the simulator's figures")
+    a.add_argument("--calib", type=int, default=12, help="--sim: calibration requests")
+    a.add_argument("--threads", type=int, default=1, help="llama.cpp threads per server")
+    a.add_argument("--n-ctx", type=int, default=2048)
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--logs", default=None, help="folder for the servers' logs and configs")
+    args = ap.parse_args(argv)
+    res = {"overhead": overhead, "fault": fault, "ab": ab}[args.mode](args)
+    _write(Path(args.out or f"out/bench/router/{args.mode}.json"), res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
