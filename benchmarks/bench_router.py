@@ -120,13 +120,14 @@ async def _stream(c: httpx.AsyncClient, url: str, body: dict[str, Any]) -> dict[
                     rec["usage"] = ev["usage"]
                 if not ev.get("choices"):
                     continue
-                if rec["first"] is None:
-                    rec["first"] = now - t0
                 if "stub_t" in ev:
                     rec["lags"].append(now - ev["stub_t"])
                 ch = ev["choices"][0]
-                rec["text"].append(ch.get("text") or (ch.get("delta") or {}).get("content") or "")
-                rec["n"] += 1
+                piece = ch.get("text") or (ch.get("delta") or {}).get("content") or ""
+                if rec["first"] is None and piece:
+                    rec["first"] = now - t0
+                rec["text"].append(piece)
+                rec["n"] += bool(piece)  # a role-only first chunk or an empty last one is not a token
     except (httpx.HTTPError, ValueError) as e:
         rec["error"], rec["lost"] = f"{type(e).__name__}: {e}", True
     rec["e2e"] = time.monotonic() - t0
@@ -502,6 +503,7 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
             cfg = {"backends": [{"url": s.url, "name": s.name, "priority": "off", "max_outstanding": 1024}
                                 for s in servers],
                    "policy": spec["policy"], "estimator": est, "log_requests": True,
+                   "prompt_weight": args.prompt_weight,
                    "timeouts": {"read_s": 600.0, "total_s": 3600.0},
                    "limits": {"max_queued": 4096, "queue_timeout_s": 3600.0},
                    "health": {"interval_s": 2.0, "timeout_s": 5.0}}
@@ -517,7 +519,7 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
     figs = {arm: _arm_figures(recs, short_thr) for arm, recs in results.items()}
     res: dict[str, Any] = {"bench": "router-ab", "requests": len(rows), "rate_rps": args.rate,
                            "max_tokens": max_tokens, "short_threshold_tokens": short_thr, "arms": figs,
-                           "heads": heads, "run": args.run, "machine": _machine(), "logs": str(logs)}
+                           "heads": heads, "run": args.run, "prompt_weight": args.prompt_weight, "machine": _machine(), "logs": str(logs)}
     if args.sim and timings:
         res["sim"] = _simulate(timings, results, {a: s["policy"] for a, s in arms.items()}, short_thr, logs)
     rows_t = []
@@ -559,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--chars-arm", action="store_true", help="also least predicted tokens with the chars estimate")
     a.add_argument("--sim", action="store_true", help="fit a latency profile and add the simulator's figures")
     a.add_argument("--calib", type=int, default=12, help="--sim: calibration requests")
+    a.add_argument("--prompt-weight", type=float, default=0.5,
+                   help="router prompt_weight (prefill work of a prompt token vs a generated one; llama.cpp on CPU)")
     a.add_argument("--threads", type=int, default=1, help="llama.cpp threads per server")
     a.add_argument("--n-ctx", type=int, default=2048)
     a.add_argument("--seed", type=int, default=0)

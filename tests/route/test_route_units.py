@@ -148,6 +148,13 @@ def test_least_predicted_tokens_uses_the_draw_down():
     asyncio.run(go())
 
 
+def test_prompt_weight_counts_prefill_until_the_first_token():
+    f = Flight("r", 100.0, 0.0, 0.0, prefill=0.5 * 400)
+    assert f.remaining() == 300.0  # 100 output + 400 prompt tokens x 0.5, before the first token
+    f.gen = 1
+    assert f.remaining() == 99.0
+
+
 def test_round_robin_and_least_requests_and_exclusion():
     async def go():
         rr = _pool("round-robin", n=3)

@@ -181,8 +181,9 @@ class Router:
         if tokens is not None:
             self.metrics.predicted.observe(tokens)
         headers = [(k, v) for k, v in request.headers.items() if k not in _DROP]
-        ctx = _Ctx(rid, q, body, est, tokens, Flight(rid, load, spread, key), t_in,
-                   t_in + self.cfg.timeouts.total_s, headers)
+        prompt_tokens = q.prompt_token_ids if q.prompt_token_ids is not None else q.chars / 4.0
+        flight = Flight(rid, load, spread, key, prefill=self.cfg.prompt_weight * prompt_tokens * n)
+        ctx = _Ctx(rid, q, body, est, tokens, flight, t_in, t_in + self.cfg.timeouts.total_s, headers)
         try:
             return await self._dispatch(ctx)
         except ApiError as e:

@@ -59,9 +59,11 @@ class Flight:
     spread: float
     key: float  # priority key (smaller first)
     gen: int = 0  # tokens streamed so far (events, or usage when the stream carries it)
+    prefill: float = 0.0  # prompt work counted until the first token (prompt tokens x prompt_weight)
 
     def remaining(self) -> float:
-        return expected_remaining(self.tokens, self.spread, float(self.gen))
+        r = expected_remaining(self.tokens, self.spread, float(self.gen))
+        return r + self.prefill if self.gen == 0 else r
 
 
 class Backend:

@@ -215,6 +215,9 @@ class RouterConfig(Config):
     policy: str = Field("least-predicted-tokens", description="dispatch policy (lenpred.sim.policies.DISPATCHERS)")
     seed: int = Field(0, description="seed of the random choices (power-of-two)")
     default_tokens: float = Field(256.0, description="load counted for a request without a prediction")
+    prompt_weight: float = Field(0.0, description="prompt tokens count this much each in a backend's outstanding "
+                                                  "tokens until the first token comes back (prefill work; ~0.01 on "
+                                                  "a GPU, ~0.5 for llama.cpp on a CPU)")
     backends: tuple[BackendConfig, ...] = Field((), description="the OpenAI-compatible servers (at least one)")
     estimator: EstimatorConfig = Field(default_factory=EstimatorConfig)
     priority: PriorityConfig = Field(default_factory=PriorityConfig)
@@ -246,4 +249,6 @@ class RouterConfig(Config):
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be 1..65535, got {self.port}")
         _positive("router", default_tokens=self.default_tokens)
+        if not (math.isfinite(self.prompt_weight) and self.prompt_weight >= 0):
+            raise ConfigError(f"prompt_weight must be >= 0, got {self.prompt_weight!r}")
         return self
