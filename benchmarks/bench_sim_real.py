@@ -3,23 +3,39 @@
 The workload is made of the run's **test prompts' samples** (no prompt any head was trained on; the
 run-directory source with ``roles: ["test"]``), drawn with replacement into Poisson arrivals at
 multiples of the cluster's measured saturation throughput, on the reproduction's cluster (4 prefill
-+ 8 decode instances, ``llama8b-h100`` profile). The arms (``experiments/sim/real_predictions.json``):
++ 8 decode instances, ``llama8b-h100`` profile). The arms (``experiments/sim/real_predictions.json``
+plus the ones added here):
 
 * ``fcfs+rr`` -- first come first served, round-robin dispatch (the baseline: no prediction);
 * ``sjf+lpt NAME`` -- shortest predicted job first, least-predicted-tokens dispatch, with a real
   predictions table per ``--predictions NAME=FILE`` (``lenpred predict --roles test``) or per
   ``--heads NAME=DIR`` (predicted here on the test prompts, as ``lenpred bench`` does);
+* ``fcfs+lpt NAME`` -- the same predictions used for dispatch only (FCFS queues): what balancing
+  alone buys, with no request ever overtaken because of its prediction;
+* ``sjf+lpt NAME q10`` -- SJF ordered by the table's lower quantile, ``pred - 1.2816 spread`` (the
+  simulator's ``quantile_z``; the head's own q10 column is that, clipped at 0), dispatch by ``pred``;
+* ``... agingR`` -- SJF with aging ``R`` tokens per second of waiting (``--aging``, default 100 and
+  300) on each table, on the matched noise model and on the true lengths: a request predicted
+  ``D`` tokens longer than another is overtaken only by requests arriving less than ``D / R``
+  seconds after it;
 * ``sjf+lpt prompt-median`` -- the bound itself as a predictor: each sample predicted by the median of
   its prompt's *other* samples (``lenpred.data.lengths.loo_median``, the bench's prompt-median row);
 * ``sjf+lpt true lengths`` -- the oracle;
-* ``sjf lognormal relX`` -- the reproduction's synthetic noise model (``true * exp(sigma Z)``) at the
-  first table's own relative MAE on these samples (``--no-matched-noise`` leaves it out): same
+* ``sjf+lpt lognormal relX`` -- the reproduction's synthetic noise model (``true * exp(sigma Z)``) at
+  the first table's own relative MAE on these samples (``--no-matched-noise`` leaves it out): same
   error size, the error *shape* of a noise model that sees the truth.
 
-It prints the short-request P99 end-to-end latency table (the baseline's change per arm) and each
-arm's prediction error on the workload's samples (MAE averaged over prompts, and over the oracle
-bound of the same test prompts), and writes ``OUT/real_predictions.json`` (that summary + the
-table), ``OUT/results.json`` / ``config.json`` / ``table.md`` (as ``lenpred simulate``) and plots.
+Besides each arm's prediction error (MAE over prompts, over the bound of the same test prompts) it
+reports the error's *structure*, which is what a queue order feels: Kendall's tau between the queue
+key and the true length (SJF without aging depends on the ranking only), the predictions' spread
+over the truth's, and the share of short requests whose prediction sits in the top decile (the
+requests SJF leaves to the end under overload; a short-request P99 tolerates 1%). At the highest
+load it re-runs the baseline, the first table, the matched noise and the oracle and dissects their
+short-request tails (which prompts, how predicted, how long in which queue, overtaken by whom).
+
+Outputs: ``OUT/real_predictions.json`` (summary, per-arm rows, structure, tail anatomy),
+``OUT/results.json`` / ``config.json`` (as ``lenpred simulate``), ``OUT/table.md`` and plots.
+docs/sim_real.md has the method and the figures.
 
     lenpred train --run data/runs/smollm2-sharegpt --features data/features/smollm2-sharegpt \\
         --predictor moe --out out/heads/moe
@@ -27,7 +43,7 @@ table), ``OUT/results.json`` / ``config.json`` / ``table.md`` (as ``lenpred simu
         --features data/features/smollm2-sharegpt --roles test --out out/preds/moe.parquet
     python benchmarks/bench_sim_real.py --run data/runs/smollm2-sharegpt \\
         --predictions moe=out/preds/moe.parquet --out out/sim/real_predictions
-    # --loads 1,1.05,1.1,1.2  --n-requests 20000  --config FILE  --no-plots
+    # --loads 1,1.05,1.1,1.2  --n-requests 20000  --aging 100,300|none  --no-extra-arms  --config FILE
 """
 
 from __future__ import annotations
@@ -39,10 +55,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "experiments" / "sim" / "real_predictions.json"
 QUEUE, DISPATCH = "sjf", "least-predicted-tokens"
+AGING = (100.0, 300.0)  # tokens per second of waiting (``--aging``)
+Q10_Z = -1.2815515655446004  # the 10% quantile of N(0, 1): sjf key pred + z * spread = a normal q10
+SHORT_NAMES = {"round-robin": "rr", "least-predicted-tokens": "lpt", "least-requests": "lr", "power-of-two": "p2c"}
 
 
 def _named(items: Sequence[str], what: str) -> list[tuple[str, str]]:
@@ -100,28 +120,81 @@ def heads_to_tables(heads: Sequence[tuple[str, str]], run: str, features: str | 
     return tables
 
 
+def _uses_predictions(pol: Any) -> bool:
+    return pol.queue != "fcfs" or pol.dispatch != "round-robin"
+
+
+def kendall_tau(key: np.ndarray, y: np.ndarray) -> float | None:
+    """Kendall's tau-b of ``key`` against ``y`` (None when either is constant)."""
+    from scipy.stats import kendalltau
+
+    t = kendalltau(key, y).statistic
+    return None if not np.isfinite(t) else float(t)
+
+
+def order_structure(key: np.ndarray, y: np.ndarray, short: np.ndarray) -> dict[str, float | None]:
+    """What a queue ordered by ``key`` does to the true lengths ``y`` (``short``: y below the threshold):
+    Kendall's tau, the spread of the key over that of the truth, and the share of short requests whose
+    key is in the top decile (those SJF serves last)."""
+    top = key >= np.quantile(key, 0.9)
+    return {"kendall_tau": kendall_tau(key, y),
+            "sd_ratio": float(key.std() / y.std()) if y.std() > 0 else None,
+            "short_in_top_decile": float(top[short].mean()) if short.any() else None}
+
+
+def short_threshold(cfg: Any, workload: Any) -> float:
+    """The short-request threshold the sweep uses (the config's, or the workload's median output)."""
+    thr = cfg.metrics.short_threshold
+    return float(np.median(workload.output)) if thr is None else float(thr)
+
+
 def prediction_errors(cfg: Any, workload: Any) -> list[dict[str, Any]]:
     """Per arm: its predictions' MAE on the workload's distinct samples (averaged over prompts, as the
-    bench and the bound average), from the same tables the simulation reads."""
+    bench and the bound average), from the same tables the simulation reads, and the structure of its
+    queue key (:func:`order_structure`: ``pred``, or ``pred + quantile_z * spread``) on those samples."""
     from lenpred.bench.metrics import per_prompt_mean
     from lenpred.sim.sweep import PredictionCache
 
     cache = PredictionCache(workload, cfg.seed)
     pop = workload.population  # prompt_id, sample_idx, n_tokens: the samples the workload draws from
     y = pop["n_tokens"].to_numpy(float)
+    short = y < short_threshold(cfg, workload)
     out = []
     for pol in cfg.policies:
         pc = cfg.prediction_for(pol)
-        uses = pol.queue != "fcfs" or pol.dispatch != "round-robin"
+        uses = _uses_predictions(pol)
         row: dict[str, Any] = {"arm": pol.name, "prediction": pc.to_dict() if uses else None, "mae": None,
-                               "rel_mae_samples": None}
+                               "rel_mae_samples": None, "kendall_tau": None, "sd_ratio": None,
+                               "short_in_top_decile": None}
         if uses:
             a = cache.get(pc).for_samples(pop[["prompt_id", "sample_idx"]], what=f"predictions of arm {pol.name!r}")
-            err = np.abs(a["pred_tokens"].to_numpy(float) - y)
+            p = a["pred_tokens"].to_numpy(float)
+            err = np.abs(p - y)
             row["mae"] = float(per_prompt_mean(err, pop["prompt_id"].to_numpy()).mean())
             row["rel_mae_samples"] = float(err.mean() / y.mean())  # what the lognormal model's rel_mae means
+            key = p
+            if pol.queue == "sjf" and pol.quantile_z:
+                sp = a["spread"].to_numpy(float)
+                key = np.where(np.isfinite(sp), p + pol.quantile_z * sp, p)
+            if pol.queue != "fcfs":
+                row.update(order_structure(key, y, short))
         out.append(row)
     return out
+
+
+def workload_structure(cfg: Any, workload: Any) -> dict[str, Any]:
+    """What no prompt-only predictor can rank: the share of the true lengths' variance that lies within
+    prompts, and Kendall's tau of the prompts' own (in-sample) medians against the samples: a ceiling,
+    up to sampling noise, for any ranking that gives all samples of a prompt one key."""
+    pop = workload.population
+    y = pop["n_tokens"].astype(float)
+    g = y.groupby(pop["prompt_id"])
+    within = float(((y - g.transform("mean")) ** 2).mean() / y.var(ddof=0)) if y.var(ddof=0) > 0 else None
+    med = g.transform("median").to_numpy()
+    short = y.to_numpy() < short_threshold(cfg, workload)
+    st = order_structure(med, y.to_numpy(), short)
+    return {"within_prompt_variance_share": within, "prompt_median_in_sample": st,
+            "short_threshold_tokens": short_threshold(cfg, workload)}
 
 
 def with_matched_noise(cfg: Any, errors: Sequence[dict[str, Any]]) -> Any:
@@ -141,11 +214,132 @@ def with_matched_noise(cfg: Any, errors: Sequence[dict[str, Any]]) -> Any:
     return cfg
 
 
-def run_experiment(cfg: Any, say: Any = print, matched_noise: bool = True) -> tuple[Any, dict[str, Any]]:
+def with_extra_arms(cfg: Any, aging: Sequence[float] = AGING, extra: bool = True) -> Any:
+    """``cfg`` plus, around each plain SJF arm (no aging, no quantile): its aging variants (one per rate
+    in ``aging``) when it reads a table, the lognormal noise model or the true lengths; and, with
+    ``extra``, for a table arm the dispatch-only arm (``fcfs`` + the same dispatch, before it) and the
+    lower-quantile arm (``q10``: ordered by ``pred - 1.2816 spread``, when the table has a spread)."""
+    from lenpred.predictions import read_predictions
+
+    out = []
+    for pol in cfg.policies:
+        pc = cfg.prediction_for(pol)
+        plain = pol.queue == QUEUE and pol.aging == 0 and not pol.quantile_z
+        _, _, rest = pol.name.partition(" ")
+        table = plain and pc.model == "table"
+        if table and extra:
+            out.append(pol.replace(name=f"fcfs+{SHORT_NAMES.get(pol.dispatch, pol.dispatch)} {rest or pol.name}",
+                                   queue="fcfs", prefill_queue=None, prediction=pc))
+        out.append(pol)
+        if plain and pc.model in ("table", "lognormal", "oracle"):
+            out.extend(pol.replace(name=f"{pol.name} aging{r:g}", aging=float(r)) for r in aging)
+        if table and extra and read_predictions(pc.path).frame["spread"].notna().all():
+            out.append(pol.replace(name=f"{pol.name} q10", quantile_z=Q10_Z))
+    return cfg.replace(policies=tuple(out))
+
+
+def tail_anatomy(res: Any, prompt_ids: np.ndarray, threshold: float, q: float = 99.0,
+                 max_tail: int = 400, ranked: bool = True) -> dict[str, Any]:
+    """Who makes up the short-request tail of one simulation (``res``: a SimResult; ``prompt_ids``
+    indexed by request id): the short requests at or above the ``q`` percentile of short E2E, which
+    prompts they are samples of, where their prediction ranks among all requests', how long they
+    waited in queues, and how many later arrivals started decoding before them (``overtakers``,
+    counted for at most ``max_tail`` of them) and how many of those were short themselves.
+    ``ranked=False``: the arm does not use its predictions (no prediction percentile)."""
+    from lenpred.sim.metrics import latency_arrays
+
+    lat = latency_arrays(res)
+    e2e = lat["e2e"]
+    done = np.isfinite(e2e)
+    short = done & (res.output < threshold)
+    if not short.any():
+        return {"n_short": 0, "n_tail": 0}
+    p = float(np.percentile(e2e[short], q))
+    tail = np.flatnonzero(short & (e2e >= p))
+    pid = np.asarray(prompt_ids)[res.rid]
+    counts = pd.Series(pid[tail]).value_counts()
+    pred_sorted = np.sort(res.pred)
+    pct = np.searchsorted(pred_sorted, res.pred[tail], side="left") / res.n  # share of requests predicted lower
+    admit = np.where(np.isfinite(res.t_decode_admit), res.t_decode_admit, res.t_prefill_start)
+    n_over, n_over_short = [], 0
+    for i in tail[:max_tail]:
+        o = (res.arrival > res.arrival[i]) & (admit < admit[i])
+        n_over.append(int(o.sum()))
+        n_over_short += int((o & (res.output < threshold)).sum())
+    wait = lat["queue"][tail]
+    return {
+        "n_short": int(short.sum()), "short_p99_s": p, "n_tail": int(tail.size), "tail_prompts": int(counts.size),
+        "top5_prompts_share": float(counts.iloc[:5].sum() / tail.size),
+        "top5_prompts": {str(k): int(v) for k, v in counts.iloc[:5].items()},
+        "pred_percentile_median": float(np.median(pct)) if ranked else None, "true_tokens_median": float(np.median(res.output[tail])),
+        "e2e_median_s": float(np.median(e2e[tail])), "queue_wait_median_s": float(np.median(wait)),
+        "wait_share_median": float(np.median(wait / e2e[tail])),
+        "overtakers_median": float(np.median(n_over)),
+        "overtakers_short_share": float(n_over_short / max(sum(n_over), 1)),
+    }
+
+
+def anatomy_arms(cfg: Any) -> list[Any]:
+    """The arms dissected at the highest load: the baseline, the first table's plain SJF arm, the matched
+    noise model and the true lengths (plain SJF), those that exist."""
+    base = cfg.sweep.baseline or cfg.policies[0].name
+    picked: dict[str, Any] = {}
+    for pol in cfg.policies:
+        pc = cfg.prediction_for(pol)
+        plain = pol.queue == QUEUE and pol.aging == 0 and not pol.quantile_z
+        kind = "base" if pol.name == base else (pc.model if plain and pc.model in ("table", "lognormal", "oracle")
+                                                 else None)
+        if kind is not None and kind not in picked:
+            picked[kind] = pol
+    return [picked[k] for k in ("base", "table", "lognormal", "oracle") if k in picked]
+
+
+def predictor_label(cfg: Any, pol: Any, names: dict[str, str]) -> str:
+    if not _uses_predictions(pol):
+        return "-"
+    pc = cfg.prediction_for(pol)
+    if pc.model == "table":
+        return names.get(str(pc.path), Path(str(pc.path)).stem)
+    if pc.model in ("lognormal", "additive"):
+        return f"{pc.model} rel {pc.rel_mae:g}" if pc.mae is None else f"{pc.model} mae {pc.mae:g}"
+    return {"oracle": "true lengths"}.get(pc.model, pc.model)
+
+
+def key_label(pol: Any) -> str:
+    if pol.queue == "fcfs":
+        return "arrival"
+    if pol.queue == "sjf" and pol.quantile_z:
+        return "q10 = pred - 1.28 spread" if abs(pol.quantile_z - Q10_Z) < 1e-9 else f"pred {pol.quantile_z:+g} spread"
+    return "pred" if pol.queue == "sjf" else pol.queue
+
+
+def arm_rows(res: Any, names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One row per (load, arm): policy, predictor, aging, queue key, short and overall P99 E2E and their
+    change vs the baseline."""
+    names = names or {}
+    short, every = res.table(), res.table(group="all")
+    rows = []
+    for rs, ra in zip(short, every, strict=True):
+        for pol in res.config.policies:
+            n = pol.name
+            rows.append({
+                "load": rs["load"], "arm": n,
+                "policy": f"{pol.queue}+{SHORT_NAMES.get(pol.dispatch, pol.dispatch)}",
+                "predictor": predictor_label(res.config, pol, names), "aging": pol.aging, "key": key_label(pol),
+                "short_p99_s": rs[n], "short_change": rs.get(f"{n} change", 0.0 if n == res.baseline else None),
+                "all_p99_s": ra[n], "all_change": ra.get(f"{n} change", 0.0 if n == res.baseline else None),
+            })
+    return rows
+
+
+def run_experiment(cfg: Any, say: Any = print, matched_noise: bool = True, aging: Sequence[float] = AGING,
+                   extra: bool = True, anatomy: bool = True, names: dict[str, str] | None = None
+                   ) -> tuple[Any, dict[str, Any]]:
     """Simulate every arm at every load; the sweep result and the summary dictionary (``matched_noise``:
-    add :func:`with_matched_noise`'s arm)."""
+    add :func:`with_matched_noise`'s arm; ``aging`` / ``extra``: :func:`with_extra_arms`; ``anatomy``:
+    dissect the short tails at the highest load, :func:`tail_anatomy`)."""
     from lenpred.bench import evaluate
-    from lenpred.sim.sweep import run_sweep
+    from lenpred.sim.sweep import PredictionCache, run_one, run_sweep
     from lenpred.sim.workload import build_workload
 
     lc = cfg.workload.lengths
@@ -153,7 +347,8 @@ def run_experiment(cfg: Any, say: Any = print, matched_noise: bool = True) -> tu
     errors = prediction_errors(cfg, wl)  # every table is checked (card, coverage) before any run
     if matched_noise:
         cfg = with_matched_noise(cfg, errors)
-        errors = prediction_errors(cfg, wl)
+    cfg = with_extra_arms(cfg, aging, extra)
+    errors = prediction_errors(cfg, wl)
     bound = None
     if lc.roles is not None and tuple(lc.roles) == ("test",) and lc.include_truncated:
         from lenpred.data.split import load_split
@@ -163,43 +358,139 @@ def run_experiment(cfg: Any, say: Any = print, matched_noise: bool = True) -> tu
         for e in errors:
             e["mae_over_bound"] = None if e["mae"] is None else e["mae"] / b.oracle_mae
     res = run_sweep(cfg, progress=say, workload=wl)
+    tails: list[dict[str, Any]] = []
+    if anatomy:
+        load = max((x for x in res.loads() if x is not None), default=None)
+        rate = None if load is None else (load * res.capacity_rps if res.capacity_rps else load)
+        cache = PredictionCache(wl, cfg.seed)
+        pids = wl.keys["prompt_id"].to_numpy()
+        for pol in anatomy_arms(cfg):
+            sim = run_one(cfg, wl, pol, rate, cache=cache)
+            tails.append({"arm": pol.name, "load": load,
+                          **tail_anatomy(sim, pids, res.short_threshold, ranked=_uses_predictions(pol))})
     summary = {
-        "schema": "lenpred.sim_real/1", "run": lc.path, "roles": list(lc.roles or []),
+        "schema": "lenpred.sim_real/2", "run": lc.path, "roles": list(lc.roles or []),
         "workload": {"n_requests": cfg.workload.n_requests, "distinct_samples": int(len(wl.population)),
                      "prompts": int(wl.population["prompt_id"].nunique())},
-        "bound": bound, "arms": errors, "capacity_rps": res.capacity_rps, "short_threshold_tokens": res.short_threshold,
-        "baseline": res.baseline, "table_short_p99_e2e": res.table(), "table_all_p99_e2e": res.table(group="all"),
-        "wall_s": res.wall_s, "config": cfg.to_dict(),
+        "bound": bound, "arms": errors, "structure": workload_structure(cfg, wl), "tail_anatomy": tails,
+        "capacity_rps": res.capacity_rps, "short_threshold_tokens": res.short_threshold,
+        "baseline": res.baseline, "rows": arm_rows(res, names), "table_short_p99_e2e": res.table(),
+        "table_all_p99_e2e": res.table(group="all"), "wall_s": res.wall_s, "config": cfg.to_dict(),
     }
     return res, summary
 
 
-def print_errors(summary: dict[str, Any]) -> str:
+def _fmt(v: Any, pct: bool = False, nd: int = 3) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:+.1f}%" if pct else f"{v:.{nd}f}"
+
+
+def _emit(title: str, header: list[str], rows: list[list[str]], left: int = 1) -> str:
+    """Print a table with rich; return it as Markdown (the first ``left`` columns left-aligned)."""
     from rich.console import Console
     from rich.table import Table
 
-    b = summary["bound"]
-    w = summary["workload"]
-    title = (f"predictions on the workload's {w['distinct_samples']} samples of {w['prompts']} prompts "
-             f"(roles {', '.join(summary['roles']) or 'all'})"
-             + (f"; oracle bound {b['oracle_mae']:.1f} tokens" if b else ""))
     t = Table(title=title, title_justify="left")
-    header = ["arm", "prediction", "MAE (tokens, over prompts)", "MAE / bound", "rel. MAE (samples)"]
-    for h in header:
-        t.add_column(h, justify="left" if h in ("arm", "prediction") else "right")
-    md = ["| " + " | ".join(header) + " |", "|---|---|---:|---:|---:|"]
-    for e in summary["arms"]:
-        p = e["prediction"]
-        what = "-" if p is None else (f"table {Path(p['path']).name}" if p["model"] == "table" else p["model"])
-        if p is not None and p["model"] == "lognormal":
-            what += f" (rel_mae {p['rel_mae']:g})"
-        cells = [e["arm"], what, "-" if e["mae"] is None else f"{e['mae']:.1f}",
-                 "-" if e.get("mae_over_bound") is None else f"{e['mae_over_bound']:.3f}",
-                 "-" if e["rel_mae_samples"] is None else f"{e['rel_mae_samples']:.3f}"]
+    for i, h in enumerate(header):
+        t.add_column(h, justify="left" if i < left else "right")
+    md = ["| " + " | ".join(header) + " |", "|" + "---|" * left + "---:|" * (len(header) - left)]
+    for cells in rows:
         t.add_row(*cells)
         md.append("| " + " | ".join(cells) + " |")
-    Console(width=140).print(t)
+    Console(width=160).print(t)
     return "\n".join([title, "", *md])
+
+
+def print_rows(summary: dict[str, Any]) -> str:
+    """The per-arm table: one block of rows per load."""
+    cap = summary["capacity_rps"]
+    title = (f"P99 end-to-end latency (s): short requests (true output < {summary['short_threshold_tokens']:g} "
+             f"tokens) and all; change vs {summary['baseline']}" + (f"; capacity {cap:.1f} req/s" if cap else ""))
+    header = ["load", "arm", "policy", "predictor", "aging (tok/s)", "queue key", "short P99", "change",
+              "all P99", "change"]
+    cells = []
+    for r in summary["rows"]:
+        load = "-" if r["load"] is None else (f"{r['load']:g}x" if cap else f"{r['load']:g}")
+        cells.append([load, r["arm"], r["policy"], r["predictor"], f"{r['aging']:g}", r["key"],
+                      _fmt(r["short_p99_s"]), _fmt(r["short_change"], pct=True), _fmt(r["all_p99_s"]),
+                      _fmt(r["all_change"], pct=True)])
+    return _emit(title, header, cells, left=6)
+
+
+def print_anatomy(summary: dict[str, Any]) -> str:
+    tails = summary.get("tail_anatomy") or []
+    if not tails:
+        return ""
+    load = tails[0]["load"]
+    title = (f"the short-request tail at load {load:g}: short requests at or above their P99 (which prompts, "
+             "where their prediction ranks, how long they queued, how many later arrivals started decoding first)")
+    header = ["arm", "short P99 (s)", "tail requests", "prompts", "top-5 prompts' share", "pred percentile",
+              "true tokens", "queue wait (s)", "wait / E2E", "overtakers", "of which short"]
+    cells = []
+    for t in tails:
+        arm = t["arm"]
+        if not t.get("n_tail"):
+            cells.append([arm] + ["-"] * (len(header) - 1))
+            continue
+        cells.append([arm, _fmt(t["short_p99_s"]), str(t["n_tail"]), str(t["tail_prompts"]),
+                      _fmt(t["top5_prompts_share"], nd=2), _fmt(t["pred_percentile_median"], nd=2),
+                      f"{t['true_tokens_median']:.0f}", _fmt(t["queue_wait_median_s"], nd=2),
+                      _fmt(t["wait_share_median"], nd=2), f"{t['overtakers_median']:.0f}",
+                      _fmt(t["overtakers_short_share"], nd=2)])
+    return _emit(title + " (medians over the tail)", header, cells)
+
+
+def print_errors(summary: dict[str, Any]) -> str:
+    """Each distinct prediction's error size and structure (aging arms share their plain arm's)."""
+    b = summary["bound"]
+    w = summary["workload"]
+    st = summary.get("structure") or {}
+    title = (f"predictions on the workload's {w['distinct_samples']} samples of {w['prompts']} prompts "
+             f"(roles {', '.join(summary['roles']) or 'all'})"
+             + (f"; oracle bound {b['oracle_mae']:.1f} tokens" if b else "")
+             + "; tau / sd ratio / short in top decile are of the queue key")
+    header = ["arm", "prediction", "MAE (tokens, over prompts)", "MAE / bound", "rel. MAE (samples)",
+              "Kendall tau", "sd(key) / sd(true)", "short in top decile"]
+    cells = []
+    for e in summary["arms"]:
+        p = e["prediction"]
+        if p is None or " aging" in e["arm"]:
+            continue
+        what = f"table {Path(p['path']).name}" if p["model"] == "table" else p["model"]
+        if p["model"] == "lognormal":
+            what += f" (rel_mae {p['rel_mae']:g})"
+        cells.append([e["arm"], what, "-" if e["mae"] is None else f"{e['mae']:.1f}",
+                      _fmt(e.get("mae_over_bound")), _fmt(e["rel_mae_samples"]), _fmt(e["kendall_tau"]),
+                      _fmt(e["sd_ratio"], nd=2), _fmt(e["short_in_top_decile"])])
+    pm = st.get("prompt_median_in_sample")
+    if pm:
+        cells.append(["(any prompt-only ranking)", "prompt's own in-sample median", "-", "-", "-",
+                      _fmt(pm["kendall_tau"]), _fmt(pm["sd_ratio"], nd=2), _fmt(pm["short_in_top_decile"])])
+    md = _emit(title, header, cells, left=2)
+    if st.get("within_prompt_variance_share") is not None:
+        note = (f"within-prompt share of the true lengths' variance: {st['within_prompt_variance_share']:.3f} "
+                "(no prompt-only predictor can rank that part)")
+        print(note)
+        md += "\n\n" + note
+    return md
+
+
+def _rates(text: str | None) -> tuple[float, ...]:
+    from lenpred.errors import ConfigError
+
+    if text is None:
+        return AGING
+    if text.strip().lower() in ("", "none", "0"):
+        return ()
+    try:
+        rates = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--aging must be comma-separated tokens per second, got {text!r}",
+                          "e.g. --aging 100,300, or --aging none") from None
+    if any(not (np.isfinite(r) and r > 0) for r in rates):
+        raise ConfigError(f"--aging rates must be > 0 tokens per second, got {text!r}", "or --aging none for no aging arms")
+    return rates
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -218,6 +509,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--no-matched-noise", action="store_true",
                     help="leave out the lognormal arm at the first table's own relative error")
+    ap.add_argument("--aging", default=None, metavar="R1,R2",
+                    help="aging rates (tokens/s) of the aging arms on tables, noise and true lengths "
+                         f"(default {','.join(f'{r:g}' for r in AGING)}; 'none': no aging arms)")
+    ap.add_argument("--no-extra-arms", action="store_true",
+                    help="leave out the dispatch-only (fcfs+lpt) and lower-quantile (q10) arms of each table")
+    ap.add_argument("--no-anatomy", action="store_true", help="skip the dissection of the short tails at the top load")
     ap.add_argument("--out", default="out/sim/real_predictions", help="output folder")
     a = ap.parse_args(argv)
 
@@ -227,6 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     out = Path(a.out)
     try:
+        aging = _rates(a.aging)
         tables = _named(a.predictions, "--predictions")
         heads = _named(a.heads, "--heads")
         if not tables and not heads:
@@ -246,18 +544,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             tables += heads_to_tables(heads, a.run, a.features, a.split, out)
         cfg = build_config(a.config, a.run, tables, split=a.split, loads=loads, n_requests=a.n_requests, seed=a.seed,
                            plots=False if a.no_plots else None)
-        res, summary = run_experiment(cfg, say=say, matched_noise=not a.no_matched_noise)
+        res, summary = run_experiment(cfg, say=say, matched_noise=not a.no_matched_noise, aging=aging,
+                                      extra=not a.no_extra_arms, anatomy=not a.no_anatomy,
+                                      names={str(p): n for n, p in tables})
     except LenpredError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    from lenpred.commands.simulate import print_table
-
     path = res.write(out)
-    md_err = print_errors(summary)
-    md = print_table(res)
-    (out / "table.md").write_text(md + "\n\n" + md_err + "\n")
+    parts = [print_rows(summary), print_errors(summary), print_anatomy(summary)]
+    (out / "table.md").write_text("\n\n".join(x for x in parts if x) + "\n")
     atomic_write_json(out / "real_predictions.json", summary)
-    if cfg.plots:
+    if res.config.plots:
         from lenpred.sim.plots import write_plots
 
         for p in write_plots(res, out):
