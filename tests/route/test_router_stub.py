@@ -284,6 +284,10 @@ def test_annotate_mode_forwards_to_its_one_upstream(two):
         (q,) = a.requests()
         assert q["headers"]["x-lenpred-predicted-tokens"] == resp.headers["x-lenpred-predicted-tokens"]
         assert str(q["body"]["priority"]) == resp.headers["x-lenpred-priority"]
+        # every other path is the upstream's own (a sidecar stands in for it)
+        assert httpx.get(r.url + "/stub/stats").json()["name"] == "a"
+        assert httpx.get(r.url + "/health").status_code == 200
+        assert httpx.post(r.url + "/v1/nothing").json()["error"]["message"] == "no route POST /v1/nothing"
 
 
 def test_remote_estimator_down_falls_back_to_chars(two):

@@ -476,6 +476,31 @@ class Router:
                  int(ctx.query.stream), pred, ctx.est.source, ctx.priority if ctx.priority is not None else "-",
                  ctx.backend.label if ctx.backend else "-", ctx.attempts, what)
 
+    async def passthrough(self, request: Request) -> Response:
+        """Annotate mode: forward any other request to the one upstream, unchanged (GET or POST)."""
+        b = self.pool.backends[0]
+        try:
+            raw = await self._read_body(request)
+        except ApiError as e:
+            return _error(e)
+        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        headers = [(k, v) for k, v in request.headers.items() if k not in _DROP]
+        headers.append(("accept-encoding", "identity"))
+        if "content-type" in request.headers:
+            headers.append(("content-type", request.headers["content-type"]))
+        r: UpstreamResponse | None = None
+        try:
+            async with asyncio.timeout(self.cfg.timeouts.total_s):
+                r = await self.upstreams[0].request(request.method, path, headers, raw, self.cfg.timeouts.read_s)
+                body = await r.read()
+        except TimeoutError:
+            return _error(ApiError(504, f"upstream {b.label} did not answer in time", "server_error", code="timeout"))
+        except UpstreamError as e:
+            return _error(ApiError(502, f"upstream {b.label}: {e}", "server_error", code="backend_error"))
+        finally:
+            _close(r)
+        return Response(body, r.status, media_type=r.headers.get("content-type"))
+
     # ------------------------------------------------------------------ other endpoints
     def models(self) -> dict[str, Any]:
         seen: dict[str, dict[str, Any]] = {}
@@ -539,6 +564,12 @@ def create_app(cfg: RouterConfig, estimator: Any = None, transport: Any = None) 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:
         return Response(router.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    if cfg.mode == "annotate":
+        @app.api_route("/{path:path}", methods=["GET", "POST"], include_in_schema=False)
+        async def passthrough(path: str, request: Request) -> Response:
+            """A sidecar answers for its upstream: every other path is forwarded as it is (not predicted)."""
+            return await router.passthrough(request)
 
     _error_handlers(app)
     return app

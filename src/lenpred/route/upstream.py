@@ -263,14 +263,18 @@ class Upstream:
         self._idle.clear()
 
     async def post(self, path: str, headers: list[tuple[str, str]], body: bytes, read_s: float) -> UpstreamResponse:
-        """Send the request and read the status and headers (the body is read from the response)."""
-        head = [f"POST {self.prefix}{path} HTTP/1.1", f"Host: {self.hostport}", f"Content-Length: {len(body)}"]
+        """Send a POST and read the status and headers (the body is read from the response)."""
+        return await self.request("POST", path, headers, body, read_s)
+
+    async def request(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes,
+                      read_s: float) -> UpstreamResponse:
+        head = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.hostport}", f"Content-Length: {len(body)}"]
         head += [f"{k}: {v}" for k, v in headers if k.lower() not in ("host", "content-length", "transfer-encoding")]
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1", "replace") + body
         c = self._take()
         if c is not None:
             try:
-                return await self._exchange(c, data, read_s)
+                return await self._exchange(c, data, read_s, method == "HEAD")
             except UpstreamError as e:
                 self._release(c, reuse=False)
                 if e.kind != "stale":
@@ -281,12 +285,12 @@ class Upstream:
                 raise
         c = await self._connect()
         try:
-            return await self._exchange(c, data, read_s)
+            return await self._exchange(c, data, read_s, method == "HEAD")
         except BaseException:
             self._release(c, reuse=False)
             raise
 
-    async def _exchange(self, c: _Conn, data: bytes, read_s: float) -> UpstreamResponse:
+    async def _exchange(self, c: _Conn, data: bytes, read_s: float, head_request: bool = False) -> UpstreamResponse:
         c.last_io, c.deadline_s, c.timed_out = time.monotonic(), read_s, False
         self.watchdog.active.add(c)
         try:
@@ -326,4 +330,4 @@ class Upstream:
             headers["connection"] = "close"
         if 100 <= status < 200:  # an interim answer (100 Continue): not sent for our requests; refuse
             raise UpstreamError("broken", f"an unexpected interim answer {status}")
-        return UpstreamResponse(self, c, status, headers, buf[i + 4 :])
+        return UpstreamResponse(self, c, status, headers, buf[i + 4 :], head_request)
