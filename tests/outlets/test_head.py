@@ -9,6 +9,7 @@ oracle); a head whose labels were shuffled learns nothing and cannot beat the ca
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from lenpred.errors import CardMismatchError, ConfigError, DataError, NotFittedError
@@ -207,3 +208,91 @@ def test_two_piece_moments_match_sampling():
     mean, sd = two_piece_moments(np.array([m - Z90 * s1]), np.array([m]), np.array([m + Z90 * s2]))
     assert abs(mean[0] - x.mean()) < 0.2 and abs(sd[0] - x.std()) < 0.2
     assert abs(np.quantile(x, 0.1) - (m - Z90 * s1)) < 0.3 and abs(np.quantile(x, 0.9) - (m + Z90 * s2)) < 0.5
+
+
+# ------------------------------------------------------------------------------ row by row, online, refinement
+def _sample_rows(traj: Trajectory, k: int) -> Trajectory:
+    """The rows of the k-th sample of ``traj`` (in order of t)."""
+    key = traj.index["prompt_id"].astype(str) + "/" + traj.index["sample_idx"].astype(str)
+    return traj.take((key == key.unique()[k]).to_numpy())
+
+
+def _dist_equal(a, b, rows=slice(None)) -> None:
+    for f in ("mean", "spread", "q10", "q50", "q90"):
+        np.testing.assert_array_equal(getattr(a, f)[rows], getattr(b, f), err_msg=f)
+
+
+@pytest.mark.parametrize("name", ["outlets", "outlets-softlabel", "probe"])
+def test_a_rows_prediction_does_not_depend_on_the_rows_beside_it(name, data, heads):
+    """predict runs row by row: the whole test set, a shuffled subset and one sample give the same bits."""
+    h, te = heads[name], data["test"]["traj"]
+    full = h.predict_dist(te)
+    key = te.index["prompt_id"].astype(str) + "/" + te.index["sample_idx"].astype(str)
+    keep = key.isin(set(key.unique()[::3])).to_numpy()  # whole samples (the refinement is per sample)
+    rows = np.flatnonzero(keep)
+    shuffled = np.random.default_rng(0).permutation(rows)
+    _dist_equal(full, h.predict_dist(te.take(shuffled)), shuffled)
+    one = _sample_rows(te, 5)
+    first = int(np.flatnonzero((key == key.unique()[5]).to_numpy())[0])
+    _dist_equal(full, h.predict_dist(one), slice(first, first + one.n))
+
+
+@pytest.mark.parametrize("name", ["outlets", "outlets-softlabel", "probe"])
+def test_online_predictor_equals_offline_predict_bit_for_bit(name, data, heads):
+    """OnlineOutlets, fed one position at a time from arrays (as a generation feeds it), gives exactly the
+    offline predict_dist of those rows -- with the refinement's posterior carried between calls (probe)."""
+    h, te = heads[name], data["test"]["traj"]
+    for k in (0, 7, 20):
+        s = _sample_rows(te, k)
+        off = h.predict_dist(s)
+        ts = s.index["t"].to_numpy()
+        rows = {int(t): {b: v[i] for b, v in s.blocks.items()} for i, t in enumerate(ts)}
+        on = h.online()
+        got = [on.predict(int(t), rows.__getitem__) for t in ts]
+        for f in ("mean", "spread", "q10", "q50", "q90"):
+            np.testing.assert_array_equal(np.concatenate([getattr(g, f) for g in got]), getattr(off, f), err_msg=f)
+    assert (h.online().refiner is not None) == (name == "probe")
+
+
+def test_online_refinement_positions_must_increase(data, heads):
+    te = _sample_rows(data["test"]["traj"], 0)
+    rows = {int(t): {b: v[i] for b, v in te.blocks.items()} for i, t in enumerate(te.index["t"])}
+    on = heads["probe"].online()
+    on.predict(48, rows.__getitem__)
+    with pytest.raises(DataError, match="must increase"):
+        on.predict(32, rows.__getitem__)
+    on2 = heads["outlets"].online()
+    with pytest.raises(DataError, match="no block 'draft'"):
+        on2.predict(0, lambda t: {"fused": te.blocks["fused"][0]})
+
+
+def test_refinement_folds_checkpoints_only(data, heads):
+    """By hand on one sample: the posterior is carried through t = 0, the fixed token counts and the
+    stride grid (48 in the synthetic spec); a fraction row is one step from the latest checkpoint, and
+    its evidence is not carried on (dropping it changes no other row)."""
+    from lenpred.outlets.baselines import transition_matrix
+    from lenpred.predictors.outlets import refine_checkpoints
+
+    h = heads["probe"]
+    assert refine_checkpoints(h.feature_spec_) == (48, (32, 64, 128, 256, 512))
+    ts = np.array([0, 10, 32, 40, 48, 60, 96])  # checkpoints: 0, 32, 48, 96; fractions: 10, 40, 60
+    idx = pd.DataFrame({"prompt_id": "p", "sample_idx": 0, "t": ts})
+    lik = np.random.default_rng(3).dirichlet(np.ones(h.n_bins), size=ts.size)
+    got = h._refine(lik, idx)
+
+    def step(post, d, li):
+        v = li * (post @ transition_matrix(h.edges_, float(d)))
+        return v / v.sum()
+
+    p0 = lik[0] / lik[0].sum()
+    p32 = step(p0, 32, lik[2])
+    p48 = step(p32, 16, lik[4])
+    want = [p0, step(p0, 10, lik[1]), p32, step(p32, 8, lik[3]), p48, step(p48, 12, lik[5]), step(p48, 48, lik[6])]
+    np.testing.assert_allclose(got, np.array(want), rtol=1e-12, atol=0)
+    cp = np.isin(ts, [0, 32, 48, 96])
+    np.testing.assert_array_equal(h._refine(lik[cp], idx[cp]), got[cp])  # fractions carry nothing
+    # rows in any order, two samples interleaved: the same per sample
+    both = pd.concat([idx, idx.assign(sample_idx=1)], ignore_index=True)
+    order = np.random.default_rng(1).permutation(2 * ts.size)
+    out = h._refine(np.vstack([lik, lik[::-1]])[order], both.iloc[order].reset_index(drop=True))
+    np.testing.assert_array_equal(out[np.argsort(order)][: ts.size], got)

@@ -278,3 +278,68 @@ def test_features_and_generate_json_on_smollm2(tmp_path, monkeypatch, capsys) ->
         assert {"tokens", "text", "n_generated", "t", "remaining", "remaining_q10", "remaining_q90", "total"} <= set(x)
         assert x["remaining_q10"] <= x["remaining"] <= x["remaining_q90"]
     assert "% of the loop's mean target pass" in err
+
+
+# ------------------------------------------------------------------------------------------ outlets heads online
+def _rows_traj(rows_by_prompt: dict[str, dict[int, dict[str, np.ndarray]]], spec, ts=None):
+    """A Trajectory of online rows (per prompt: t -> blocks); placeholder lengths (t_max + 1)."""
+    import pandas as pd
+
+    from lenpred.outlets.store import Trajectory
+
+    idx, blocks = [], {}
+    for pid, rows in rows_by_prompt.items():
+        keep = sorted(rows) if ts is None else [int(t) for t in ts]
+        L = max(rows) + 1
+        idx.append(pd.DataFrame({"prompt_id": pid, "sample_idx": 0, "t": keep, "length": L,
+                                 "remaining": [L - t for t in keep], "truncated": False}))
+        for b in rows[keep[0]]:
+            blocks.setdefault(b, []).extend(rows[t][b] for t in keep)
+    return Trajectory(pd.concat(idx, ignore_index=True), {b: np.stack(v) for b, v in blocks.items()}, spec)
+
+
+TINY_HEADS = {
+    "probe": {"blocks": ("target",), "progress": False, "loss": "softlabel", "bins": "linear", "n_bins": 6,
+              "smoothing": 0.0, "refine": True, "hidden": 16, "depth": 1, "epochs": 3},
+    "outlets": {"blocks": ("draft", "draft_running"), "hidden": 16, "epochs": 3},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TINY_HEADS))
+def test_outlets_head_online_equals_offline_on_a_tiny_sequence(name, model, draft) -> None:
+    """A real outlets head in the speculative loop: each cycle's event is, bit for bit, the offline
+    predict_dist of the same rows at that t -- for the refining probe too, whose posterior the online
+    object carries from cycle to cycle (folding the checkpoints t = 0, 8, 16, ... and 32 as it passes them)."""
+    from lenpred.outlets.features import positions
+    from lenpred.predictors.outlets import OutletsHead
+
+    spec = {"positions": {"stride": 8, "fixed_tokens": [32]}, "draft": {"sha256": "tiny"}}
+    train = {f"p{i}": _online_rows(model, draft.model, PROMPTS[i])[1] for i in (0, 2)}
+    head = OutletsHead(**TINY_HEADS[name]).fit(_rows_traj(train, spec))
+    prompt = PROMPTS[1]
+    online = OnlineLengthHead(head, len(prompt), LAYERS)
+    assert online.fast is not None
+    rows: dict[int, dict[str, np.ndarray]] = {}
+
+    def on_cycle(c) -> None:
+        before = online.features.builder.t_latest
+        online(c)
+        for tt in range(before + 1, online.features.builder.t_latest + 1):
+            rows[tt] = {b: v[0] for b, v in online.features.builder.rows([tt]).items()}
+
+    g = SpeculativeDecoder(Target(model, LAYERS), draft.model, k=3, sampling=None, max_new_tokens=40,
+                           eos_ids=[]).generate(prompt, on_cycle=on_cycle)
+    assert len(online.events) > 10
+    if online.fast.refiner is not None:  # every checkpoint passed was folded in
+        assert online.fast.refiner.c == 8 * (online.events[-1].t // 8)
+    off = head.predict_dist(_rows_traj({"q": rows}, head.feature_spec_))  # every t from 0 on
+    for ev in online.events:
+        assert (ev.remaining, ev.remaining_q10, ev.remaining_q90, ev.remaining_mean) == (
+            off.q50[ev.t], off.q10[ev.t], off.q90[ev.t], off.mean[ev.t])
+    # offline on the stored positions of the scheme alone: the same numbers there (the refinement
+    # carries only the checkpoints, which the scheme holds), and online asked at exactly those positions too
+    ts = [int(t) for t in positions(len(g.tokens), 8) if t in rows]
+    stored = head.predict_dist(_rows_traj({"q": rows}, head.feature_spec_, ts))
+    np.testing.assert_array_equal(stored.q50, off.q50[ts])
+    on = head.online()
+    np.testing.assert_array_equal([on.predict(t, rows.__getitem__).q50[0] for t in ts], stored.q50)

@@ -28,9 +28,12 @@ rows cover every sample, like a prefill head's evaluation), then the fixed point
 512} and {floor(f L) for f in 0.1, 0.25, 0.5, 0.75} and a stride grid {stride, 2 stride, ...}, all
 with t < L; unique and sorted. With ``max_positions`` the fixed points are kept first (0, the
 fractions, then the absolute points; the evaluation reads exactly those) and the grid points that
-fit are spread evenly over the grid. A truncated sample (it hit max_new_tokens) has L = the cap, a
-lower bound: its fractions refer to that observed L, and its label ``remaining = L - t`` is a lower
-bound, flagged ``truncated`` (censored; never dropped, never treated as a length).
+fit are spread evenly over the grid.
+
+**Labels are lengths as served.** A sample stopped at max_new_tokens has L = the cap and exactly
+``remaining = cap - t`` tokens left under the card (what a server generates and a scheduler sees),
+so it is kept and labelled like any other sample; its fractions refer to that L. The ``truncated``
+flag only marks it, so a bench can also report EOS-only figures.
 """
 
 from __future__ import annotations
@@ -120,6 +123,10 @@ def block_names(layers: Sequence[int]) -> tuple[str, ...]:
 
 def _np(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):
+        import torch
+
+        if x.dtype is torch.float32 and x.device.type == "cpu" and not x.requires_grad:
+            return x.numpy()  # no copy (the online path, once per cycle)
         x = x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=np.float32)
 
@@ -167,6 +174,7 @@ class RowBuilder:
         self._draft, self._fused, self._target = _Grow(np.float32), _Grow(np.float32), _Grow(np.float32)
         self._csum = _Grow(np.float64)  # running sums of the draft states from s = first on
         self._total: np.ndarray | None = None
+        self._target_name = target_block(self.layers)
 
     @property
     def t_latest(self) -> int:
@@ -189,10 +197,13 @@ class RowBuilder:
         self._draft.append(o)
         self._fused.append(g)
         self._target.append(a[:, d_t : 2 * d_t])  # the middle of the three captured layers
-        c = np.cumsum(o.astype(np.float64), axis=0)
-        if self._total is not None:
-            c += self._total
-        self._total = c[-1].copy()
+        # running sums c_s = c_{s-1} + o_s in float64, row after row: the same recurrence (so the same
+        # bits) whether the rows come all at once (offline) or a few per cycle (online)
+        c = np.empty(o.shape, np.float64)
+        prev = self._total
+        for i in range(len(o)):
+            prev = np.add(prev, o[i], out=c[i]) if prev is not None else np.add(0.0, o[i], out=c[i])
+        self._total = c[-1]
         self._csum.append(c)
 
     def rows(self, ts: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
@@ -210,6 +221,16 @@ class RowBuilder:
         run = (self._csum.view()[t] / (t + 1)[:, None]).astype(np.float32)
         return {"draft": self._draft.view()[t], "fused": self._fused.view()[t],  # fancy indexing copies
                 target_block(self.layers): self._target.view()[t], "draft_running": run}
+
+
+    def row(self, t: int) -> dict[str, np.ndarray]:
+        """{block: (d,) float32} at one position t (0 <= t <= t_latest), the values of ``rows([t])[b][0]``
+        without the copies (views into the buffers, valid until the next :meth:`add`): the online path."""
+        if not 0 <= t <= self.t_latest:
+            raise DataError(f"no draft state for t = {t} yet (rows exist for 0..{self.t_latest})",
+                            "positions must lie within the part of the sequence the draft has read")
+        return {"draft": self._draft.a[t], "fused": self._fused.a[t], self._target_name: self._target.a[t],  # type: ignore[index]
+                "draft_running": (self._csum.a[t] / (t + 1)).astype(np.float32)}  # type: ignore[index]
 
 
 def sample_rows(draft: Any, aux: Any, tokens: Any, n_prompt: int, ts: Sequence[int] | np.ndarray,
@@ -252,6 +273,7 @@ def make_spec(*, target: Mapping[str, Any], draft: Mapping[str, Any], layers: Se
         "state": STATE_RULE,
         "positions": {"fixed_tokens": list(FIXED_TOKENS), "fractions": list(FRACTIONS), "t0": "always",
                       "stride": cfg.stride, "max_positions": cfg.max_positions},
-        "labels": {"remaining": "length - t", "truncated": "length is a lower bound (hit max_new_tokens)"},
+        "labels": {"remaining": "length - t, as served (a sample stopped at max_new_tokens: cap - t)",
+                   "truncated": "the sample hit max_new_tokens (length = the cap)"},
         "target_states": target_states,
     }

@@ -6,8 +6,14 @@ computed (``states``), their fc inputs (``fused``) and the target states they re
 consecutive positions; they go into the same :class:`lenpred.outlets.features.RowBuilder` the
 offline extraction uses, so a row online is the row offline (no extra forward pass: the head reads
 what the cycle computed anyway). The row at the newest position, t = the tokens generated before
-this cycle (see :func:`lenpred.outlets.features.state_position`), goes to the head as a one-row
-:class:`~lenpred.outlets.store.Trajectory`.
+this cycle (see :func:`lenpred.outlets.features.state_position`), goes to the head.
+
+**Two paths.** A head with an ``online()`` method (the ``outlets`` predictor:
+:class:`lenpred.predictors.outlets.OnlineOutlets`) gets one per generation and is fed the row's
+blocks as arrays (:meth:`~lenpred.outlets.features.RowBuilder.row`, views, no copies) -- no pandas, no
+spec check, no mode switch per cycle; the object also carries a refining head's posterior from
+cycle to cycle. Any other head gets the row as a one-row :class:`~lenpred.outlets.store.Trajectory`
+(refilled in place each cycle) through ``predict_dist``.
 
 **The head's contract** (the ``outlets`` predictor, or anything with the same two methods):
 ``predict(X)`` -> (n,) predicted *remaining* tokens L - t per row of the trajectory ``X``;
@@ -103,6 +109,8 @@ class OnlineLengthHead:
         # the head's own spec object when it has one: a head may skip its spec check on identity
         own = getattr(head, "feature_spec_", None)
         self.features = OnlineFeatures(n_prompt, layers, own if isinstance(own, dict) and own else spec)
+        make = getattr(head, "online", None)
+        self.fast = make() if callable(make) else None  # one per generation (a refining head's state)
         self.emit = emit
         self.events: list[LengthEvent] = []
         self.row_seconds: list[float] = []
@@ -113,9 +121,13 @@ class OnlineLengthHead:
         t = self.features.add_cycle(cycle)
         if t < 0:
             return None
-        X = self.features.trajectory(t)
-        t1 = time.perf_counter()
-        d = self.head.predict_dist(X)
+        if self.fast is not None:
+            t1 = time.perf_counter()
+            d = self.fast.predict(t, self.features.builder.row)
+        else:
+            X = self.features.trajectory(t)
+            t1 = time.perf_counter()
+            d = self.head.predict_dist(X)
         t2 = time.perf_counter()
         self.row_seconds.append(t1 - t0)
         self.head_seconds.append(t2 - t1)
