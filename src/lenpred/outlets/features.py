@@ -160,10 +160,12 @@ class RowBuilder:
 
     ``add(start, states, fused, aux)``: draft states o_s (n, d), fused inputs g_s (n, d) and the
     target's captured states (n, 3 d_t) at consecutive positions s = start .. start + n - 1; calls
-    must continue where the last one stopped. ``rows(ts)``: the blocks at positions t.
+    must continue where the last one stopped. ``rows(ts)``: the blocks at positions t. ``blocks``:
+    keep only these blocks (online, the ones the length head reads; default all of
+    :func:`block_names`) -- a kept block's values do not depend on which others are kept.
     """
 
-    def __init__(self, n_prompt: int, layers: Sequence[int]) -> None:
+    def __init__(self, n_prompt: int, layers: Sequence[int], blocks: Sequence[str] | None = None) -> None:
         if n_prompt < 2:
             raise DataError(f"a prompt of {n_prompt} token(s) has no draft state for t = 0 (it reads the last prompt "
                             "token as the next-token input of position P - 2)", "use prompts of 2 or more tokens")
@@ -171,10 +173,11 @@ class RowBuilder:
         self.layers = tuple(int(j) for j in layers)
         self.first = self.n_prompt - 2  # s of t = 0
         self.next = 0  # the next position add() expects
-        self._draft, self._fused, self._target = _Grow(np.float32), _Grow(np.float32), _Grow(np.float32)
-        self._csum = _Grow(np.float64)  # running sums of the draft states from s = first on
-        self._total: np.ndarray | None = None
         self._target_name = target_block(self.layers)
+        names = block_names(self.layers)
+        self.blocks = names if blocks is None else tuple(b for b in names if b in set(blocks))
+        self._grow = {b: _Grow(np.float64 if b == "draft_running" else np.float32) for b in self.blocks}
+        self._total: np.ndarray | None = None  # running sum of the draft states from s = first on
 
     @property
     def t_latest(self) -> int:
@@ -182,29 +185,35 @@ class RowBuilder:
         return max(self.next - 1 - self.first, -1)
 
     def add(self, start: int, states: Any, fused: Any, aux: Any) -> None:
-        o, g, a = _np(states), _np(fused), _np(aux)
-        n = len(o)
+        n = len(states)
         if start != self.next:
             raise ValueError(f"states must continue at position {self.next}, got {start}")
-        if not (len(g) == n and len(a) == n):
+        if not (len(fused) == n and len(aux) == n):
             raise ValueError("states, fused and aux must have one row per position")
         self.next += n
         lo = max(self.first - start, 0)  # rows of this call at s >= first
         if lo >= n:
             return
-        o, g, a = o[lo:], g[lo:], a[lo:]
-        d_t = a.shape[1] // 3
-        self._draft.append(o)
-        self._fused.append(g)
-        self._target.append(a[:, d_t : 2 * d_t])  # the middle of the three captured layers
-        # running sums c_s = c_{s-1} + o_s in float64, row after row: the same recurrence (so the same
-        # bits) whether the rows come all at once (offline) or a few per cycle (online)
-        c = np.empty(o.shape, np.float64)
-        prev = self._total
-        for i in range(len(o)):
-            prev = np.add(prev, o[i], out=c[i]) if prev is not None else np.add(0.0, o[i], out=c[i])
-        self._total = c[-1]
-        self._csum.append(c)
+        grow = self._grow
+        if "draft" in grow or "draft_running" in grow:
+            o = _np(states)[lo:]
+            if "draft" in grow:
+                grow["draft"].append(o)
+            if "draft_running" in grow:
+                # running sums c_s = c_{s-1} + o_s in float64, row after row: the same recurrence (so the
+                # same bits) whether the rows come all at once (offline) or a few per cycle (online)
+                c = np.empty(o.shape, np.float64)
+                prev = self._total
+                for i in range(len(o)):
+                    prev = np.add(prev, o[i], out=c[i]) if prev is not None else np.add(0.0, o[i], out=c[i])
+                self._total = c[-1]
+                grow["draft_running"].append(c)
+        if "fused" in grow:
+            grow["fused"].append(_np(fused)[lo:])
+        if self._target_name in grow:
+            a = _np(aux)[lo:]
+            d_t = a.shape[1] // 3
+            grow[self._target_name].append(a[:, d_t : 2 * d_t])  # the middle of the three captured layers
 
     def rows(self, ts: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
         """{block: (len(ts), d) float32} at positions ``ts`` (each 0 <= t <= t_latest)."""
@@ -214,14 +223,12 @@ class RowBuilder:
                             f"yet (rows exist for 0..{self.t_latest})",
                             "positions must lie within the part of the sequence the draft has read")
         if not t.size:
-            d = self._draft.a.shape[1] if self._draft.a is not None else 0
-            dt = self._target.a.shape[1] if self._target.a is not None else 0
-            return {b: np.zeros((0, w), np.float32) for b, w in zip(block_names(self.layers), (d, d, dt, d), strict=True)}
-        # buffer row i holds s = first + i, i.e. t = i
-        run = (self._csum.view()[t] / (t + 1)[:, None]).astype(np.float32)
-        return {"draft": self._draft.view()[t], "fused": self._fused.view()[t],  # fancy indexing copies
-                target_block(self.layers): self._target.view()[t], "draft_running": run}
-
+            return {b: np.zeros((0, g.a.shape[1] if g.a is not None else 0), np.float32) for b, g in self._grow.items()}
+        # buffer row i holds s = first + i, i.e. t = i; fancy indexing copies
+        out = {b: g.view()[t] for b, g in self._grow.items()}
+        if "draft_running" in out:
+            out["draft_running"] = (out["draft_running"] / (t + 1)[:, None]).astype(np.float32)
+        return out
 
     def row(self, t: int) -> dict[str, np.ndarray]:
         """{block: (d,) float32} at one position t (0 <= t <= t_latest), the values of ``rows([t])[b][0]``
@@ -229,8 +236,10 @@ class RowBuilder:
         if not 0 <= t <= self.t_latest:
             raise DataError(f"no draft state for t = {t} yet (rows exist for 0..{self.t_latest})",
                             "positions must lie within the part of the sequence the draft has read")
-        return {"draft": self._draft.a[t], "fused": self._fused.a[t], self._target_name: self._target.a[t],  # type: ignore[index]
-                "draft_running": (self._csum.a[t] / (t + 1)).astype(np.float32)}  # type: ignore[index]
+        out = {b: g.a[t] for b, g in self._grow.items()}  # type: ignore[index]
+        if "draft_running" in out:
+            out["draft_running"] = (out["draft_running"] / (t + 1)).astype(np.float32)
+        return out
 
 
 def sample_rows(draft: Any, aux: Any, tokens: Any, n_prompt: int, ts: Sequence[int] | np.ndarray,

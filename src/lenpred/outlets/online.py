@@ -10,9 +10,9 @@ this cycle (see :func:`lenpred.outlets.features.state_position`), goes to the he
 
 **Two paths.** A head with an ``online()`` method (the ``outlets`` predictor:
 :class:`lenpred.predictors.outlets.OnlineOutlets`) gets one per generation and is fed the row's
-blocks as arrays (:meth:`~lenpred.outlets.features.RowBuilder.row`, views, no copies) -- no pandas, no
-spec check, no mode switch per cycle; the object also carries a refining head's posterior from
-cycle to cycle. Any other head gets the row as a one-row :class:`~lenpred.outlets.store.Trajectory`
+blocks as arrays (:meth:`~lenpred.outlets.features.RowBuilder.row`, views, no copies; the builder
+keeps only the blocks the head reads) -- no pandas, no spec check, no mode switch per cycle; the
+object also carries a refining head's posterior from cycle to cycle. Any other head gets the row as a one-row :class:`~lenpred.outlets.store.Trajectory`
 (refilled in place each cycle) through ``predict_dist``.
 
 **The head's contract** (the ``outlets`` predictor, or anything with the same two methods):
@@ -72,8 +72,9 @@ class LengthEvent:
 class OnlineFeatures:
     """The rows of the sequence being decoded, fed cycle by cycle; a reusable one-row Trajectory."""
 
-    def __init__(self, n_prompt: int, layers: Sequence[int], spec: Mapping[str, Any] | None = None) -> None:
-        self.builder = RowBuilder(n_prompt, layers)
+    def __init__(self, n_prompt: int, layers: Sequence[int], spec: Mapping[str, Any] | None = None,
+                 blocks: Sequence[str] | None = None) -> None:
+        self.builder = RowBuilder(n_prompt, layers, blocks)  # blocks: only those the head reads (None: all)
         self.spec = spec if spec is not None else {}  # kept as given (not copied): see OnlineLengthHead
         self._traj: Trajectory | None = None
 
@@ -108,9 +109,10 @@ class OnlineLengthHead:
         self.head = head
         # the head's own spec object when it has one: a head may skip its spec check on identity
         own = getattr(head, "feature_spec_", None)
-        self.features = OnlineFeatures(n_prompt, layers, own if isinstance(own, dict) and own else spec)
         make = getattr(head, "online", None)
         self.fast = make() if callable(make) else None  # one per generation (a refining head's state)
+        self.features = OnlineFeatures(n_prompt, layers, own if isinstance(own, dict) and own else spec,
+                                       blocks=self.fast.blocks if self.fast is not None else None)
         self.emit = emit
         self.events: list[LengthEvent] = []
         self.row_seconds: list[float] = []
@@ -123,18 +125,18 @@ class OnlineLengthHead:
             return None
         if self.fast is not None:
             t1 = time.perf_counter()
-            d = self.fast.predict(t, self.features.builder.row)
+            mean, _, r10, r50, r90 = self.fast.predict_row(t, self.features.builder.row)
         else:
             X = self.features.trajectory(t)
             t1 = time.perf_counter()
             d = self.head.predict_dist(X)
+            mean, r10, r50, r90 = float(d.mean[0]), float(d.q10[0]), float(d.q50[0]), float(d.q90[0])
         t2 = time.perf_counter()
         self.row_seconds.append(t1 - t0)
         self.head_seconds.append(t2 - t1)
-        r50, r10, r90 = float(d.q50[0]), float(d.q10[0]), float(d.q90[0])
         total = t + r50
         ev = LengthEvent(cycle=int(cycle.index), committed=list(cycle.committed), n_generated=int(cycle.n_generated),
-                         t=int(t), remaining=r50, remaining_mean=float(d.mean[0]), remaining_q10=r10, remaining_q90=r90,
+                         t=int(t), remaining=r50, remaining_mean=mean, remaining_q10=r10, remaining_q90=r90,
                          total=total, total_q10=t + r10, total_q90=t + r90,
                          remaining_now=max(total - int(cycle.n_generated), 0.0), head_seconds=t2 - t0)
         self.events.append(ev)

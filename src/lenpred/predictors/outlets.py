@@ -193,13 +193,12 @@ def _soft_labels(y: np.ndarray, edges: np.ndarray, smoothing: float) -> np.ndarr
 
 # ---------------------------------------------------------------- the network, one row at a time
 Plan = list[tuple[Any, ...]]
-_R2 = np.float32(1.0 / np.sqrt(2.0))
 _C_TANH = np.float32(np.sqrt(2.0 / np.pi))
 
 
 def _plan(net: nn.Module) -> Plan:
     """The eval-mode forward of an :func:`lenpred.predictors.nn.mlp` as numpy steps: ("linear", W^T
-    (in, out) float32, b), ("gelu", approximate, erf); dropout left out (eval)."""
+    (in, out) float32, b), ("gelu", approximate, Phi); dropout left out (eval). GELU(x) = x Phi(x)."""
     plan: Plan = []
     mods = list(net.children()) if isinstance(net, nn.Sequential) else [net]
     for m in mods:
@@ -210,7 +209,7 @@ def _plan(net: nn.Module) -> Plan:
         elif isinstance(m, nn.GELU):
             from scipy import special
 
-            plan.append(("gelu", m.approximate, special.erf))
+            plan.append(("gelu", m.approximate, special.ndtr))
         elif not isinstance(m, nn.Dropout):
             raise DataError(f"the outlets head's network has a {type(m).__name__} layer; the predict path knows "
                             "Linear, GELU and Dropout", "retrain the head with this version of lenpred")
@@ -228,7 +227,7 @@ def _run(plan: Plan, x: np.ndarray) -> np.ndarray:
         elif step[1] == "tanh":
             x = np.float32(0.5) * x * (np.float32(1.0) + np.tanh(_C_TANH * (x + np.float32(0.044715) * x * x * x)))
         else:
-            x = np.float32(0.5) * x * (np.float32(1.0) + step[2](x * _R2))
+            x = x * step[2](x)
     return x
 
 
@@ -760,14 +759,19 @@ class OnlineOutlets:
             self._t[0] = t
             xn[0, -2] = t
             xn[0, -1] = np.log1p(self._t)[0]
-        if not np.isfinite(xn).all():
-            raise DataError(f"{self.head.name} input has NaN or infinite values at t = {t}", "check the draft states")
         np.subtract(xn, self._mean, out=xn)
         np.divide(xn, self._scale, out=xn)
-        return _run(self._plan, xn)[0]
+        o = _run(self._plan, xn)[0]
+        if not math.isfinite(float(o.sum())):  # a NaN or infinite input reaches the output
+            raise DataError(f"{self.head.name} input has NaN or infinite values at t = {t}", "check the draft states")
+        return o
 
     def predict(self, t: int, row: Callable[[int], Mapping[str, np.ndarray]]) -> Dist:
         """The remaining-length distribution at position t (one-element arrays, as ``predict_dist``)."""
+        return Dist(*(np.array([x]) for x in self.predict_row(t, row)))
+
+    def predict_row(self, t: int, row: Callable[[int], Mapping[str, np.ndarray]]) -> tuple[float, ...]:
+        """(mean, spread, q10, q50, q90) remaining tokens at position t, as floats."""
         h = self.head
         if not h._binned:
             v = h._row_regression(self.outputs(t, row(t)), float(t))
@@ -783,4 +787,4 @@ class OnlineOutlets:
                         r.fold(c, p if c == t else h._row_probs(self.outputs(c, row(c)), float(c)))
                 p = r.output(t, p)
             v = h._row_binned(p, float(t))
-        return Dist(*(np.array([x]) for x in v))
+        return v
