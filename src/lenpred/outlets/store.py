@@ -12,7 +12,7 @@ Layout (a :mod:`lenpred.artifacts` directory, kind ``trajectory``, card scope ``
       index.parquet        one row per position, in row order:
                              prompt_id (str), sample_idx (int), t (tokens generated so far, >= 0),
                              length (the sample's total generated tokens L), remaining (L - t),
-                             truncated (bool: the sample hit max_new_tokens, so L is a lower bound)
+                             truncated (bool: the sample hit max_new_tokens; labels are as served, cap - t)
 
 Rows of one sample are contiguous and sorted by t. :func:`load_trajectory` returns float32 blocks.
 """
