@@ -8,7 +8,6 @@ import json
 import math
 from pathlib import Path
 
-import httpx
 import pytest
 
 from lenpred.errors import ConfigError
@@ -229,25 +228,40 @@ def test_chars_estimator():
 
 
 def test_remote_estimator_answers_and_falls_back():
+    from aiohttp import web
+
     calls = {"n": 0}
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    async def predict(request: web.Request) -> web.Response:
         calls["n"] += 1
-        body = json.loads(request.content)
+        body = await request.json()
         if body["prompt"] == "garbage":
-            return httpx.Response(200, text="<html>")
+            return web.Response(text="<html>")
         if body["prompt"] == "down":
-            return httpx.Response(503, json={"detail": "down"})
-        return httpx.Response(200, json={"predicted_tokens": 120.0, "q10": 20.0, "q50": 100.0, "q90": 220.0,
-                                         "head": "proxy", "card_hash": "abc", "elapsed_ms": 1.0})
+            return web.json_response({"detail": "down"}, status=503)
+        if body["prompt"] == "slow":
+            await asyncio.sleep(1.0)
+        return web.json_response({"predicted_tokens": 120.0, "q10": 20.0, "q50": 100.0, "q90": 220.0,
+                                  "head": "proxy", "card_hash": "abc", "elapsed_ms": 1.0})
 
     async def go():
-        remote = RemoteEstimator("http://serve.test", transport=httpx.MockTransport(handler))
+        app = web.Application()
+        app.router.add_post("/v1/predict", predict)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        remote = RemoteEstimator(f"http://127.0.0.1:{port}", timeout_s=0.3)
         await remote.start()
         est = await remote.estimate(_query("hello"))
         assert est.tokens == 120 and est.source == "remote:proxy" and est.spread == pytest.approx(200 / (2 * 1.2815516))
         with pytest.raises(EstimateFailed, match="not a prediction"):
             await remote.estimate(_query("garbage"))
+        with pytest.raises(EstimateFailed, match="answered HTTP 503"):
+            await remote.estimate(_query("down"))
+        with pytest.raises(EstimateFailed, match="no prediction within 0.3 s"):
+            await remote.estimate(_query("slow"))
         falls: list[str] = []
         wf = WithFallback(remote, CharsEstimator(), retry_after_s=60.0, on_fallback=falls.append)
         est = await wf.estimate(_query("down"))
@@ -256,5 +270,11 @@ def test_remote_estimator_answers_and_falls_back():
         est = await wf.estimate(_query("hello"))  # within retry_after_s: the service is not asked
         assert est.source == "chars+fallback" and calls["n"] == n
         await remote.stop()
+        await runner.cleanup()
+        dead = RemoteEstimator(f"http://127.0.0.1:{port}", timeout_s=0.3)  # nothing listens there now
+        await dead.start()
+        with pytest.raises(EstimateFailed, match="Connection"):
+            await dead.estimate(_query("hello"))
+        await dead.stop()
 
     asyncio.run(go())

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import logging
 import math
 import re
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -28,14 +26,9 @@ from functools import partial
 from typing import Any
 
 import anyio
-import httpx
-
-if importlib.util.find_spec("sniffio") is None:
-    # httpcore tries `import sniffio` on every request; without the package each failed import searches
-    # sys.path (~0.3 ms, a third of the router's CPU per request). None in sys.modules fails it at once.
-    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from yarl import URL
 
 from lenpred.route.backends import Backend, Flight, Pool, QueueFull, QueueTimeout
 from lenpred.route.config import RouterConfig
@@ -43,7 +36,7 @@ from lenpred.route.estimators import Estimate, make_estimator
 from lenpred.route.metrics import RouterMetrics
 from lenpred.route.openai import ApiError, Query, SSECounter, backend_message, parse_request, sse_error_event
 from lenpred.route.priority import PriorityMapper
-from lenpred.route.upstream import Upstream, UpstreamError, UpstreamResponse, Watchdog
+from lenpred.route.upstream import Client, UpstreamError, UpstreamResponse
 
 __all__ = ["Router", "create_app"]
 
@@ -115,26 +108,20 @@ def _error(e: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
 class Router:
     """State and request handling; :func:`create_app` puts it behind FastAPI routes."""
 
-    def __init__(self, cfg: RouterConfig, estimator: Any = None, transport: Any = None) -> None:
+    def __init__(self, cfg: RouterConfig, estimator: Any = None) -> None:
         self.cfg = cfg
         self.pool = Pool(cfg.backends, cfg.policy, cfg.seed, cfg.limits.max_queued)
         self.metrics = RouterMetrics(self.pool)
         self.estimator = estimator if estimator is not None else make_estimator(
             cfg.estimator, on_fallback=lambda reason: self.metrics.fallbacks.inc())
         self.prio = PriorityMapper(cfg.priority, cfg.default_tokens)
-        self._transport = transport
-        self.client: httpx.AsyncClient | None = None  # health checks
-        t = cfg.timeouts
-        self.watchdog = Watchdog(tick_s=min(0.25, t.read_s / 4))
-        self.upstreams = [Upstream(b.url, t.connect_s, self.watchdog, max_idle=b.max_outstanding)
-                          for b in cfg.backends]
+        self.client = Client(cfg.timeouts.connect_s)  # backend requests and health checks
+        # each backend's endpoints, parsed once
+        self.targets = [{kind: URL(b.url + path) for kind, path in PATHS.items()} for b in self.pool.backends]
         self._health: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        t = self.cfg.timeouts
-        self.client = httpx.AsyncClient(transport=self._transport, follow_redirects=False,
-                                        timeout=httpx.Timeout(t.read_s, connect=t.connect_s))
-        self.watchdog.start()
+        await self.client.start()
         await self.estimator.start()
         # one round of checks before serving: /v1/models knows the models, a dead backend starts out
         await asyncio.gather(*(self.pool.check(self.client, b, self.cfg.health) for b in self.pool.backends))
@@ -149,11 +136,7 @@ class Router:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health
         await self.estimator.stop()
-        await self.watchdog.stop()
-        for up in self.upstreams:
-            await up.close()
-        if self.client is not None:
-            await self.client.aclose()
+        await self.client.close()
 
     # ------------------------------------------------------------------ one request
     async def handle(self, request: Request, kind: str) -> Response:
@@ -318,7 +301,7 @@ class Router:
                                code="backend_error"), "broken")
 
     async def _attempt(self, ctx: _Ctx, b: Backend) -> Response:
-        url = PATHS[ctx.query.kind]
+        url = self.targets[b.index][ctx.query.kind]
         while True:
             content = self._payload(ctx, b)
             headers = self._out_headers(ctx)
@@ -343,13 +326,13 @@ class Router:
                                 f"{self.cfg.timeouts.total_s:g} s", "server_error", code="timeout")
         return left
 
-    async def _unary(self, ctx: _Ctx, b: Backend, path: str, content: bytes,
+    async def _unary(self, ctx: _Ctx, b: Backend, url: URL, content: bytes,
                      headers: list[tuple[str, str]]) -> Response | tuple[int, bytes]:
         left = self._remaining(ctx)
         r: UpstreamResponse | None = None
         try:
             async with asyncio.timeout(left):  # a non-streamed answer may be silent until it is complete
-                r = await self.upstreams[b.index].post(path, headers, content, read_s=left + 1.0)
+                r = await self.client.post(url, headers, content, read_s=None)
                 raw = await r.read()
         except TimeoutError:
             raise ApiError(504, f"backend {b.label} did not answer within the router's total timeout of "
@@ -375,7 +358,7 @@ class Router:
         self.metrics.ttfb.observe(time.monotonic() - ctx.t_in)
         return Response(raw, 200, headers=self._reply_headers(ctx), media_type="application/json")
 
-    async def _stream(self, ctx: _Ctx, b: Backend, path: str, content: bytes,
+    async def _stream(self, ctx: _Ctx, b: Backend, url: URL, content: bytes,
                       headers: list[tuple[str, str]]) -> Response | tuple[int, bytes]:
         left = self._remaining(ctx)
         r: UpstreamResponse | None = None
@@ -383,7 +366,7 @@ class Router:
         first = bytearray()
         try:
             async with asyncio.timeout(left):
-                r = await self.upstreams[b.index].post(path, headers, content, read_s=self.cfg.timeouts.read_s)
+                r = await self.client.post(url, headers, content, read_s=self.cfg.timeouts.read_s)
                 if r.status != 200:
                     raw = await r.read(1 << 20)
                     r.close()
@@ -483,7 +466,8 @@ class Router:
             raw = await self._read_body(request)
         except ApiError as e:
             return _error(e)
-        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()  # as the client wrote it
+        path = raw_path.decode("latin-1") + (f"?{request.url.query}" if request.url.query else "")
         headers = [(k, v) for k, v in request.headers.items() if k not in _DROP]
         headers.append(("accept-encoding", "identity"))
         if "content-type" in request.headers:
@@ -491,7 +475,8 @@ class Router:
         r: UpstreamResponse | None = None
         try:
             async with asyncio.timeout(self.cfg.timeouts.total_s):
-                r = await self.upstreams[0].request(request.method, path, headers, raw, self.cfg.timeouts.read_s)
+                r = await self.client.request(request.method, URL(b.url + path, encoded=True), headers, raw,
+                                              self.cfg.timeouts.read_s)
                 body = await r.read()
         except TimeoutError:
             return _error(ApiError(504, f"upstream {b.label} did not answer in time", "server_error", code="timeout"))
@@ -527,10 +512,9 @@ def _close(r: UpstreamResponse | None) -> None:
         r.close()
 
 
-def create_app(cfg: RouterConfig, estimator: Any = None, transport: Any = None) -> FastAPI:
-    """The FastAPI app of a router (``estimator``: any object with start / estimate / stop, for tests;
-    ``transport``: an httpx transport for the backends, for tests)."""
-    router = Router(cfg, estimator=estimator, transport=transport)
+def create_app(cfg: RouterConfig, estimator: Any = None) -> FastAPI:
+    """The FastAPI app of a router (``estimator``: any object with start / estimate / stop, for tests)."""
+    router = Router(cfg, estimator=estimator)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import json
 import logging
 import math
 import time
@@ -245,26 +246,36 @@ class Pool:
 
     # -- health
     async def check(self, client: Any, b: Backend, health: HealthConfig) -> None:
-        import httpx
+        """One health check of ``b`` with ``client`` (a :class:`lenpred.route.upstream.Client`)."""
+        from lenpred.route.upstream import UpstreamError
 
         slow = False
         try:
-            r = await client.get(b.url + health.path, timeout=health.timeout_s)
-            ok = r.status_code == 200
-            reason = None if ok else f"health check answered HTTP {r.status_code}"
+            async with asyncio.timeout(health.timeout_s + client.connect_s):
+                r = await client.get(b.url + health.path, read_s=health.timeout_s)
+                try:
+                    raw = await r.read(4 << 20)
+                finally:
+                    r.close()
+            ok = r.status == 200
+            reason = None if ok else f"health check answered HTTP {r.status}"
             if ok and health.path.rstrip("/").endswith("/models") and not b.cfg.models:
-                self._models_from(b, r)
-        except Exception as e:  # any failure to answer is a failed check
+                self._models_from(b, raw)
+        except UpstreamError as e:  # any failure to answer is a failed check
+            ok, reason = False, f"health check failed: {e}"
+            slow = e.kind == "timeout"  # connected, but no answer in time: busy, perhaps, not dead
+        except TimeoutError:
+            ok, reason, slow = False, f"health check failed: no answer within {health.timeout_s:g} s", True
+        except Exception as e:  # never let one odd answer end the health loop
             ok, reason = False, f"health check failed: {type(e).__name__}: {e}".rstrip(": ")
-            slow = isinstance(e, httpx.ReadTimeout | httpx.PoolTimeout)
         b.check_result(ok, reason, health, slow)
         if ok:
             self._wake()
 
     @staticmethod
-    def _models_from(b: Backend, r: Any) -> None:
+    def _models_from(b: Backend, raw: bytes) -> None:
         try:
-            data = r.json()["data"]
+            data = json.loads(raw)["data"]
             models = {str(m["id"]): m for m in data if isinstance(m, dict) and "id" in m}
         except (ValueError, KeyError, TypeError):
             return

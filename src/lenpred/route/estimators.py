@@ -17,6 +17,7 @@ therefore always works, degraded, without a head.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import time
@@ -159,39 +160,48 @@ class _Resp:
 
 
 class RemoteEstimator:
-    """``POST {url}/v1/predict`` on a ``lenpred serve`` process."""
+    """``POST {url}/v1/predict`` on a ``lenpred serve`` process (kept-alive connections, one client session)."""
 
-    def __init__(self, url: str, timeout_s: float = 0.5, spread: float = 0.5, transport: Any = None) -> None:
-        self.url, self.timeout_s, self.rel, self._transport = url, timeout_s, spread, transport
+    def __init__(self, url: str, timeout_s: float = 0.5, spread: float = 0.5) -> None:
+        self.url, self.timeout_s, self.rel = url, timeout_s, spread
         self._client: Any = None
+        self._target: Any = None
 
     async def start(self) -> None:
-        import httpx
+        from yarl import URL
 
-        self._client = httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, transport=self._transport,
-                                         limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+        from lenpred.route.upstream import Client
+
+        self._client = Client(connect_s=self.timeout_s)
+        await self._client.start()
+        self._target = URL(self.url.rstrip("/") + "/v1/predict")
 
     async def stop(self) -> None:
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
 
     async def estimate(self, query: Query) -> Estimate:
-        import httpx
+        from lenpred.route.upstream import UpstreamError
 
         if query.prompt is None and query.messages is None:
             raise EstimateFailed("the prompt is token ids: the service reads text")
         t0 = time.perf_counter()
+        body = json.dumps(_predict_payload(query)).encode()
         try:
-            async with asyncio.timeout(self.timeout_s):  # httpx's timeouts are per phase, this one is total
-                r = await self._client.post("/v1/predict", json=_predict_payload(query))
+            async with asyncio.timeout(self.timeout_s):  # the whole exchange, not a phase of it
+                r = await self._client.post(self._target, _JSON, body, read_s=None)
+                try:
+                    raw = await r.read(1 << 20)
+                finally:
+                    r.close()
         except TimeoutError as e:
             raise EstimateFailed(f"{self.url}: no prediction within {self.timeout_s:g} s") from e
-        except httpx.HTTPError as e:
-            raise EstimateFailed(f"{self.url}: {type(e).__name__}: {e}") from e
-        if r.status_code != 200:
-            raise EstimateFailed(f"{self.url} answered HTTP {r.status_code}")
+        except UpstreamError as e:
+            raise EstimateFailed(f"{self.url}: {e}") from e
+        if r.status != 200:
+            raise EstimateFailed(f"{self.url} answered HTTP {r.status}")
         try:
-            j = r.json()
+            j = json.loads(raw)
             resp = _Resp(float(j["predicted_tokens"]), j.get("q10"), j.get("q90"), str(j.get("head", "?")),
                          j.get("card_hash"))
         except (ValueError, KeyError, TypeError) as e:
@@ -201,6 +211,9 @@ class RemoteEstimator:
         tokens = resp.predicted_tokens
         return Estimate(tokens, _spread(resp, tokens, self.rel), f"remote:{resp.head}",
                         (time.perf_counter() - t0) * 1e3, resp.card_hash)
+
+
+_JSON = (("content-type", "application/json"),)
 
 
 class WithFallback:
@@ -241,7 +254,7 @@ class WithFallback:
             return self._degraded(self.fallback.estimate_now(query))
 
 
-def make_estimator(cfg: EstimatorConfig, on_fallback: Any = None, transport: Any = None) -> Any:
+def make_estimator(cfg: EstimatorConfig, on_fallback: Any = None) -> Any:
     """The estimator a config asks for, wrapped with its fallback where it can fail."""
     fallback: CharsEstimator | NoEstimator = (
         CharsEstimator(cfg.chars_per_token, cfg.factor, cfg.spread) if cfg.fallback == "chars" else NoEstimator()
@@ -252,7 +265,7 @@ def make_estimator(cfg: EstimatorConfig, on_fallback: Any = None, transport: Any
         return NoEstimator()
     if cfg.kind == "remote":
         assert cfg.url is not None
-        primary: Any = RemoteEstimator(cfg.url, cfg.timeout_s, cfg.spread, transport=transport)
+        primary: Any = RemoteEstimator(cfg.url, cfg.timeout_s, cfg.spread)
         return WithFallback(primary, fallback, cfg.retry_after_s, on_fallback)
     assert cfg.head is not None
     # a head that fails per request falls back; one retried at once (no skip window: it is in-process)
