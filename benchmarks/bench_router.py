@@ -67,7 +67,21 @@ def _cpu_s(pid: int) -> float:
 
 def _machine() -> dict[str, Any]:
     return {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
-            "nice": os.nice(0)}
+            "nice": os.nice(0), "packages": _versions()}
+
+
+def _versions() -> dict[str, str | None]:
+    """What the router process runs on (it shares this environment): its HTTP client, and whether uvicorn
+    finds uvloop and httptools."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("aiohttp", "uvicorn", "uvloop", "httptools"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def _write(out: Path, obj: dict[str, Any]) -> None:

@@ -4,7 +4,8 @@ For each request: a predicted output length (a trained head in-process, a ``lenp
 cheap fallback), a priority for the backend's scheduler (vLLM's ``priority`` field, with aging), and a
 backend chosen by the simulator's dispatch policies (:mod:`lenpred.sim.policies`) over live load
 numbers. Modules: ``config`` (the config file), ``estimators``, ``backends`` (load, health),
-``priority``, ``openai`` (request checks, errors, SSE counting), ``app`` (the FastAPI app),
+``priority``, ``openai`` (request checks, errors, SSE counting), ``upstream`` (requests to other servers,
+on aiohttp), ``app`` (the FastAPI app),
 ``stub`` (a fixed-rate stub backend for tests and benchmarks).
 """
 

@@ -2,17 +2,19 @@
 aiohttp client session: keep-alive connections pooled per host, bodies relayed as they arrive, and
 aiohttp's errors turned into the three kinds the router acts on.
 
-Why aiohttp: relaying a token stream is one small read and one small write per token, and with hundreds
-of streams the client's per-read cost is most of the router's CPU. aiohttp's parser is compiled and its
-pool hands out a connection without scanning the others; httpx (httpcore's pool scan over every
-connection on every event) cost the router about twice as much CPU per request, measured with
-``benchmarks/bench_router.py overhead`` (docs/route.md, "Measured").
+Why aiohttp: relaying a token stream is one small read and one small write per token, so with hundreds
+of streams the client's per-read cost is a large part of the router's CPU. aiohttp's parser is compiled
+and its pool hands out a connection without scanning the others: measured with
+``benchmarks/bench_router.py overhead`` (docs/route.md, "Measured"), the router's CPU per request was
+1.1-1.2x that of the hand-written HTTP/1.1 client this replaced, and a quarter to a half of httpx's.
 
 Errors are :class:`UpstreamError` with ``kind``: ``connect`` (refused, unreachable, connect timeout),
 ``timeout`` (nothing read for ``read_s``) or ``broken`` (the connection closed, or the answer is not
-HTTP). A pooled connection that the server closed while idle can break under a request that was just
-sent on it; such a request (nothing of its answer read yet) is resent once on a fresh connection, as
-aiohttp itself does for idempotent methods (RFC 9112, 9.3.1).
+HTTP). A request whose connection closes before any of its answer arrived (typically a kept-alive
+connection that the server closed while idle) is resent once, as aiohttp itself does for idempotent
+methods (RFC 9112, 9.3.1); idle connections are dropped after ``keepalive_s`` (4 s), before uvicorn's
+default keep-alive of 5 s (vLLM, SGLang and llama-cpp-python serve on uvicorn; llama.cpp's own server
+also keeps 5 s), so that race is rare to begin with.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ def _kind(e: BaseException) -> UpstreamError:
     if isinstance(e, aiohttp.ServerDisconnectedError):
         return UpstreamError("broken", "the connection closed before the answer ended")
     if isinstance(e, aiohttp.ClientPayloadError):
-        return UpstreamError("broken", f"the answer's body is broken ({e})")
+        if "not completed" in str(e):  # the connection ended in the middle of the body
+            return UpstreamError("broken", "the connection closed before the answer ended")
+        return UpstreamError("broken", f"the answer's body is malformed ({e})")
     if isinstance(e, aiohttp.ClientResponseError | HttpProcessingError):  # the parser refused the answer
         return UpstreamError("broken", f"the answer is not valid HTTP/1.x ({e.message})".replace("\n", " "))
     return UpstreamError("broken", f"the connection broke ({type(e).__name__}: {e})")
@@ -115,7 +119,7 @@ class Client:
 
     def __init__(self, connect_s: float, keepalive_s: float = 4.0) -> None:
         self.connect_s = connect_s
-        self.keepalive_s = keepalive_s  # below the 5 s of uvicorn (vLLM, SGLang) and llama.cpp's server
+        self.keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
         self._watched: weakref.WeakSet[Any] = weakref.WeakSet()  # connections whose end is observed
