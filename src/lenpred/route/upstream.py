@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp.http_exceptions import HttpProcessingError
-from multidict import CIMultiDictProxy
 from yarl import URL
 
 __all__ = ["Client", "UpstreamError", "UpstreamResponse"]
@@ -66,7 +65,7 @@ class UpstreamResponse:
     def __init__(self, r: aiohttp.ClientResponse, closed: asyncio.Future[None] | None) -> None:
         self._r = r
         self.status: int = r.status
-        self.headers: CIMultiDictProxy[str] = r.headers
+        self.headers: Mapping[str, str] = r.headers  # case-insensitive
         self._closed = closed
         if closed is not None:
             closed.add_done_callback(self._lost)
