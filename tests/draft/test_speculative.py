@@ -3,8 +3,6 @@ and the draft states exposed online are the teacher-forced ones."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -20,13 +18,8 @@ from lenpred.errors import ConfigError
 PROMPTS = [[1, 5, 9, 22], [3], [7, 7, 7, 7, 7, 7], [40, 2, 81, 13, 13, 60, 5], [90, 11]]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    # tiny models: thread start-up costs more than the arithmetic (and the CPUs are shared)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny models: thread start-up costs more than the arithmetic (and the CPUs are shared)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class OracleDecoder(SpeculativeDecoder):

@@ -3,7 +3,6 @@ the teacher-forced state cache is reused and resumable."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,12 +20,8 @@ from lenpred.errors import DataError
 SPEC = SimpleNamespace(id="tiny", fingerprint="sha256:" + "ab" * 32)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny models: thread start-up costs more than the arithmetic (and the CPUs are shared)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _tau(target: Target, head, prompts: list[list[int]], eos: int) -> float:

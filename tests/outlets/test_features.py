@@ -3,8 +3,6 @@ censoring, the state cache, resume after a kill, shards, and the CLI on a tiny t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -23,12 +21,8 @@ from lenpred.outlets.store import Trajectory, load_trajectory
 LAYERS = (2, 4, 5)  # default_layers(8) of the tiny target
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny models: thread start-up costs more than the arithmetic (and the CPUs are shared)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ events say what they should, a head of another draft or target is refused, and t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -33,12 +32,8 @@ LAYERS = (2, 4, 5)
 PROMPTS = [[1, 5, 9, 22], [40, 2, 81, 13, 13, 60, 5], [90, 11]]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny models: thread start-up costs more than the arithmetic (and the CPUs are shared)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
