@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench_scripts import load_benchmark
 from lenpred.data.lengths import sample_lengths
 from predictors.synth import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bp = _module("bench_predictors")
+bp = load_benchmark("bench_predictors")
 
 
 def test_synthetic_heads_json(tmp_path, capsys):

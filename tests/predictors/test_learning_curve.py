@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from bench_scripts import load_benchmark
 from lenpred.bench import evaluate
 from lenpred.data.lengths import sample_lengths
 from lenpred.data.split import load_split
@@ -19,15 +18,7 @@ from predictors.synth import write_run
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-lc = _module("bench_learning_curve")
+lc = load_benchmark("bench_learning_curve")
 
 
 @pytest.fixture(scope="module")

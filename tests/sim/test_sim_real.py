@@ -4,15 +4,14 @@ synthetic run (planted truth) with a real ridge head's predictions."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from bench_scripts import load_benchmark
 from lenpred.bench import evaluate
 from lenpred.data.split import load_split
 from lenpred.errors import ConfigError, DataError
@@ -24,15 +23,7 @@ from predictors.synth import CARD, write_run
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-sr = _module("bench_sim_real")
+sr = load_benchmark("bench_sim_real")
 
 SMALL = {  # the committed experiment's arms on a cluster small enough for a test
     "name": "real_small", "seed": 0,
