@@ -15,10 +15,13 @@ loop) and once per chain length k, and reports
   pass (speed-up ~ tau / (verify + draft) when the rest is negligible).
 
     python benchmarks/bench_spec.py --run data/runs/smollm2-sharegpt --draft out/draft/smollm2 \\
-        --prompts 8 --max-new-tokens 128 --ks 1,2,3,4,5,6 --out out/bench_spec.json
+        --prompts 8 --max-new-tokens 128 --ks 1,2,3,4,5,6 --trees '5,8,48' --out out/bench_spec.json
+
+``--trees`` adds greedy rows with a dynamic draft tree (EAGLE-2's, as EAGLE-3 evaluates: ``k`` is then
+the tree's depth and ``tree`` = [depth, top-k, nodes]); under sampling only chains run.
 
 Writes the table to stdout and, with --out, a JSON file (schema in this docstring's keys:
-``rows[] = {mode, k, tau, tokens, seconds, tokens_per_s, speedup, target_forwards, target_seconds,
+``rows[] = {mode, k, tree, tau, tokens, seconds, tokens_per_s, speedup, target_forwards, target_seconds,
 draft_seconds, verify_cost, draft_cost, accept_cond[], accept_uncond[]}``).
 """
 
@@ -36,7 +39,7 @@ from lenpred.data.rundir import RunDir
 from lenpred.data.split import load_split
 from lenpred.draft.io import check_against_target, load_draft
 from lenpred.draft.sampling import sampling_from_card
-from lenpred.draft.speculative import SpeculativeDecoder
+from lenpred.draft.speculative import SpeculativeDecoder, TreeSpec
 from lenpred.draft.target import Target
 from lenpred.models import load
 
@@ -57,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--ks", default="1,2,3,4,5,6")
     ap.add_argument("--modes", default="greedy,sampling")
+    ap.add_argument("--trees", default="",
+                    help="greedy draft trees to add, ';'-separated DEPTH,TOPK,NODES (e.g. '5,8,48;6,10,60')")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out")
@@ -72,13 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     sampling = sampling_from_card(run.card["sampling"], max_new_tokens=a.max_new_tokens)
     card = sampling.to_dict()
     prompts = _prompts(run, a.prompts)
-    ks = [int(x) for x in a.ks.split(",")]
+    ks = [int(x) for x in a.ks.split(",") if x.strip()]
+    trees = [TreeSpec.parse(x) for x in a.trees.split(";") if x.strip()]
     rows = []
     for mode in a.modes.split(","):
         s = None if mode == "greedy" else sampling
-        configs = [0, *ks]
-        decs = {k: SpeculativeDecoder(target, head.model if k else None, k=k, sampling=s,
-                                      max_new_tokens=a.max_new_tokens, eos_ids=[eos]) for k in configs}
+        # a configuration: k (a chain of k drafts; 0 = plain decoding) or a tree (greedy only)
+        configs: list[int | TreeSpec] = [0, *ks, *(trees if mode == "greedy" else [])]
+        decs = {k: SpeculativeDecoder(target, head.model if k else None, k=k if isinstance(k, int) else 0,
+                                      sampling=s, max_new_tokens=a.max_new_tokens, eos_ids=[eos],
+                                      tree=k if isinstance(k, TreeSpec) else None) for k in configs}
         agg = {k: {"tok": 0, "secs": 0.0, "tsecs": 0.0, "dsecs": 0.0, "fwd": 0, "committed": 0, "cycles": 0,
                    "acc": []} for k in configs}
         # configurations interleaved prompt by prompt, so that a load change on this shared machine
@@ -102,10 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         for k in configs:
             x = agg[k]
             acc = x["acc"]
-            cond = [(sum(v >= j for v in acc) / max(sum(v >= j - 1 for v in acc), 1)) for j in range(1, k + 1)]
-            uncond = [sum(v >= j for v in acc) / max(len(acc), 1) for j in range(1, k + 1)]
+            depth = k if isinstance(k, int) else k.depth
+            cond = [(sum(v >= j for v in acc) / max(sum(v >= j - 1 for v in acc), 1)) for j in range(1, depth + 1)]
+            uncond = [sum(v >= j for v in acc) / max(len(acc), 1) for j in range(1, depth + 1)]
             tps = x["tok"] / x["secs"] if x["secs"] else 0.0
-            row = {"mode": mode, "k": k, "tau": x["committed"] / max(x["cycles"], 1), "tokens": int(x["tok"]),
+            tree = None if isinstance(k, int) else [k.depth, k.topk, k.nodes]
+            row = {"mode": mode, "k": depth, "tree": tree, "tau": x["committed"] / max(x["cycles"], 1),
+                   "tokens": int(x["tok"]),
                    "seconds": x["secs"], "tokens_per_s": tps, "speedup": tps / base if base else 1.0,
                    "target_forwards": x["fwd"], "target_seconds": x["tsecs"], "draft_seconds": x["dsecs"],
                    # cost of one verifying pass and of the drafting, in plain decoding passes
@@ -113,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                    "draft_cost": (x["dsecs"] / max(x["cycles"], 1)) / base_fwd_s if base_fwd_s else None,
                    "accept_cond": cond, "accept_uncond": uncond}
             rows.append(row)
-            print(f"{mode:8s} k={k}  tau {row['tau']:.2f}  {tps:6.2f} tok/s  speed-up {row['speedup']:.2f}  "
+            label = f"k={k}" if tree is None else "tree " + ",".join(map(str, tree))
+            print(f"{mode:8s} {label:12s} tau {row['tau']:.2f}  {tps:6.2f} tok/s  speed-up {row['speedup']:.2f}  "
                   f"verify {row['verify_cost'] or 0:.2f}x  draft {row['draft_cost'] or 0:.2f}x  "
                   f"accept@j {' '.join(f'{v:.2f}' for v in cond)}", flush=True)
     out = {"run": str(run.path), "draft": str(a.draft), "prompts": [p for p, _ in prompts],

@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", help="the user message (rendered with the chat template)")
     parser.add_argument("--prompt-file", help="read the user message from this file")
     parser.add_argument("--k", type=int, default=3, help="draft tokens per cycle (chain length, >= 1; default %(default)s)")
+    parser.add_argument("--tree", metavar="DEPTH,TOPK,NODES",
+                        help="greedy only: draft a dynamic tree (EAGLE-2/3 style, e.g. 5,8,48) instead of a chain of --k")
     parser.add_argument("--greedy", action="store_true", help="greedy decoding instead of the card's sampling")
     parser.add_argument("--card", help="take the sampling card from this run directory or card.json")
     parser.add_argument("--max-new-tokens", type=int, help="cap on generated tokens (default: the card's)")
@@ -74,6 +76,16 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--k must be >= 1 draft tokens per cycle, got {args.k}", "pass --k 1 or more")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
+    tree = None
+    if args.tree:
+        from lenpred.draft.speculative import TreeSpec
+
+        tree = TreeSpec.parse(args.tree)
+        if not args.draft:
+            raise ConfigError("--tree needs --draft: the tree is drafted by the EAGLE-3 head", "pass --draft HEAD")
+        if not args.greedy:
+            raise ConfigError("--tree is implemented for greedy decoding only",
+                              "add --greedy, or drop --tree to sample with a chain of --k drafts")
     if args.length_head and not args.draft:
         raise ConfigError("--length-head needs --draft: the length head reads the draft's hidden states",
                           "pass --draft HEAD (the draft head the length head was trained on)")
@@ -136,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     eos_ids = list(eos) if isinstance(eos, list | tuple) else [eos]
     dec = SpeculativeDecoder(target, head.model if head else None, k=args.k if head else 0,
                              sampling=None if args.greedy else sampling,
-                             max_new_tokens=sampling.max_new_tokens, eos_ids=eos_ids)
+                             max_new_tokens=sampling.max_new_tokens, eos_ids=eos_ids, tree=tree)
     events = open(args.events, "w", encoding="utf-8") if args.events else None  # noqa: SIM115
     printed = ""
     live = not args.json and args.length_head is not None and sys.stderr.isatty()
@@ -202,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
               f"cycles) = {100 * per / fwd:.2f}% of the loop's mean target pass ({1e3 * fwd:.1f} ms)", file=sys.stderr)
     if not args.quiet:
         mode = "greedy" if args.greedy else f"sampling ({where})"
-        spec_s = f"k={args.k}, tau={g.tau:.2f}, " if head else "plain, "
+        shape = f"tree {args.tree}" if tree is not None else f"k={args.k}"
+        spec_s = f"{shape}, tau={g.tau:.2f}, " if head else "plain, "
         print(f"lenpred generate: {len(g.tokens)} tokens in {dt:.1f}s ({len(g.tokens) / max(dt, 1e-9):.1f} tok/s), "
               f"{spec_s}{g.target_forwards} target forwards, {mode}, stop={g.stop_reason}", file=sys.stderr)
     return 0

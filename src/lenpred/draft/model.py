@@ -130,6 +130,36 @@ class Attention(nn.Module):
         p = torch.softmax(scores.float(), dim=-1).to(q.dtype)
         return self._out(p @ self._rep(v)), DraftKV(k, v)
 
+    def forward_tree(self, u: torch.Tensor, positions: torch.Tensor, kv: DraftKV | None,
+                     tree: tuple[torch.Tensor, torch.Tensor] | None, allowed: torch.Tensor
+                     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Tree drafting: m new nodes after the S cached real positions (batch 1). Each node sees every
+        real position, the earlier tree entries ``tree`` (E of them) where ``allowed`` (m, E) is True
+        (its ancestors), and itself. Returns the attention output and the nodes' own (k, v)."""
+        q, k, v = self._qkv(u, positions)
+        m = q.shape[2]
+        ks, vs = [], []
+        S = 0
+        if kv is not None and kv.length:
+            ks.append(kv.k)
+            vs.append(kv.v)
+            S = kv.length
+        E = 0
+        if tree is not None and tree[0].shape[2]:
+            ks.append(tree[0])
+            vs.append(tree[1])
+            E = int(tree[0].shape[2])
+        K = torch.cat([*ks, k], dim=2)
+        V = torch.cat([*vs, v], dim=2)
+        dev = u.device
+        mask = torch.cat([torch.ones((m, S), dtype=torch.bool, device=dev),
+                          allowed.to(dev).reshape(m, E),
+                          torch.eye(m, dtype=torch.bool, device=dev)], dim=1)  # (m, S + E + m)
+        scores = q @ self._rep(K).transpose(2, 3) / math.sqrt(self.hd)  # (1, H, m, S + E + m)
+        scores = scores.masked_fill(~mask, float("-inf"))
+        p = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        return self._out(p @ self._rep(V)), (k, v)
+
     def forward_ttt(self, u: torch.Tensor, positions: torch.Tensor,
                     steps: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Training-time test, step i = len(steps): column t attends to the step-0 keys of columns
@@ -270,6 +300,17 @@ class Eagle3Draft(nn.Module):
         u = layer._input(self.embed(next_ids), hidden)
         a, kv = layer.self_attn.forward_cached(u, positions, kv)
         return layer._finish(hidden, a), kv
+
+    def step_tree(self, hidden: torch.Tensor, next_ids: torch.Tensor, positions: torch.Tensor, kv: DraftKV | None,
+                  tree: tuple[torch.Tensor, torch.Tensor] | None, allowed: torch.Tensor
+                  ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`step` for m tree nodes at once (batch 1): each attends to the real cache ``kv``, to
+        the tree entries of its ancestors (``allowed`` (m, E) over ``tree``'s E entries) and to itself;
+        the draft cache is not extended. Returns o (1, m, d) and the nodes' (k, v)."""
+        layer = self.midlayer
+        u = layer._input(self.embed(next_ids), hidden)
+        a, kvn = layer.self_attn.forward_tree(u, positions, kv, tree, allowed)
+        return layer._finish(hidden, a), kvn
 
     def logits(self, o: torch.Tensor) -> torch.Tensor:
         """(..., d) draft states -> (..., N_draft) logits (float32)."""

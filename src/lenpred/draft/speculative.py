@@ -40,7 +40,45 @@ from lenpred.draft.sampling import CardSampler
 from lenpred.draft.target import Target
 from lenpred.errors import ConfigError
 
-__all__ = ["Cycle", "Generation", "SpeculativeDecoder", "cached_draft_states", "teacher_forced_draft_states"]
+__all__ = ["Cycle", "DraftTree", "Generation", "SpeculativeDecoder", "TreeSpec", "cached_draft_states",
+           "teacher_forced_draft_states"]
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    """A dynamic draft tree (EAGLE-2's, which EAGLE-3 keeps): ``depth`` levels; at each level the
+    ``topk`` best nodes by cumulative draft log-probability are expanded into their ``topk`` best
+    children; the ``nodes`` best nodes of the whole tree are verified in one target pass."""
+
+    depth: int = 5
+    topk: int = 8
+    nodes: int = 48
+
+    def __post_init__(self) -> None:
+        if self.depth < 1 or self.topk < 1 or self.nodes < 1:
+            raise ConfigError(f"a draft tree needs depth, topk and nodes >= 1, got {self.depth},{self.topk},{self.nodes}",
+                              "e.g. --tree 5,8,48 (depth, top-k, nodes)")
+
+    @classmethod
+    def parse(cls, text: str) -> TreeSpec:
+        """'DEPTH,TOPK,NODES', e.g. '5,8,48'."""
+        try:
+            d, k, n = (int(x) for x in str(text).split(","))
+        except ValueError:
+            raise ConfigError(f"cannot read the tree {text!r}", "write DEPTH,TOPK,NODES, e.g. --tree 5,8,48") from None
+        return cls(d, k, n)
+
+
+@dataclass
+class DraftTree:
+    """The verified part of a draft tree, nodes in verification order (depth first, then score):
+    ``tokens`` (target ids), ``parents`` (index into these nodes, -1 = the last committed token),
+    ``depths`` (1 = the token after it). Every node's parent comes before it."""
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+    states: dict[int, torch.Tensor] = field(default_factory=dict)  # node -> draft state of its expansion
 
 
 @dataclass
@@ -94,9 +132,17 @@ class SpeculativeDecoder:
     """Batch-1 decoding with an optional EAGLE-3 head. ``sampling=None`` is greedy."""
 
     def __init__(self, target: Target, draft: Eagle3Draft | None, *, k: int, sampling: SamplingConfig | None,
-                 max_new_tokens: int, eos_ids: Sequence[int]) -> None:
+                 max_new_tokens: int, eos_ids: Sequence[int], tree: TreeSpec | None = None) -> None:
+        if tree is not None:
+            if sampling is not None:
+                raise ConfigError("tree drafting is implemented for greedy decoding only",
+                                  "drop --tree to sample with a chain of k drafts (exact speculative sampling)")
+            if draft is None:
+                raise ConfigError("a draft tree needs a draft head", "pass --draft PATH with --tree")
+            k = tree.depth
         if draft is not None and k < 1:
             raise ConfigError(f"k must be >= 1 draft tokens per cycle, got {k}", "pass --k 1 or more")
+        self.tree = tree
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be positive, got {max_new_tokens}")
         self.target = target
@@ -176,6 +222,22 @@ class SpeculativeDecoder:
             states = o[0]
             if keep_states:
                 kept.append(states.detach().clone())
+            if self.tree is not None:
+                a, new, pending, props, chain = self._tree_cycle(st, res, o[:, -1:], dkv, T, cache)
+                done = self._commit(st, res, new)
+                dkv.crop(T)
+                ev = Cycle(index=cycle, proposed=props, accepted=a, committed=st.last_committed,
+                           states=states, positions=list(range(p0, T)),
+                           chain_states=torch.stack(chain) if chain else states.new_zeros((0, states.shape[-1])),
+                           n_generated=len(res.tokens), seconds=time.perf_counter() - tc, generated=res.tokens,
+                           fused=fused[0], aux=aux_in)
+                if on_cycle is not None:
+                    on_cycle(ev)
+                T += a + 1
+                cycle += 1
+                if done:
+                    break
+                continue
             # 2. the chain
             counts, seen = st.counts.clone(), st.seen.clone()
             props: list[int] = []
@@ -222,6 +284,116 @@ class SpeculativeDecoder:
             res.states = torch.cat(kept, dim=0)
         res.seconds = time.perf_counter() - t0
         return res
+
+    # ------------------------------------------------------------------ tree drafting (greedy)
+    def build_tree(self, root: torch.Tensor, T: int, dkv: DraftKV) -> DraftTree:
+        """Grow the dynamic tree from the draft state ``root`` (1, 1, d) of position T - 1 (whose
+        logits propose the token after the last committed one). Tests override this to inject trees."""
+        assert self.draft is not None and self.tree is not None
+        spec = self.tree
+        dev = root.device
+        w = min(spec.topk, self.draft.config.draft_vocab_size)
+        toks: list[int] = []  # draft ids
+        parents: list[int] = []
+        depths: list[int] = []
+        scores: list[float] = []
+        hid: dict[int, torch.Tensor] = {}  # expanded node -> its draft state o (d,)
+        entry: dict[int, int] = {}  # expanded node -> its index among the tree's K/V entries
+        anc: dict[int, list[int]] = {}  # node -> entries of its expanded strict ancestors
+        lp = torch.log_softmax(self.draft.logits(root)[0, -1], dim=-1)
+        v, ix = torch.topk(lp, w)
+        for s_, i_ in zip(v.tolist(), ix.tolist(), strict=True):
+            toks.append(i_)
+            parents.append(-1)
+            depths.append(1)
+            scores.append(s_)
+            anc[len(toks) - 1] = []
+        tk = tv = None
+        level = list(range(len(toks)))
+        for d in range(1, spec.depth):
+            grow = sorted(level, key=lambda n: -scores[n])[:w]
+            m = len(grow)
+            E = 0 if tk is None else int(tk.shape[2])
+            allowed = torch.zeros((m, E), dtype=torch.bool)
+            for r, n in enumerate(grow):
+                for e in anc[n]:
+                    allowed[r, e] = True
+            hidden = torch.stack([root[0, 0] if parents[n] < 0 else hid[parents[n]] for n in grow])[None]
+            ids = self._d2t_ids[torch.tensor([toks[n] for n in grow], device=dev)][None]
+            pos = torch.full((1, m), T - 1 + d, device=dev)
+            o, (k_, v_) = self.draft.step_tree(hidden, ids, pos, dkv, None if tk is None else (tk, tv), allowed)
+            tk = k_ if tk is None else torch.cat([tk, k_], dim=2)
+            tv = v_ if tv is None else torch.cat([tv, v_], dim=2)
+            lps = torch.log_softmax(self.draft.logits(o)[0], dim=-1)  # (m, N_draft)
+            cv, ci = torch.topk(lps, w, dim=-1)
+            level = []
+            for r, n in enumerate(grow):
+                hid[n] = o[0, r]
+                entry[n] = E + r
+                for s_, i_ in zip(cv[r].tolist(), ci[r].tolist(), strict=True):
+                    toks.append(i_)
+                    parents.append(n)
+                    depths.append(d + 1)
+                    scores.append(scores[n] + s_)
+                    anc[len(toks) - 1] = anc[n] + [E + r]
+                    level.append(len(toks) - 1)
+        # the best `nodes` nodes; a child never scores above its parent, and ties go to the shallower
+        # node, so the chosen set contains every chosen node's ancestors
+        order = sorted(range(len(toks)), key=lambda n: (-scores[n], depths[n], n))[: spec.nodes]
+        order.sort(key=lambda n: (depths[n], -scores[n], n))
+        new_index = {n: i for i, n in enumerate(order)}
+        tids = self._d2t_ids[torch.tensor([toks[n] for n in order], device=dev)].tolist()
+        return DraftTree(tokens=[int(t) for t in tids],
+                         parents=[-1 if parents[n] < 0 else new_index[parents[n]] for n in order],
+                         depths=[depths[n] for n in order],
+                         states={new_index[n]: hid[n] for n in order if n in hid})
+
+    def _tree_cycle(self, st: _State, res: Generation, root: torch.Tensor, dkv: DraftKV, T: int, cache: Any
+                    ) -> tuple[int, list[int], torch.Tensor, list[int], list[torch.Tensor]]:
+        """Draft a tree, verify it in one target pass, keep the accepted path's cache entries.
+        Returns (accepted drafts, tokens to commit, next cycle's pending target states, the tree's
+        tokens, the accepted path's draft states)."""
+        dev = self.target.device
+        tc = time.perf_counter()
+        tree = self.build_tree(root, T, dkv)
+        n = len(tree.tokens)
+        for i, p in enumerate(tree.parents):
+            if not -1 <= p < i:
+                raise ValueError(f"tree node {i} has parent {p}: parents must come first")
+        res.draft_seconds += time.perf_counter() - tc
+        # tokens at rows 0..n: the last committed token, then the nodes; each sees the cache, row 0
+        # and its own ancestors
+        vis = torch.zeros((n + 1, n + 1), dtype=torch.bool)
+        vis[:, 0] = True
+        for i, p in enumerate(tree.parents):
+            vis[i + 1, i + 1] = True
+            if p >= 0:
+                vis[i + 1] |= vis[p + 1]
+        vis[0, 0] = True
+        mask = torch.cat([torch.ones((n + 1, T), dtype=torch.bool), vis], dim=1)[None].to(dev)
+        pos = torch.tensor([[T] + [T + d for d in tree.depths]], device=dev)
+        ids = torch.tensor([[st.seq[T], *tree.tokens]], device=dev)
+        tt = time.perf_counter()
+        vlogits, vaux = self.target.forward(ids, cache, positions=pos, mask=mask)
+        res.target_seconds += time.perf_counter() - tt
+        res.target_forwards += 1
+        best = torch.argmax(vlogits[0], dim=-1).tolist()  # (n + 1,)
+        children: dict[int, dict[int, int]] = {}
+        for i, (p, t) in enumerate(zip(tree.parents, tree.tokens, strict=True)):
+            children.setdefault(p, {}).setdefault(t, i)
+        path: list[int] = []
+        cur, y = -1, int(best[0])
+        while y in children.get(cur, {}):
+            cur = children[cur][y]
+            path.append(cur)
+            y = int(best[cur + 1])
+        a = len(path)
+        res.accepted.append(a)
+        res.committed.append(a + 1)
+        self.target.keep(cache, list(range(T + 1)) + [T + 1 + i for i in path])
+        pending = vaux[0, [0] + [i + 1 for i in path]]
+        chain = [tree.states[i] for i in path if i in tree.states]
+        return a, [tree.tokens[i] for i in path] + [y], pending, tree.tokens, chain
 
     def _plain(self, st: _State, res: Generation, cache: Any, gen: torch.Generator | None,
                on_cycle: Callable[[Cycle], Any] | None) -> None:

@@ -62,9 +62,34 @@ class Target:
         if cur > n:
             cache.crop(n - cur)
 
-    def forward(self, ids: torch.Tensor, cache: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids (B, T) -> logits (B, T, V) float32, aux (B, T, 3 d) (the model's dtype)."""
-        kw = {self._cache_kw: cache} if cache is not None else {}
+    @staticmethod
+    def keep(cache: Any, index: list[int]) -> None:
+        """Keep only the cache positions ``index`` (in order): a tree's accepted path after its
+        verification, whose entries are not contiguous."""
+        layers = getattr(cache, "layers", None)
+        if layers is None:
+            raise ModelError("this transformers version's cache has no per-layer tensors: tree drafting "
+                             "needs transformers >= 4.56", "use a chain (no --tree)")
+        for layer in layers:
+            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+                continue
+            idx = torch.tensor(index, device=layer.keys.device)
+            layer.keys = layer.keys.index_select(-2, idx)
+            layer.values = layer.values.index_select(-2, idx)
+
+    def forward(self, ids: torch.Tensor, cache: Any = None, *, positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids (B, T) -> logits (B, T, V) float32, aux (B, T, 3 d) (the model's dtype).
+
+        ``positions`` (B, T) and ``mask`` (B, T, cached + T) bool, True = may attend: a tree's
+        verification, whose tokens sit at their depth's position and see only their ancestors."""
+        kw: dict[str, Any] = {self._cache_kw: cache} if cache is not None else {}
+        if positions is not None:
+            kw["position_ids"] = positions
+        if mask is not None:
+            dtype = self.model.get_input_embeddings().weight.dtype
+            add = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+            kw["attention_mask"] = add.masked_fill(~mask, torch.finfo(dtype).min)[:, None]  # (B, 1, T, S)
         out = self.model(input_ids=ids, use_cache=cache is not None, output_hidden_states=True, **kw)
         hs = out.hidden_states
         aux = torch.cat([hs[j] for j in self.layers], dim=-1)  # (B, T, 3d)
