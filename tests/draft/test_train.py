@@ -79,6 +79,17 @@ def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path) -> None:
     a, b = load_draft(tmp_path / "a").model.state_dict(), load_draft(tmp_path / "b").model.state_dict()
     for k in a:
         assert torch.equal(a[k], b[k]), k
+    assert load_draft(tmp_path / "b").meta["training"]["resumed_with_changes"] == []
+    # resumed under a shorter schedule: allowed, and the head's training card says so
+    with pytest.raises(KeyboardInterrupt):
+        train_draft(out=tmp_path / "c", ckpt_dir=tmp_path / "ck-c", _stop_after=4, **kw)
+    kw["cfg"] = cfg.replace(max_steps=6)
+    train_draft(out=tmp_path / "c", ckpt_dir=tmp_path / "ck-c", **kw)
+    train_draft(out=tmp_path / "c2", ckpt_dir=tmp_path / "ck-c", **kw)  # resumed again: recorded once
+    for out in ("c", "c2"):
+        meta = load_draft(tmp_path / out).meta["training"]
+        assert meta["steps"] == 6
+        assert meta["resumed_with_changes"] == [{"step": 4, "changed": {"max_steps": [12, 6]}}]
 
 
 def test_state_cache_is_reused_and_matches_teacher_forcing(tmp_path) -> None:

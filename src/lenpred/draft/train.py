@@ -388,6 +388,13 @@ def train_draft(
     step = 0
     history: dict[str, Any] = {"loss": [], "acc": [], "val": []}
     last = _latest_ckpt(kdir)
+    changed: dict[str, list[Any]] = {}  # settings that differ from the ones the checkpoints began with
+    if last is not None and (kdir / "key.json").is_file():
+        try:
+            began = json.loads((kdir / "key.json").read_text()).get("config", {})
+        except (json.JSONDecodeError, OSError):
+            began = {}
+        changed = {f: [began[f], v] for f, v in cfg.identity().items() if f in began and began[f] != v}
     if last is not None:
         ck = torch.load(last, map_location="cpu", weights_only=True)
         model.load_state_dict(ck["model"])
@@ -395,6 +402,12 @@ def train_draft(
         step = int(ck["step"])
         history = ck["history"]
         say(f"resuming from {last} (step {step})")
+        if changed:
+            say("resumed with changed settings (recorded in the head's training card): "
+                + ", ".join(f"{f} {a} -> {b}" for f, (a, b) in changed.items()))
+            seen = history.setdefault("resumed", [])
+            if not seen or seen[-1]["changed"] != changed:
+                seen.append({"step": step, "changed": changed})
     else:
         kdir.mkdir(parents=True, exist_ok=True)
         (kdir / "key.json").write_text(json.dumps(key, indent=2))
@@ -470,6 +483,7 @@ def train_draft(
                       "schedule": f"linear warm-up {cfg.warmup_steps} then linear decay to 0 at {cfg.max_steps}",
                       "grad_clip": cfg.grad_clip, "tokens_per_batch": cfg.tokens_per_batch},
         "steps": step, "seed": cfg.seed, "checkpoints": str(kdir),
+        "resumed_with_changes": history.get("resumed", []),
         "final": {"train_loss": tl, "train_acc": ta, "val_loss": vl, "val_acc": va},
         "speed": {"teacher_tokens_per_s": tf_rate, "steps_per_s": sps},
     }
