@@ -2,7 +2,9 @@
 
 The live part samples a few responses for a handful of ShareGPT prompts (a few minutes on two
 CPU cores) and prints each prompt's lengths: the spread within one prompt is what no prompt-only
-predictor can remove. The second part summarises the committed reference run.
+predictor can remove. The second part summarises the committed reference run, its bound and a few
+fast heads; the last runs one generation with the committed EAGLE-3 head while the OUTLETS head
+re-predicts the remaining length every cycle.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from lenpred.errors import ConfigError, DataError
 
 REFERENCE = Path("data/runs/smollm2-sharegpt")
 FEATURES = Path("data/features/smollm2-sharegpt")
+DRAFT = Path("data/draft/smollm2-135m")
+LENGTH_HEAD = Path("data/outlets/smollm2-sharegpt/outlets")
+LIVE_PROMPT = "Explain how a hash table works, with a short example in Python."
 DEMO_OPTIONS: dict[str, dict[str, int]] = {"llamacpp": {"n_parallel": 8}, "hf": {"batch_size": 8}}
 
 
@@ -36,6 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--features", default=str(FEATURES), help=f"its committed prefill features (default {FEATURES})")
     p.add_argument("--heads", default="constant,prompt-length,ridge",
                    help="fast heads trained on the committed features and benched (comma-separated; '' = none)")
+    p.add_argument("--draft", default=str(DRAFT), help=f"EAGLE-3 head for the live OUTLETS part (default {DRAFT})")
+    p.add_argument("--length-head", default=str(LENGTH_HEAD),
+                   help=f"OUTLETS length head for the live part (default {LENGTH_HEAD}; '' = skip the part)")
+    p.add_argument("--live-prompt", default=LIVE_PROMPT, help="the live OUTLETS generation's user message")
+    p.add_argument("--live-max-new-tokens", type=int, default=256, help="cap for the live OUTLETS generation")
 
 
 def _reference_card(path: Path) -> SamplingConfig | None:
@@ -95,7 +105,35 @@ def run(a: argparse.Namespace) -> int:
     heads = [h.strip() for h in a.heads.split(",") if h.strip()]
     if heads:
         _bench_heads(console, a.reference, a.features, heads)
+    if a.length_head:
+        _live_outlets(console, a.draft, a.length_head, a.live_prompt, a.live_max_new_tokens)
     return 0
+
+
+def _live_outlets(console: Console, draft: str, length_head: str, prompt: str, max_new: int) -> None:
+    """One generation with the EAGLE-3 head; the OUTLETS head re-predicts the remaining length as the
+    answer streams (`lenpred generate --draft D --length-head H` is the full version)."""
+    from lenpred.outlets.live import live_generation
+
+    console.rule("[bold]OUTLETS: the remaining length, re-predicted as the answer streams")
+    missing = [p for p in (draft, length_head) if not Path(p).is_dir()]
+    if missing:
+        console.print(f"(not committed yet: {', '.join(missing)}; see docs/draft.md and docs/outlets.md)")
+        return
+    console.print(f"prompt: {prompt!r} (card sampling, speculative decoding with {draft}, length head {length_head})")
+    r = live_generation(draft=draft, length_head=length_head, prompt=prompt, max_new_tokens=max_new,
+                        console=console)
+    console.print(" ".join(r.text.split())[:300] + (" ..." if len(r.text) > 300 else ""))
+    errs = r.errors()
+    if r.points:
+        first, mid = r.points[0], r.points[len(r.points) // 2]
+        cap = " (hit the cap: the answer would have been longer)" if r.stop_reason == "length" else ""
+        console.print(f"true length {r.n_tokens}{cap}; predicted total at {first.n_generated} tokens: "
+                      f"{first.total:.0f} (error {errs[0]:+.0f}), at {mid.n_generated}: {mid.total:.0f} "
+                      f"(error {errs[len(errs) // 2]:+.0f}); tau {r.tau:.2f}")
+    if r.head_ms_per_cycle is not None and r.target_ms_per_pass:
+        console.print(f"the length head cost {r.head_ms_per_cycle:.2f} ms per cycle = "
+                      f"{100 * r.head_ms_per_cycle / r.target_ms_per_pass:.2f}% of a target pass here")
 
 
 def _bench_heads(console: Console, run: str, features: str, heads: list[str]) -> None:
