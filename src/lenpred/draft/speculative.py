@@ -222,53 +222,17 @@ class SpeculativeDecoder:
             states = o[0]
             if keep_states:
                 kept.append(states.detach().clone())
+            res.draft_seconds += time.perf_counter() - tc
+            # 2-3. draft a chain (or a tree) from the last real state, verify it in one target pass;
+            # the target's cache keeps the verified prefix (or the tree's accepted path)
             if self.tree is not None:
                 a, new, pending, props, chain = self._tree_cycle(st, res, o[:, -1:], dkv, T, cache)
-                done = self._commit(st, res, new)
-                dkv.crop(T)
-                ev = Cycle(index=cycle, proposed=props, accepted=a, committed=st.last_committed,
-                           states=states, positions=list(range(p0, T)),
-                           chain_states=torch.stack(chain) if chain else states.new_zeros((0, states.shape[-1])),
-                           n_generated=len(res.tokens), seconds=time.perf_counter() - tc, generated=res.tokens,
-                           fused=fused[0], aux=aux_in)
-                if on_cycle is not None:
-                    on_cycle(ev)
-                T += a + 1
-                cycle += 1
-                if done:
-                    break
-                continue
-            # 2. the chain
-            counts, seen = st.counts.clone(), st.seen.clone()
-            props: list[int] = []
-            qs: list[torch.Tensor | None] = []
-            prev = o[:, -1:]  # (1, 1, d)
-            chain: list[torch.Tensor] = []
-            for j in range(self.k):
-                if j > 0:
-                    prev, dkv = self.draft.step(prev, torch.tensor([[props[-1]]], device=dev),
-                                                torch.tensor([[T - 1 + j]], device=dev), dkv)
-                    chain.append(prev[0, 0])
-                x, q = self.propose(self.draft.logits(prev)[0, -1], T + 1 + j, counts, seen, generator)
-                props.append(x)
-                qs.append(q)
-                counts[x] += 1
-                seen[x] = True
-            res.draft_seconds += time.perf_counter() - tc
-            # 3. verify in one target pass
-            tt = time.perf_counter()
-            vlogits, vaux = self.target.forward(torch.tensor([[seq[T], *props]], device=dev), cache)  # (1, k+1, ·)
-            res.target_seconds += time.perf_counter() - tt
-            res.target_forwards += 1
-            a, y = self._verify(vlogits[0], props, qs, st, generator)
-            new = props[:a] + [y]
-            res.accepted.append(a)
-            res.committed.append(len(new))
+            else:
+                a, new, pending, props, chain = self._chain_cycle(st, res, o[:, -1:], dkv, T, cache, generator)
             done = self._commit(st, res, new)
-            # 4. crop both caches to the verified prefix
-            self.target.crop(cache, T + a + 1)
+            # 4. the draft cache drops its chain entries; the verified positions' target states are
+            # next cycle's step 1
             dkv.crop(T)
-            pending = vaux[0, : a + 1]
             ev = Cycle(index=cycle, proposed=props, accepted=a, committed=st.last_committed,
                        states=states, positions=list(range(p0, T)),
                        chain_states=torch.stack(chain) if chain else states.new_zeros((0, states.shape[-1])),
@@ -284,6 +248,41 @@ class SpeculativeDecoder:
             res.states = torch.cat(kept, dim=0)
         res.seconds = time.perf_counter() - t0
         return res
+
+    def _chain_cycle(self, st: _State, res: Generation, root: torch.Tensor, dkv: DraftKV, T: int, cache: Any,
+                     gen: torch.Generator | None) -> tuple[int, list[int], torch.Tensor, list[int], list[torch.Tensor]]:
+        """Draft k tokens from the draft state ``root`` (1, 1, d) of position T - 1, verify them in one
+        target pass, crop the target's cache to the verified prefix. Returns (accepted drafts, tokens
+        to commit, next cycle's pending target states, the proposals, the chain's draft states)."""
+        assert self.draft is not None
+        dev = self.target.device
+        tc = time.perf_counter()
+        counts, seen = st.counts.clone(), st.seen.clone()
+        props: list[int] = []
+        qs: list[torch.Tensor | None] = []
+        prev = root
+        ckv = dkv  # the real prefix, extended by the chain's own entries (a new object: dkv is kept)
+        chain: list[torch.Tensor] = []
+        for j in range(self.k):
+            if j > 0:
+                prev, ckv = self.draft.step(prev, torch.tensor([[props[-1]]], device=dev),
+                                            torch.tensor([[T - 1 + j]], device=dev), ckv)
+                chain.append(prev[0, 0])
+            x, q = self.propose(self.draft.logits(prev)[0, -1], T + 1 + j, counts, seen, gen)
+            props.append(x)
+            qs.append(q)
+            counts[x] += 1
+            seen[x] = True
+        res.draft_seconds += time.perf_counter() - tc
+        tt = time.perf_counter()
+        vlogits, vaux = self.target.forward(torch.tensor([[st.seq[T], *props]], device=dev), cache)  # (1, k+1, ·)
+        res.target_seconds += time.perf_counter() - tt
+        res.target_forwards += 1
+        a, y = self._verify(vlogits[0], props, qs, st, gen)
+        res.accepted.append(a)
+        res.committed.append(a + 1)
+        self.target.crop(cache, T + a + 1)
+        return a, props[:a] + [y], vaux[0, : a + 1], props, chain
 
     # ------------------------------------------------------------------ tree drafting (greedy)
     def build_tree(self, root: torch.Tensor, T: int, dkv: DraftKV) -> DraftTree:
