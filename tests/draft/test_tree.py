@@ -60,6 +60,12 @@ class OracleTree(SpeculativeDecoder):
         return tree
 
 
+def _oracle(target, head, reference, n, eos, error=0.0, **kw) -> OracleTree:
+    """A depth-4 oracle tree decoder (the tree's shape comes from OracleTree, not from TreeSpec)."""
+    return OracleTree(target, head, k=0, sampling=None, max_new_tokens=n, eos_ids=eos, tree=TreeSpec(4, 1, 1),
+                      reference=reference, error=error, **kw)
+
+
 def test_random_head_tree_equals_plain_greedy() -> None:
     model = tiny_llama()
     target = Target(model)
@@ -81,34 +87,11 @@ def test_oracle_trees_hidden_among_decoys() -> None:
     for prompt in PROMPTS:
         plain = _plain(target, prompt, 40, [])
         # all right: depth + 1 tokens per pass although the true node is the last at every depth
-        dec = OracleTree(
-            target,
-            head,
-            k=0,
-            sampling=None,
-            max_new_tokens=40,
-            eos_ids=[],
-            tree=TreeSpec(4, 1, 1),
-            reference=prompt + plain,
-            error=0.0,
-        )
-        g = dec.generate(prompt)
+        g = _oracle(target, head, prompt + plain, 40, []).generate(prompt)
         assert g.tokens == plain
         assert set(g.accepted[:-1]) == {4} and g.tau > 4.5
         # partial acceptances at every depth: still the same output, cache gathered right
-        dec = OracleTree(
-            target,
-            head,
-            k=0,
-            sampling=None,
-            max_new_tokens=40,
-            eos_ids=[],
-            tree=TreeSpec(4, 1, 1),
-            reference=prompt + plain,
-            error=0.35,
-            seed=3,
-        )
-        g = dec.generate(prompt)
+        g = _oracle(target, head, prompt + plain, 40, [], error=0.35, seed=3).generate(prompt)
         assert g.tokens == plain
         assert len(set(g.accepted)) >= 3
 
@@ -122,29 +105,9 @@ def test_tree_eos_and_length_cut() -> None:
     eos = plain[9]
     want = _plain(target, prompt, 30, [eos])
     assert want == plain[: plain.index(eos)]
-    g = OracleTree(
-        target,
-        head,
-        k=0,
-        sampling=None,
-        max_new_tokens=30,
-        eos_ids=[eos],
-        tree=TreeSpec(4, 1, 1),
-        reference=prompt + plain,
-        error=0.0,
-    ).generate(prompt)
+    g = _oracle(target, head, prompt + plain, 30, [eos]).generate(prompt)
     assert g.tokens == want and g.stop_reason == "eos"
-    g = OracleTree(
-        target,
-        head,
-        k=0,
-        sampling=None,
-        max_new_tokens=7,
-        eos_ids=[],
-        tree=TreeSpec(4, 1, 1),
-        reference=prompt + plain,
-        error=0.0,
-    ).generate(prompt)
+    g = _oracle(target, head, prompt + plain, 7, []).generate(prompt)
     assert g.tokens == plain[:7] and g.stop_reason == "length"
 
 
@@ -238,26 +201,8 @@ def test_smollm2_tree_equals_plain_greedy() -> None:
         add_special_tokens=False,
     )["input_ids"]
     plain = _plain(target, prompt, 24, eos)
-    g = OracleTree(
-        target,
-        head,
-        k=0,
-        sampling=None,
-        max_new_tokens=24,
-        eos_ids=eos,
-        tree=TreeSpec(4, 1, 1),
-        reference=prompt + plain,
-        error=0.3,
-        wrong=3,
-        seed=1,
-    ).generate(prompt)
+    g = _oracle(target, head, prompt + plain, 24, eos, error=0.3, wrong=3, seed=1).generate(prompt)
     assert g.tokens == plain
     assert max(g.accepted) >= 2  # multi-token acceptances through non-contiguous rows happened
-    assert (
-        SpeculativeDecoder(
-            target, head, k=0, sampling=None, max_new_tokens=24, eos_ids=eos, tree=TreeSpec(3, 4, 12)
-        )
-        .generate(prompt)
-        .tokens
-        == plain
-    )
+    dec = SpeculativeDecoder(target, head, k=0, sampling=None, max_new_tokens=24, eos_ids=eos, tree=TreeSpec(3, 4, 12))
+    assert dec.generate(prompt).tokens == plain
