@@ -12,8 +12,12 @@ from lenpred.cli import main
 @needs_llama
 def test_demo_runs_live_and_summarises_reference(tmp_path, capsys):
     run = tmp_path / "demo"
-    assert main(["demo", "--prompts", "2", "--samples", "2", "--max-new-tokens", "16", "--run", str(run)]) == 0
+    assert main(["demo", "--prompts", "2", "--samples", "2", "--max-new-tokens", "16", "--run", str(run),
+                 "--live-max-new-tokens", "24"]) == 0
     out = capsys.readouterr().out
+    # the live OUTLETS part: the committed draft and length heads, a re-prediction line, the true length
+    assert "OUTLETS: the remaining length" in out and "tokens | remaining ~" in out and "true length" in out
+    assert "not committed yet" not in out
     assert "per-prompt decode lengths" in out and "the committed reference run" in out
     assert "prefill bound on the reference run" in out and "oracle MAE" in out
     # the fast heads trained on the committed features, benched against the bound
