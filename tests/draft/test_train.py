@@ -14,7 +14,7 @@ from lenpred.draft.io import load_draft
 from lenpred.draft.speculative import SpeculativeDecoder, cached_draft_states, teacher_forced_draft_states
 from lenpred.draft.states import StateCache
 from lenpred.draft.target import Target
-from lenpred.draft.train import DraftTrainConfig, train_draft
+from lenpred.draft.train import DraftTrainConfig, _digest, train_draft
 from lenpred.errors import DataError
 
 SPEC = SimpleNamespace(id="tiny", fingerprint="sha256:" + "ab" * 32)
@@ -126,3 +126,29 @@ def test_state_cache_is_reused_and_matches_teacher_forcing(tmp_path) -> None:
     # another top-k is another cache
     with pytest.raises(DataError, match="another topk"):
         train_draft(out=tmp_path / "h3", ckpt_dir=tmp_path / "ck3", **{**kw, "cfg": cfg.replace(topk=4)})
+
+
+def test_data_parallel_training_under_torchrun(tmp_path) -> None:
+    """Two processes under torchrun (gloo on the CPU): the ranks end with the same weights (the
+    gradients were averaged), rank 0 alone wrote the head, the cache and the checkpoints, and the
+    head's training card says world_size 2."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tiny_run(tmp_path / "run", tiny_llama(init=0.1), n_prompts=8, n_samples=2, max_new=20)
+    worker = Path(__file__).parent / "ddp_worker.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(worker),
+           str(tmp_path), "ddp"]
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r0 = json.loads((tmp_path / "ddp-rank0.json").read_text())
+    r1 = json.loads((tmp_path / "ddp-rank1.json").read_text())
+    assert r0["steps"] == r1["steps"] == 8
+    assert r0["digest"] == r1["digest"]  # gradients averaged: identical weights on both ranks
+    head = load_draft(tmp_path / "head-ddp")
+    assert head.meta["training"]["world_size"] == 2
+    assert _digest(head.model) == r0["digest"]  # the head is the trained weights
+    assert sorted(x.name for x in (tmp_path / "ck-ddp").glob("ckpt-*.pt")) == ["ckpt-0000004.pt", "ckpt-0000008.pt"]

@@ -113,7 +113,11 @@ def _train(args: argparse.Namespace) -> int:
         )
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    lm = load(name, device=args.device)
+    from lenpred.draft.train import Distributed
+
+    ddp = Distributed()  # under torchrun: one process per device, cuda -> cuda:LOCAL_RANK
+    device = ddp.device(args.device)
+    lm = load(name, device=device)
     target = Target(lm.model, layers)
 
     def say(msg: str) -> None:
@@ -121,7 +125,9 @@ def _train(args: argparse.Namespace) -> int:
 
     res = train_draft(run=run_dir, split=split, target=target, target_spec=lm.spec, cfg=cfg, out=out,
                       cache_dir=args.cache, ckpt_dir=args.ckpt, eos_id=_target_eos(run_dir.card, lm.tokenizer),
-                      progress=not args.no_progress, log=say, device=args.device)
+                      progress=not args.no_progress and ddp.main, log=say, device=device)
+    if not ddp.main:
+        return 0
     fmt = ", ".join
     rate = f" ({res.steps_per_s:.2f} steps/s this session)" if res.steps_per_s else ""
     say(f"wrote {res.head_path} after {res.steps} steps{rate}")

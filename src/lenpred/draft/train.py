@@ -46,7 +46,7 @@ from lenpred.draft.states import SampleStates, StateCache
 from lenpred.errors import ConfigError, DataError
 from lenpred.fileio import canonical_json
 
-__all__ = ["DraftTrainConfig", "TrainResult", "check_token_ids", "load_training_data", "train_draft"]
+__all__ = ["Distributed", "DraftTrainConfig", "TrainResult", "check_token_ids", "load_training_data", "train_draft"]
 
 
 class DraftTrainConfig(Config):
@@ -289,6 +289,78 @@ class TrainResult:
     steps_per_s: float | None  # None when the checkpoint was already at max_steps
     cache_dir: Path
     coverage: float
+    digest: str = ""  # sha256 of the final weights (every rank's must agree under data parallelism)
+
+
+def _digest(model: Any) -> str:
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().to("cpu").contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+class Distributed:
+    """Data-parallel training under a standard launcher (``torchrun``; accelerate's launcher sets the
+    same variables): WORLD_SIZE / RANK / LOCAL_RANK from the environment, one process per device.
+    Each optimiser step's batch is split across the ranks, DistributedDataParallel averages the
+    gradients, rank 0 teacher-forces the state cache, checkpoints, evaluates and writes the head.
+    With WORLD_SIZE unset or 1 nothing changes."""
+
+    def __init__(self) -> None:
+        self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        self.rank = int(os.environ.get("RANK", "0") or 0)
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+        self._ours = False
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def device(self, device: str) -> str:
+        """``cuda`` -> this process's ``cuda:LOCAL_RANK`` under a launcher."""
+        return f"cuda:{self.local_rank}" if self.active and device == "cuda" else device
+
+    def start(self, device: str) -> None:
+        if not self.active:
+            return
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dev = torch.device(device)
+            if dev.type == "cuda":
+                torch.cuda.set_device(dev)
+            dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+            self._ours = True
+
+    def barrier(self) -> None:
+        if self.active:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def stop(self) -> None:
+        if self._ours:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            self._ours = False
+
+
+class _LossModule(torch.nn.Module):
+    """The head with its loss as ``forward``, so DistributedDataParallel sees every use of the weights."""
+
+    def __init__(self, model: Any, loss: _Loss) -> None:
+        super().__init__()
+        self.model = model
+        self._loss = loss
+
+    def forward(self, samples: list[SampleStates]) -> tuple[torch.Tensor, list[float], list[float], list[int]]:
+        return self._loss(samples)
 
 
 def _lr_at(step: int, cfg: DraftTrainConfig) -> float:
@@ -341,7 +413,9 @@ def train_draft(
     from lenpred.draft.vocab import build_draft_vocab, count_tokens
     from lenpred.paths import home
 
-    say = log or (lambda m: None)
+    ddp = Distributed()
+    ddp.start(device)
+    say = (log or (lambda m: None)) if ddp.main else (lambda m: None)
     cfg.check()
     data = load_training_data(run, split, cfg, eos_id)
     layers = target.layers
@@ -350,15 +424,20 @@ def train_draft(
                 "card_hash": run.card_hash, "max_seq_len": cfg.max_seq_len, "target_id": target_spec.id,
                 "run": str(run.path)}
     cdir = Path(cache_dir) if cache_dir else default_cache_dir(run.card_hash, fp, layers, cfg.topk)
-    cache = StateCache.open_or_create(cdir, manifest)
     V = target.vocab_size
 
-    # 1. teacher forcing (cached, resumable)
-    all_tokens = sum(len(ids) for _, _, ss in data.jobs for _, ids, _ in ss)
-    bar = _bar(progress, all_tokens, "teacher forcing", initial=cache.n_tokens(
-        [(p, i) for p, _, ss in data.jobs for i, _, _ in ss]))
-    tf = cache.build(target, data.jobs, progress=lambda n, _: bar.update(n))
-    bar.close()
+    # 1. teacher forcing (cached, resumable; rank 0 fills the cache, the other ranks wait and read it)
+    tf: dict[str, float] = {"tokens": 0, "seconds": 0.0}
+    if ddp.main:
+        cache = StateCache.open_or_create(cdir, manifest)
+        all_tokens = sum(len(ids) for _, _, ss in data.jobs for _, ids, _ in ss)
+        bar = _bar(progress, all_tokens, "teacher forcing", initial=cache.n_tokens(
+            [(p, i) for p, _, ss in data.jobs for i, _, _ in ss]))
+        tf = cache.build(target, data.jobs, progress=lambda n, _: bar.update(n))
+        bar.close()
+    ddp.barrier()
+    if not ddp.main:
+        cache = StateCache.open(cdir)
     tf_rate = tf["tokens"] / tf["seconds"] if tf["tokens"] else None  # None: everything was cached already
     if tf["tokens"]:
         say(f"teacher forcing: {int(tf['tokens'])} tokens in {tf['seconds']:.0f}s ({tf_rate:.0f} tokens/s)")
@@ -408,14 +487,20 @@ def train_draft(
             seen = history.setdefault("resumed", [])
             if not seen or seen[-1]["changed"] != changed:
                 seen.append({"step": step, "changed": changed})
-    else:
+    elif ddp.main:
         kdir.mkdir(parents=True, exist_ok=True)
         (kdir / "key.json").write_text(json.dumps(key, indent=2))
 
     idx = cache.index()
     lengths = {k: int(idx[k][1]["n"]) + int(idx[k][2]["n"]) for k in data.keys + data.val_keys}  # prompt + response
     loss_fn = _Loss(model, cfg, V)
-    val = [cache.load(k) for k in data.val_keys]
+    step_fn: Any = loss_fn
+    if ddp.active:
+        dev = torch.device(device)
+        step_fn = torch.nn.parallel.DistributedDataParallel(
+            _LossModule(model, loss_fn), device_ids=[dev.index] if dev.type == "cuda" else None,
+            broadcast_buffers=False)
+    val = [cache.load(k) for k in data.val_keys] if ddp.main else []
 
     def evaluate() -> tuple[list[float], list[float]]:
         if not val:
@@ -437,11 +522,14 @@ def train_draft(
     bar = _bar(progress, cfg.max_steps, "training", initial=step)
     t0, steps_now = time.perf_counter(), 0
     while step < cfg.max_steps:
-        batch = [cache.load(k) for k in _batch_at(step, data.keys, lengths, cfg.tokens_per_batch, cfg.seed)]
+        keys = _batch_at(step, data.keys, lengths, cfg.tokens_per_batch, cfg.seed)
+        if ddp.active:  # this rank's share of the step's batch (a rank never goes empty)
+            keys = keys[ddp.rank :: ddp.world] or keys[ddp.rank % len(keys) :][:1]
+        batch = [cache.load(k) for k in keys]
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, cfg)
         opt.zero_grad(set_to_none=True)
-        loss, ls, acs, _ = loss_fn(batch)
+        loss, ls, acs, _ = step_fn(batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
@@ -452,11 +540,11 @@ def train_draft(
         bar.update(1)
         if hasattr(bar, "set_postfix_str"):
             bar.set_postfix_str(f"loss {ls[0]:.3f} acc {acs[0]:.2f}")
-        if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
+        if ddp.main and cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
             vl, va = evaluate()
             history["val"].append([step, vl, va])
             say(f"step {step}: val loss {', '.join(f'{x:.3f}' for x in vl)}; acc {', '.join(f'{x:.2f}' for x in va)}")
-        if step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
+        if ddp.main and (step % cfg.checkpoint_every == 0 or step == cfg.max_steps):
             _save_ckpt(kdir, step, model, opt, history)
         if _stop_after is not None and steps_now >= _stop_after and step < cfg.max_steps:
             bar.close()
@@ -464,6 +552,10 @@ def train_draft(
     bar.close()
     elapsed = time.perf_counter() - t0
     sps = steps_now / elapsed if steps_now else None
+    if not ddp.main:  # rank 0 evaluates and writes the head
+        ddp.barrier()
+        ddp.stop()
+        return TrainResult(Path(out), step, [], [], [], [], None, sps, cdir, 0.0, _digest(model))
     vl, va = evaluate()
     history["val"].append([step, vl, va])
     tail = history["loss"][-50:]
@@ -483,6 +575,7 @@ def train_draft(
                       "schedule": f"linear warm-up {cfg.warmup_steps} then linear decay to 0 at {cfg.max_steps}",
                       "grad_clip": cfg.grad_clip, "tokens_per_batch": cfg.tokens_per_batch},
         "steps": step, "seed": cfg.seed, "checkpoints": str(kdir),
+        "world_size": ddp.world,  # data-parallel processes (torchrun); the batch is split among them
         "resumed_with_changes": history.get("resumed", []),
         "final": {"train_loss": tl, "train_acc": ta, "val_loss": vl, "val_acc": va},
         "speed": {"teacher_tokens_per_s": tf_rate, "steps_per_s": sps},
@@ -491,7 +584,9 @@ def train_draft(
             "draft_vocab": {"size": cfg.draft_vocab_size, "coverage": coverage}, "training": training}
     model.eval()
     save_draft(model, out, fmt=cfg.format, dtype=cfg.dtype, card=card, config=cfg, meta=meta)
-    return TrainResult(Path(out), step, tl, ta, vl, va, tf_rate, sps, cdir, coverage)
+    ddp.barrier()
+    ddp.stop()
+    return TrainResult(Path(out), step, tl, ta, vl, va, tf_rate, sps, cdir, coverage, _digest(model))
 
 
 class _NoBar:
