@@ -30,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     t = sub.add_parser("train", help="train a head on a run's responses (training prompts only)",
                        description="train an EAGLE-3 head on a run's own responses (self-distillation)")
-    t.add_argument("--run", required=True, help="run directory with token ids (made by `lenpred collect`)")
+    t.add_argument("--run", "--run-dir", dest="run", required=True,
+                   help="run directory with token ids (made by `lenpred collect`); --run-dir is the spelling "
+                        "to use under torchrun, whose own --run-path swallows an abbreviated --run")
     t.add_argument("--out", required=True, help="output head directory")
     t.add_argument("--model", help="target model (default: the run's model)")
     t.add_argument("--cache", help="teacher-forced state cache (default: under $LENPRED_HOME/draft-states)")

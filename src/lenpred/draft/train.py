@@ -498,8 +498,7 @@ def train_draft(
     if ddp.active:
         dev = torch.device(device)
         step_fn = torch.nn.parallel.DistributedDataParallel(
-            _LossModule(model, loss_fn), device_ids=[dev.index] if dev.type == "cuda" else None,
-            broadcast_buffers=False)
+            _LossModule(model, loss_fn), device_ids=[dev.index] if dev.type == "cuda" else None)
     val = [cache.load(k) for k in data.val_keys] if ddp.main else []
 
     def evaluate() -> tuple[list[float], list[float]]:
