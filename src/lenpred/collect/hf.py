@@ -22,6 +22,7 @@ from pydantic import Field
 
 from lenpred.collect.base import ENGINES, EngineOptions, EngineSetup, Job, Result, SamplingConfig
 from lenpred.errors import EngineError
+from lenpred.models.loading import eos_ids
 
 
 def card_warpers(sampling: SamplingConfig) -> Any:
@@ -109,8 +110,7 @@ class HFEngine:
         self.s = sampling
         self.B = int(batch_size)
         self.device = torch.device(device)
-        eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
-        self.eos = set(eos if isinstance(eos, list | tuple) else [eos])
+        self.eos = set(eos_ids(model, tokenizer))
         self.vocab = int(model.get_output_embeddings().weight.shape[0])
         self.cache_kw = _cache_kwarg(model)
         self.row_steps = 0  # decode row-steps computed

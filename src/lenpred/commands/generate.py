@@ -102,53 +102,28 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"prompt file {pf} is not UTF-8 text") from None
     import torch
 
-    from lenpred.data.sources import PromptConfig, render
-    from lenpred.draft.io import check_against_target, load_draft
+    from lenpred.data.sources import PromptConfig, encode_prompt
     from lenpred.draft.sampling import sampling_from_card
     from lenpred.draft.speculative import SpeculativeDecoder
     from lenpred.draft.target import Target
-    from lenpred.models import EMBEDDED, load
-    from lenpred.models.loading import hf_folder
+    from lenpred.models import load
+    from lenpred.models.loading import eos_ids
+    from lenpred.outlets.online import open_heads
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    head = load_draft(args.draft) if args.draft else None
-    lh_spec = None
-    if args.length_head:
-        from lenpred.outlets.extract import draft_identity
-        from lenpred.outlets.online import check_head_spec, read_head_spec
-
-        lh_spec = read_head_spec(args.length_head)
-        draft_id = draft_identity(head)
-        check_head_spec(lh_spec, draft=draft_id, target_fingerprint=None,
-                        layers=(lh_spec.get("layers") or {}).get("draft_input") or [],
-                        what=f"length head {args.length_head}")
-    rec = ((head.meta or {}).get("target") or {}) if head else {}
-    model_name = args.model or rec.get("id") or EMBEDDED
-    spec, folder = hf_folder(model_name)
-    from transformers import AutoConfig
-
-    tcfg = AutoConfig.from_pretrained(folder)
-    layers = check_against_target(head, tcfg, fingerprint=spec.fingerprint) if head else None
-    if lh_spec is not None:  # now with the target: another target or layers are refused too
-        check_head_spec(lh_spec, draft=draft_id, target_fingerprint=spec.fingerprint, layers=layers,
-                        what=f"length head {args.length_head}")
-        from lenpred.outlets.online import load_length_head
-
-        length_head = load_length_head(args.length_head)
+    heads = open_heads(args.draft, args.length_head, model=args.model)
+    head, layers, length_head, lh_spec = heads.draft, heads.layers, heads.length_head, heads.length_spec
     sampling_d, prompts_d, where = _sampling_card(args, head.meta if head else None)
     sampling = sampling_from_card(sampling_d, max_new_tokens=args.max_new_tokens, seed=args.seed)
-    lm = load(model_name)
+    lm = load(heads.model)
     target = Target(lm.model, layers)
     pcfg = PromptConfig(chat_template=not args.no_chat_template and prompts_d.get("chat_template", True),
                         system_prompt=prompts_d.get("system_prompt"))
-    rendered = render(lm.tokenizer, text, pcfg)
-    ids = lm.tokenizer(rendered, add_special_tokens=not pcfg.chat_template)["input_ids"]
-    eos = getattr(lm.model.generation_config, "eos_token_id", None) or lm.tokenizer.eos_token_id
-    eos_ids = list(eos) if isinstance(eos, list | tuple) else [eos]
+    ids = encode_prompt(lm.tokenizer, text, pcfg)
     dec = SpeculativeDecoder(target, head.model if head else None, k=args.k if head else 0,
-                             sampling=None if args.greedy else sampling,
-                             max_new_tokens=sampling.max_new_tokens, eos_ids=eos_ids, tree=tree)
+                             sampling=None if args.greedy else sampling, max_new_tokens=sampling.max_new_tokens,
+                             eos_ids=eos_ids(lm.model, lm.tokenizer), tree=tree)
     events = open(args.events, "w", encoding="utf-8") if args.events else None  # noqa: SIM115
     printed = ""
     live = not args.json and args.length_head is not None and sys.stderr.isatty()

@@ -37,7 +37,8 @@ from lenpred.errors import ConfigError, DataError
 from lenpred.fileio import file_sha256
 from lenpred.registry import Registry
 
-__all__ = ["SOURCES", "PromptConfig", "build_prompt_table", "load_raw", "read_records", "render", "text_sha256"]
+__all__ = ["SOURCES", "PromptConfig", "build_prompt_table", "encode_prompt", "load_raw", "read_records", "render",
+           "text_sha256"]
 
 RawLoader = Callable[[Path | None], pd.DataFrame]
 SOURCES: Registry[RawLoader] = Registry("prompt source")
@@ -253,6 +254,12 @@ def render(tokenizer: Any, prompt: str, cfg: PromptConfig) -> str:
     if cfg.system_prompt is not None:
         messages.insert(0, {"role": "system", "content": cfg.system_prompt})
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def encode_prompt(tokenizer: Any, prompt: str, cfg: PromptConfig) -> list[int]:
+    """The token ids the model sees for a user message: :func:`render`, then the tokenizer (special
+    tokens only where no chat template supplies them)."""
+    return list(tokenizer(render(tokenizer, prompt, cfg), add_special_tokens=not cfg.chat_template)["input_ids"])
 
 
 def build_prompt_table(

@@ -208,6 +208,13 @@ def _convert_gguf(spec: ModelSpec) -> Path:
     return target
 
 
+def eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The ids that end a generation: the model's generation config's (one or several), else the
+    tokenizer's EOS."""
+    eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
+    return [int(e) for e in eos] if isinstance(eos, list | tuple) else [int(eos)]
+
+
 def hf_folder(name_or_path: str | ModelSpec) -> tuple[ModelSpec, Path]:
     """The spec and a folder transformers loads without ``gguf_file`` (converting a GGUF once)."""
     spec = name_or_path if isinstance(name_or_path, ModelSpec) else resolve(name_or_path)

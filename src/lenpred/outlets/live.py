@@ -57,17 +57,14 @@ def live_generation(*, draft: str | Path, length_head: str | Path, prompt: str, 
 
     import numpy as np
     import torch
-    from transformers import AutoConfig
 
-    from lenpred.data.sources import PromptConfig, render
-    from lenpred.draft.io import check_against_target, load_draft
+    from lenpred.data.sources import PromptConfig, encode_prompt
     from lenpred.draft.sampling import sampling_from_card
     from lenpred.draft.speculative import SpeculativeDecoder
     from lenpred.draft.target import Target
-    from lenpred.models import EMBEDDED, load
-    from lenpred.models.loading import hf_folder
-    from lenpred.outlets.extract import draft_identity
-    from lenpred.outlets.online import OnlineLengthHead, check_head_spec, load_length_head, read_head_spec
+    from lenpred.models import load
+    from lenpred.models.loading import eos_ids
+    from lenpred.outlets.online import OnlineLengthHead, open_heads
 
     if not str(prompt).strip():
         raise ConfigError("the prompt is empty", "pass a user message")
@@ -76,29 +73,16 @@ def live_generation(*, draft: str | Path, length_head: str | Path, prompt: str, 
     for what, p in (("draft head", draft), ("length head", length_head)):
         if not Path(p).is_dir():
             raise DataError(f"{what} {p} does not exist", "see docs/outlets.md for the commands that make it")
-    head = load_draft(draft)
-    spec_lh = read_head_spec(length_head)
-    did = draft_identity(head)
-    check_head_spec(spec_lh, draft=did, target_fingerprint=None,
-                    layers=(spec_lh.get("layers") or {}).get("draft_input") or [], what=f"length head {length_head}")
-    meta = head.meta or {}
-    model_name = (meta.get("target") or {}).get("id") or EMBEDDED
-    mspec, folder = hf_folder(model_name)
-    layers = check_against_target(head, AutoConfig.from_pretrained(folder), fingerprint=mspec.fingerprint)
-    check_head_spec(spec_lh, draft=did, target_fingerprint=mspec.fingerprint, layers=layers,
-                    what=f"length head {length_head}")
-    lhead = load_length_head(length_head)
-    card = ((meta.get("training") or {}).get("run_card")) or {}
+    heads = open_heads(draft, length_head)
+    card = (((heads.draft.meta or {}).get("training") or {}).get("run_card")) or {}
     sampling = sampling_from_card(card.get("sampling") or {}, max_new_tokens=max_new_tokens, seed=seed)
     pd_ = card.get("prompts") or {}
-    lm = load(model_name)
-    target = Target(lm.model, layers)
-    pcfg = PromptConfig(chat_template=pd_.get("chat_template", True), system_prompt=pd_.get("system_prompt"))
-    ids = lm.tokenizer(render(lm.tokenizer, prompt, pcfg), add_special_tokens=not pcfg.chat_template)["input_ids"]
-    eos = getattr(lm.model.generation_config, "eos_token_id", None) or lm.tokenizer.eos_token_id
-    eos_ids = list(eos) if isinstance(eos, list | tuple) else [eos]
-    dec = SpeculativeDecoder(target, head.model, k=k, sampling=None if greedy else sampling,
-                             max_new_tokens=max_new_tokens, eos_ids=eos_ids)
+    lm = load(heads.model)
+    target = Target(lm.model, heads.layers)
+    ids = encode_prompt(lm.tokenizer, prompt, PromptConfig(chat_template=pd_.get("chat_template", True),
+                                                           system_prompt=pd_.get("system_prompt")))
+    dec = SpeculativeDecoder(target, heads.draft.model, k=k, sampling=None if greedy else sampling,
+                             max_new_tokens=max_new_tokens, eos_ids=eos_ids(lm.model, lm.tokenizer))
     points: list[LivePoint] = []
     next_line = [0]
 
@@ -115,7 +99,7 @@ def live_generation(*, draft: str | Path, length_head: str | Path, prompt: str, 
             console.print(f"  {p.n_generated:4d} tokens | remaining ~{p.remaining:4.0f} "
                           f"[{p.remaining_q10:.0f}-{p.remaining_q90:.0f}] | total ~{p.total:4.0f}")
 
-    online = OnlineLengthHead(lhead, len(ids), layers, spec=spec_lh, emit=emit)
+    online = OnlineLengthHead(heads.length_head, len(ids), heads.layers, spec=heads.length_spec, emit=emit)
     gen = torch.Generator().manual_seed(int(sampling.seed))
     t0 = time.perf_counter()
     g = dec.generate(ids, generator=gen, on_cycle=online)

@@ -44,8 +44,8 @@ from lenpred.errors import CardMismatchError, DataError
 from lenpred.outlets.features import RowBuilder
 from lenpred.outlets.store import Trajectory
 
-__all__ = ["CostReport", "LengthEvent", "OnlineFeatures", "OnlineLengthHead", "check_head_spec", "load_length_head",
-           "measure_cost", "read_head_spec", "target_forward_seconds"]
+__all__ = ["CostReport", "LengthEvent", "OnlineFeatures", "OnlineLengthHead", "OpenedHeads", "check_head_spec",
+           "load_length_head", "measure_cost", "open_heads", "read_head_spec", "target_forward_seconds"]
 
 
 @dataclass
@@ -163,6 +163,51 @@ def load_length_head(path: str | Path) -> Any:
     from lenpred.predictors.io import load_head
 
     return load_head(path)
+
+
+@dataclass
+class OpenedHeads:
+    """An EAGLE-3 head and an OUTLETS length head, checked against each other and their target."""
+
+    draft: Any  # lenpred.draft.io.DraftHead, or None (plain decoding)
+    model: str  # the target's name: the one asked for, else the draft head's recorded target
+    layers: tuple[int, ...] | None  # the target layers the draft reads (None without a draft)
+    length_head: Any = None
+    length_spec: dict[str, Any] | None = None
+
+
+def open_heads(draft: str | Path | None, length_head: str | Path | None = None, *,
+               model: str | None = None) -> OpenedHeads:
+    """Load the draft head and the length head with every check ``lenpred generate`` makes, before
+    the target's weights load: a length head trained on another draft head is refused first (its
+    meta.json only), then, with the target's config, a draft head that does not fit the target and a
+    length head of another target or layers."""
+    from transformers import AutoConfig
+
+    from lenpred.draft.io import check_against_target, load_draft
+    from lenpred.models import EMBEDDED
+    from lenpred.models.loading import hf_folder
+    from lenpred.outlets.extract import draft_identity
+
+    head = load_draft(draft) if draft else None
+    spec = did = None
+    if length_head:
+        if head is None:
+            raise DataError("a length head needs the draft head it was trained on", "pass the draft head too")
+        spec = read_head_spec(length_head)
+        did = draft_identity(head)
+        check_head_spec(spec, draft=did, target_fingerprint=None,
+                        layers=(spec.get("layers") or {}).get("draft_input") or [], what=f"length head {length_head}")
+    rec = ((head.meta or {}).get("target") or {}) if head else {}
+    name = model or rec.get("id") or EMBEDDED
+    mspec, folder = hf_folder(name)
+    layers = check_against_target(head, AutoConfig.from_pretrained(folder), fingerprint=mspec.fingerprint) if head else None
+    loaded = None
+    if spec is not None and did is not None:  # now with the target: another target or layers are refused too
+        check_head_spec(spec, draft=did, target_fingerprint=mspec.fingerprint, layers=layers or [],
+                        what=f"length head {length_head}")
+        loaded = load_length_head(length_head)
+    return OpenedHeads(head, name, layers, loaded, spec)
 
 
 def check_head_spec(spec: Mapping[str, Any], *, draft: Mapping[str, Any], target_fingerprint: str | None,
