@@ -123,12 +123,15 @@ class Attention(nn.Module):
             k = torch.cat([kv.k, k], dim=2)
             v = torch.cat([kv.v, v], dim=2)
         S, T = k.shape[2], q.shape[2]
-        scores = q @ self._rep(k).transpose(2, 3) / math.sqrt(self.hd)  # (B, H, T, S)
         # query i sits at cache index S - T + i and sees keys up to there
         allowed = torch.arange(S, device=u.device)[None, :] <= (S - T + torch.arange(T, device=u.device))[:, None]
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        p = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        return self._out(p @ self._rep(v)), DraftKV(k, v)
+        return self._attend(q, k, v, allowed), DraftKV(k, v)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """Softmax attention of q (B, H, T, hd) over k, v (B, Hkv, S, hd) where ``allowed`` (T, S)."""
+        scores = q @ self._rep(k).transpose(2, 3) / math.sqrt(self.hd)  # (B, H, T, S)
+        p = torch.softmax(scores.masked_fill(~allowed, float("-inf")).float(), dim=-1).to(q.dtype)
+        return self._out(p @ self._rep(v))
 
     def forward_tree(self, u: torch.Tensor, positions: torch.Tensor, kv: DraftKV | None,
                      tree: tuple[torch.Tensor, torch.Tensor] | None, allowed: torch.Tensor
@@ -149,16 +152,11 @@ class Attention(nn.Module):
             ks.append(tree[0])
             vs.append(tree[1])
             E = int(tree[0].shape[2])
-        K = torch.cat([*ks, k], dim=2)
-        V = torch.cat([*vs, v], dim=2)
         dev = u.device
         mask = torch.cat([torch.ones((m, S), dtype=torch.bool, device=dev),
                           allowed.to(dev).reshape(m, E),
                           torch.eye(m, dtype=torch.bool, device=dev)], dim=1)  # (m, S + E + m)
-        scores = q @ self._rep(K).transpose(2, 3) / math.sqrt(self.hd)  # (1, H, m, S + E + m)
-        scores = scores.masked_fill(~mask, float("-inf"))
-        p = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        return self._out(p @ self._rep(V)), (k, v)
+        return self._attend(q, torch.cat([*ks, k], dim=2), torch.cat([*vs, v], dim=2), mask), (k, v)
 
     def forward_ttt(self, u: torch.Tensor, positions: torch.Tensor,
                     steps: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:

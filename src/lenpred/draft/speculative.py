@@ -297,7 +297,6 @@ class SpeculativeDecoder:
         depths: list[int] = []
         scores: list[float] = []
         hid: dict[int, torch.Tensor] = {}  # expanded node -> its draft state o (d,)
-        entry: dict[int, int] = {}  # expanded node -> its index among the tree's K/V entries
         anc: dict[int, list[int]] = {}  # node -> entries of its expanded strict ancestors
         lp = torch.log_softmax(self.draft.logits(root)[0, -1], dim=-1)
         v, ix = torch.topk(lp, w)
@@ -328,7 +327,6 @@ class SpeculativeDecoder:
             level = []
             for r, n in enumerate(grow):
                 hid[n] = o[0, r]
-                entry[n] = E + r
                 for s_, i_ in zip(cv[r].tolist(), ci[r].tolist(), strict=True):
                     toks.append(i_)
                     parents.append(n)
