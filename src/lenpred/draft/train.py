@@ -467,14 +467,12 @@ def train_draft(
     step = 0
     history: dict[str, Any] = {"loss": [], "acc": [], "val": []}
     last = _latest_ckpt(kdir)
-    changed: dict[str, list[Any]] = {}  # settings that differ from the ones the checkpoints began with
-    if last is not None and (kdir / "key.json").is_file():
-        try:
+    if last is not None:
+        try:  # the settings the checkpoints began with
             began = json.loads((kdir / "key.json").read_text()).get("config", {})
         except (json.JSONDecodeError, OSError):
             began = {}
         changed = {f: [began[f], v] for f, v in cfg.identity().items() if f in began and began[f] != v}
-    if last is not None:
         ck = torch.load(last, map_location="cpu", weights_only=True)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
@@ -523,7 +521,7 @@ def train_draft(
     while step < cfg.max_steps:
         keys = _batch_at(step, data.keys, lengths, cfg.tokens_per_batch, cfg.seed)
         if ddp.active:  # this rank's share of the step's batch (a rank never goes empty)
-            keys = keys[ddp.rank :: ddp.world] or keys[ddp.rank % len(keys) :][:1]
+            keys = keys[ddp.rank :: ddp.world] or [keys[ddp.rank % len(keys)]]
         batch = [cache.load(k) for k in keys]
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, cfg)
