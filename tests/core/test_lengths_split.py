@@ -99,3 +99,12 @@ def test_info_reports_progress_toward_each_target(tmp_path):
     rd.update_bookkeeping(targets=[{"prompts": 2, "samples": 2}, {"prompts": 3, "samples": 4}])
     prog = run_summary(rd).progress
     assert [(t.complete_prompts, t.missing_samples) for t in prog] == [(2, 0), (1, 2 + 0 + 4)]
+
+
+def test_an_evaluation_only_split_puts_every_candidate_in_test(tmp_path):
+    # a transfer set (200 prompts x 4 samples): --test-min-samples 4 --test-share 1
+    rd = _run(tmp_path, {f"p{i}": 4 for i in range(12)} | {"short": 2})
+    s = build_split(rd, SplitConfig(test_min_samples=4, test_share=1.0))
+    assert s.test == {f"p{i}" for i in range(12)} and s.role("short") in ("train", "val")
+    with pytest.raises(Exception, match="less than or equal to 1"):
+        SplitConfig(test_share=1.5)

@@ -163,3 +163,38 @@ def test_a_work_folder_of_other_options_is_refused(tiny_run: Path, tmp_path: Pat
     _count_forward(monkeypatch)
     res = compute_features(tiny_run, out, CFG.replace(batch_size=5, chunk_prompts=50), progress=False)
     assert res.computed == 12 - 3
+
+
+def test_bench_computes_a_runs_features_under_the_heads_spec(tiny_run: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`lenpred bench --heads` without --features: the features are computed for the benched run under the
+    spec the head was trained on (not the defaults), then reused; the scores equal an explicit --features."""
+    from lenpred.data.split import SplitConfig, build_split, write_split
+
+    rd = RunDir.open(tiny_run)
+    rng = np.random.default_rng(0)
+    ids = rd.prompts()["prompt_id"].tolist()
+    rd.append_samples([{"prompt_id": p, "sample_idx": k, "n_tokens": int(rng.integers(3, 40)), "stop_reason": "eos"}
+                       for p in ids for k in range(1, 8)])
+    write_split(build_split(rd, SplitConfig(test_min_samples=8, test_share=0.5, val_share=0.0)), rd)
+    own = tmp_path / "own-feats"
+    assert main(["features", "--run", str(tiny_run), "--out", str(own), "--layers", "2,4", "--pools", "last,mean",
+                 "--no-progress"]) == 0
+    head = tmp_path / "ridge"
+    assert main(["train", "--run", str(tiny_run), "--features", str(own), "--predictor", "ridge", "--out", str(head)]) == 0
+    monkeypatch.chdir(tmp_path)
+    calls = _count_forward(monkeypatch)
+    assert main(["bench", "--run", str(tiny_run), "--heads", str(head), "--out", "auto", "--no-plots", "--n-boot", "20"]) == 0
+    assert calls, "no features were computed"
+    auto = tmp_path / "out" / "features" / tiny_run.name
+    spec = json.loads((auto / "meta.json").read_text())["feature_spec"]
+    assert spec["layers"] == [2, 4] and spec["pools"] == ["last", "mean"]
+    _same(auto, own)
+    calls.clear()
+    assert main(["bench", "--run", str(tiny_run), "--heads", str(head), "--out", "auto2", "--no-plots", "--n-boot", "20"]) == 0
+    assert not calls  # up to date: reused
+    assert main(["bench", "--run", str(tiny_run), "--heads", str(head), "--features", str(own), "--out", "explicit",
+                 "--no-plots", "--n-boot", "20"]) == 0
+    a = json.loads((tmp_path / "auto" / "bench.json").read_text())
+    b = json.loads((tmp_path / "explicit" / "bench.json").read_text())
+    assert a["rows"] == b["rows"]

@@ -14,7 +14,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="predictions tables (lenpred predict / Predictions.write); NAME defaults to what made them")
     p.add_argument("--heads", nargs="*", default=[], metavar="[NAME=]DIR",
                    help="trained heads (lenpred train): predicted here on the run's test prompts")
-    p.add_argument("--features", default=None, help="features artifact of --run (for hidden-state heads)")
+    p.add_argument("--features", default=None,
+                   help="features artifact of --run for hidden-state heads (default: computed as needed, under the "
+                        "heads' feature spec, into out/features/<run name>; resumable, reused when up to date)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads when features are computed here")
     p.add_argument("--out", default=None, help="report folder (default out/bench/<run name>)")
     p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of prompts for intervals")
@@ -43,15 +46,20 @@ def run(a: argparse.Namespace) -> int:
     rd = RunDir.open(a.run)
     split = load_split(rd, a.split, require_complete=False)
     preds, names = [], []
+    feats = a.features
     for name, path in _named(a.predictions):
         p = read_predictions(path, card=rd.card)
         preds.append(p)
         names.append(name or p.made_by)
     if a.heads:
-        from lenpred.predictors.pipeline import predict_run
+        from lenpred.predictors.pipeline import features_for_heads, predict_run
 
+        if feats is None:
+            default = Path("out") / "features" / rd.path.name
+            found = features_for_heads([path for _, path in _named(a.heads)], rd.path, default, threads=a.threads)
+            feats = None if found is None else str(found)
         for name, path in _named(a.heads):
-            p, rep = predict_run(path, rd.path, a.features, ["test"], a.split)
+            p, rep = predict_run(path, rd.path, feats, ["test"], a.split)
             preds.append(p)
             names.append(name or rep.predictor)
     if not preds:
@@ -67,7 +75,7 @@ def run(a: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             for path in write_plots(res, Path(tmp)):
                 files[path.name] = path.read_bytes()
-    config = {"run": a.run, "predictions": a.predictions, "heads": a.heads, "features": a.features, "split": a.split, "n_boot": a.n_boot, "seed": a.seed}
+    config = {"run": a.run, "predictions": a.predictions, "heads": a.heads, "features": feats, "split": a.split, "n_boot": a.n_boot, "seed": a.seed}
     art = write_artifact(out, kind="bench", schema_version=1, config=config, card=rd.card, card_scope="run",
                          json_files={"bench.json": res.to_dict()}, files=files)
     print(f"report: {art.path}/bench.md")

@@ -41,7 +41,8 @@ ROLES = ("train", "val", "test")
 class SplitConfig(Config):
     seed: int = Field(0, description="seed of the prompt hash that assigns roles")
     test_min_samples: int = Field(8, ge=2, description="prompts need this many samples to be test candidates")
-    test_share: float = Field(0.5, gt=0, lt=1, description="share of the candidates that become test prompts")
+    test_share: float = Field(0.5, gt=0, le=1, description="share of the candidates that become test prompts "
+                              "(1 = all of them: an evaluation-only run, e.g. a transfer set)")
     val_share: float = Field(0.1, ge=0, lt=1, description="share of the other prompts that become validation")
 
 

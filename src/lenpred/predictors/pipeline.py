@@ -90,6 +90,39 @@ def _features(head: Predictor, rd: Any, features: PathLike | None) -> Any:
     return load_features(features, card=rd.card)
 
 
+def features_for_heads(heads: Sequence[PathLike], run: PathLike, out: PathLike, *, threads: int | None = None,
+                       progress: bool = True) -> Path | None:
+    """Compute (or resume, or find up to date) the features the hidden-state ``heads`` read, for ``run``'s
+    prompts, into ``out``, under the heads' own feature spec (layers, poolings, dtypes, context cut).
+    Returns ``out``, or None when no head reads prefill features. Heads of different specs are refused:
+    their features cannot share one artifact."""
+    from lenpred.features.build import compute_features
+    from lenpred.features.prefill import FeatureConfig
+    from lenpred.features.store import spec_key
+    from lenpred.predictors.io import read_head
+
+    spec: dict[str, Any] | None = None
+    first = None
+    for h in heads:
+        head, _ = read_head(h)
+        if head.input_kind != "features":
+            continue
+        s = head.feature_spec_ or {}
+        if spec is None:
+            spec, first = s, h
+        elif spec_key(s) != spec_key(spec):
+            diff = sorted(k for k in set(s) | set(spec) if s.get(k) != spec.get(k) and k != "lenpred_version")
+            raise ConfigError(f"heads {first} and {h} were trained on different feature specs ({', '.join(diff)})",
+                              "bench them in separate runs, or compute each run's features and pass --features")
+    if spec is None:
+        return None
+    cfg = FeatureConfig(layers=tuple(spec["layers"]), pools=tuple(spec["pools"]),
+                        entropy_temperature=float(spec["entropy_temperature"]), dtype=spec["dtype"],
+                        compute_dtype=spec["compute_dtype"], max_tokens=int(spec["max_tokens"]), threads=threads)
+    compute_features(run, out, cfg, progress=progress)
+    return Path(out)
+
+
 def train_on_run(
     name: str,
     params: dict[str, Any] | None,
