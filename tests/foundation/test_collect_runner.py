@@ -128,3 +128,20 @@ def test_an_option_of_another_engine_is_refused(tmp_path, prompt_file, fake_engi
     err = capsys.readouterr().err
     assert "--n-parallel is an option of the llamacpp engine, and this run uses --engine fake" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_second_collector_on_the_same_run_is_refused(tmp_path, prompt_file, fake_engine, capsys):
+    """Two collectors on one run would generate the same missing samples twice: the second is refused
+    (naming the first's pid), writes nothing; once the first is gone the run continues."""
+    import os
+
+    from lenpred.collect.runner import run_lock
+
+    run = tmp_path / "run"
+    with run_lock(run):  # another collector holds the run
+        rc = main(_args(run, prompt_file, 3, 2))
+        err = capsys.readouterr().err
+        assert rc != 0 and f"another lenpred collect (pid {os.getpid()}) is writing to {run}" in err
+        assert not run.exists() and fake_engine.created == 0
+    assert main(_args(run, prompt_file, 3, 2)) == 0
+    assert len(_rows(run)) == 6

@@ -14,11 +14,13 @@ moment and its samples are generated again.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,7 @@ from lenpred.collect.base import (
 from lenpred.config import Config
 from lenpred.data.rundir import CARD, RunDir, card_hash, check_run_target
 from lenpred.data.sources import PromptConfig, build_prompt_table, load_raw, text_sha256
-from lenpred.errors import ConfigError, EngineError
+from lenpred.errors import ConfigError, DataError, EngineError
 from lenpred.models.loading import EMBEDDED, ModelSpec
 
 __all__ = ["CollectConfig", "CollectPlan", "CollectSummary", "build_card", "collect", "open_run", "prepare", "run_card"]
@@ -268,9 +270,40 @@ def open_run(cfg: CollectConfig, plan: CollectPlan, notify: Callable[[str], None
     return run, set_aside
 
 
+@contextlib.contextmanager
+def run_lock(run_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive lock on ``run_dir`` for one collector: two collectors on one run would
+    generate the same missing samples twice. The lock is a hidden file beside the run
+    (``.<name>.collect.lock``, an OS lock: released when the process dies, however it dies)."""
+    import fcntl
+
+    d = Path(run_dir)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    path = d.parent / f".{d.name}.collect.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise DataError(f"another lenpred collect (pid {other}) is writing to {d}",
+                            "wait for it to finish or stop it: two collectors on one run would generate the "
+                            "same samples twice") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def collect(cfg: CollectConfig, notify: Callable[[str], None] = _stderr) -> CollectSummary:
     """Collect the missing samples of ``cfg``'s targets. ``notify`` receives one-line notes (a shard
-    set aside); the default prints them to stderr."""
+    set aside); the default prints them to stderr. One collector per run at a time (``run_lock``)."""
+    with run_lock(cfg.run_dir):
+        return _collect(cfg, notify)
+
+
+def _collect(cfg: CollectConfig, notify: Callable[[str], None]) -> CollectSummary:
     plan = prepare(cfg)
     jobs = _jobs(plan.prompts, cfg.samples, plan.done, cfg.sampling.seed)
     if not jobs:
