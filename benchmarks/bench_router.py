@@ -274,10 +274,18 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="bench-router-"))
     stubs = [Stub(n, log_dir=logs, tokens_per_s=args.rate, ttft_ms=args.ttft_ms).start() for n in ("a", "b")]
     router = _stub_router(stubs, logs)
+    cores = sorted(os.sched_getaffinity(0))
+    pin = not args.no_pin and len(cores) >= 2
+    placement = ({"router": cores[-1:], "load_and_stubs": cores[:-1]} if pin else None)
     try:
+        if placement:
+            for pid in [0] + [s.pid for s in stubs]:
+                os.sched_setaffinity(pid or 0, placement["load_and_stubs"])
         direct = _summ(asyncio.run(_waves([s.url for s in stubs], args.streams, args.rounds, args.tokens, args.ramp_s)))
         router.start()
         assert router.pid is not None
+        if placement:
+            os.sched_setaffinity(router.pid, placement["router"])
         cpu0 = _cpu_s(router.pid)
         recs = asyncio.run(_waves([router.url], args.streams, args.rounds, args.tokens, args.ramp_s))
         cpu = _cpu_s(router.pid) - cpu0
@@ -292,7 +300,7 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
     added = {k: {q: _r((via[k][q] or 0) - (direct[k][q] or 0), 1, 3) for q in ("p50", "p99")}
              for k in ("first_token_ms", "per_chunk_ms")}
     res = {"bench": "router-overhead", "streams": args.streams, "rounds": args.rounds, "tokens": args.tokens,
-           "ramp_s": args.ramp_s,
+           "ramp_s": args.ramp_s, "placement": placement,
            "tokens_per_s": args.rate, "direct": direct, "router": via,
            "overhead_ms": {"first_token": added["first_token_ms"], "per_chunk": added["per_chunk_ms"]},
            "router_cpu_ms_per_request": _r(cpu / n, 1e3, 2), "router_internal_ms_mean": _r(internal, 1e3, 3),
@@ -560,6 +568,10 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--rate", type=float, default=10.0, help="tokens per second per stream")
     o.add_argument("--ttft-ms", type=float, default=50.0)
     o.add_argument("--ramp-s", type=float, default=1.0, help="the streams of a wave start evenly over this time")
+    o.add_argument("--no-pin", action="store_true",
+                   help="do not give the router a core of its own (default on 2+ cores: the load generator and "
+                        "the stubs share the other cores, for both paths, so the router never waits for a core "
+                        "they hold: what a router host with its own cores sees)")
     f = sub.add_parser("fault", parents=[common], help="one of two backends killed mid-run")
     f.add_argument("--requests", type=int, default=200)
     f.add_argument("--rate", type=float, default=50.0, help="requests per second")

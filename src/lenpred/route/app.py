@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import math
@@ -519,6 +520,10 @@ def create_app(cfg: RouterConfig, estimator: Any = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
         await router.start()
+        # everything loaded so far (FastAPI, pydantic, the head) lives as long as the process: out of the
+        # collector's sight, a full collection no longer walks it and stalls every stream for tens of ms
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:
