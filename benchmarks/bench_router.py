@@ -439,7 +439,13 @@ def _arm_figures(recs: list[dict[str, Any]], short_thr: float) -> dict[str, Any]
     short = [r["e2e"] for r in ok if r["output_tokens"] < short_thr]
     span = max(r["t_send"] + r["e2e"] for r in ok) - min(r["t_send"] for r in recs) if ok else float("nan")
     toks = sum(r["output_tokens"] for r in ok)
+    # the servers' own speed in this arm: tokens per second while a response streams (a llama.cpp server
+    # answers one request at a time, so this is its service rate, free of queueing) -- if it differs
+    # between arms, the machine changed under the A/B and the arms are not comparable
+    speed = [(r["output_tokens"] - 1) / (r["e2e"] - r["first"]) for r in ok
+             if r["first"] is not None and r["output_tokens"] > 8 and r["e2e"] > r["first"]]
     return {"requests": len(recs), "ok": len(ok), "short_p99_e2e_s": _r(_q(short, 0.99)),
+            "decode_tok_s_median": _r(_q(speed, 0.5), 1, 2),
             "short_p50_e2e_s": _r(_q(short, 0.5)), "p99_e2e_s": _r(_q(e2e, 0.99)), "mean_e2e_s": _r(statistics.fmean(e2e)) if e2e else None,
             "p99_ttft_s": _r(_q([r["first"] for r in ok if r["first"] is not None], 0.99)),
             "throughput_tok_s": _r(toks / span, 1, 2), "throughput_req_s": _r(len(ok) / span, 1, 4),
@@ -510,6 +516,8 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
         arms[f"lpt-{name}"] = {"policy": "least-predicted-tokens", "head": name}
     if args.chars_arm or not heads:
         arms["lpt-chars"] = {"policy": "least-predicted-tokens", "estimator": {"kind": "chars"}}
+    if args.repeat_first:  # A B C ... A: a drift of the machine during the A/B shows in the two A runs
+        arms["round-robin-again"] = dict(arms["round-robin"])
     results: dict[str, list[dict[str, Any]]] = {}
     timings: list[dict[str, Any]] = []
     try:
@@ -539,7 +547,9 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
     outs = [r["output_tokens"] for recs in results.values() for r in recs if r.get("done")]
     short_thr = float(np.median(outs)) if outs else 0.0
     figs = {arm: _arm_figures(recs, short_thr) for arm, recs in results.items()}
-    res: dict[str, Any] = {"bench": "router-ab", "requests": len(rows), "rate_rps": args.rate,
+    speeds = {arm: f["decode_tok_s_median"] for arm, f in figs.items() if f["decode_tok_s_median"]}
+    drift = (max(speeds.values()) / min(speeds.values()) - 1) if speeds else None
+    res: dict[str, Any] = {"bench": "router-ab", "server_speed_spread": _r(drift, 1, 3), "requests": len(rows), "rate_rps": args.rate,
                            "max_tokens": max_tokens, "short_threshold_tokens": short_thr, "arms": figs,
                            "heads": heads, "run": args.run, "prompt_weight": args.prompt_weight, "machine": _machine(), "logs": str(logs)}
     if args.sim and timings:
@@ -552,6 +562,11 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
     _table(f"A/B: two llama.cpp servers, {len(rows)} ShareGPT test prompts at {args.rate:g} req/s, short = output "
            f"< {short_thr:g} tokens", ["arm", "ok", "short P99 e2e (s)", "sim short P99", "P99 e2e (s)",
                                        "tokens/s", "req/s", "per backend"], rows_t)
+    print("servers' decode speed per arm (tokens/s while streaming): "
+          + ", ".join(f"{a} {v:g}" for a, v in speeds.items()))
+    if drift is not None and drift > 0.05:
+        print(f"warning: the servers' speed differed by {100 * drift:.0f}% between arms: the machine changed "
+              "under the A/B (other load, clock); compare arms of equal speed only, or rerun on a quiet host")
     return res
 
 
@@ -586,6 +601,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--head", action="append", default=[], metavar="NAME=DIR", help="a head for an lpt arm")
     a.add_argument("--chars-arm", action="store_true", help="also least predicted tokens with the chars estimate")
     a.add_argument("--sim", action="store_true", help="fit a latency profile and add the simulator's figures")
+    a.add_argument("--repeat-first", action="store_true",
+                   help="run the round-robin arm again at the end (A B ... A), to see a drift of the machine")
     a.add_argument("--calib", type=int, default=12, help="--sim: calibration requests")
     a.add_argument("--prompt-weight", type=float, default=0.5,
                    help="router prompt_weight (prefill work of a prompt token vs a generated one; llama.cpp on CPU)")
