@@ -78,6 +78,38 @@ def test_affine_law_recovered():
     assert 0.9 < law.scale < 1.1
 
 
+def _extended_run(n2: int, n8: int, seed: int = 0) -> tuple[Targets, np.ndarray]:
+    """The reference run's shape: many 2-sample prompts beside a few with 8, lognormal lengths within a
+    prompt (sd = ~0.53 x the prompt's mean, b ~ 0), capped at 1024."""
+    rng = np.random.default_rng(seed)
+    m = np.exp(rng.normal(5.3, 0.6, n2 + n8))
+    v = np.full((n2 + n8, 8), np.nan)
+    for i, k in enumerate([2] * n2 + [8] * n8):
+        v[i, :k] = np.minimum(m[i] * np.exp(rng.normal(0, 0.5, k)), 1024)
+    t = Targets(v, np.zeros_like(v, bool), cap=1024.0)
+    return t, np.clip(np.nanmean(v, axis=1), 0, 1024)
+
+
+def test_affine_law_on_an_extended_run_uses_its_well_measured_prompts():
+    # regression: with 1,000 2-sample prompts in the fit the law came out as sd = 0.77 mu - 70 (on the
+    # real run 1.30 mu - 194: a 1-token interval below mu = 150, 80% intervals covering 67%)
+    t, mu = _extended_run(1000, 150)
+    law = AffineSpread.fit(t, mu)
+    assert law.source == "affine" and 0.35 < law.alpha < 0.6 and law.b > -20
+    only8, mu8 = Targets(t.values[1000:], t.truncated[1000:], cap=1024.0), mu[1000:]
+    ref = AffineSpread.fit(only8, mu8)
+    assert (law.alpha, law.b) == (ref.alpha, ref.b)  # the 8-sample prompts alone carry it
+
+
+def test_affine_law_refused_where_it_is_not_positive():
+    # sd grows faster than the mean (0 at 50, 100 at 200, 300 at 400): the law is negative at the
+    # head's short predictions, so a constant spread from the residuals is used instead
+    v = np.array([[50.0, 50.0], [200 - 100 / 2**0.5, 200 + 100 / 2**0.5], [400 - 300 / 2**0.5, 400 + 300 / 2**0.5]] * 3)
+    mu = np.array([40.0, 200.0, 400.0] * 3)
+    law = AffineSpread.fit(as_targets(v, 9), mu)
+    assert law.source == "residuals" and law.alpha == 0 and law.b > 1
+
+
 def test_affine_fallback_without_repeated_samples():
     y = np.array([10.0, 30.0, 50.0, 70.0])
     law = AffineSpread.fit(as_targets(y, 4), np.array([20.0, 20.0, 60.0, 60.0]))
