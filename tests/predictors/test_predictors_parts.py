@@ -110,6 +110,33 @@ def test_affine_law_refused_where_it_is_not_positive():
     assert law.source == "residuals" and law.alpha == 0 and law.b > 1
 
 
+def test_tail_factors_put_ten_percent_in_each_tail_of_skewed_lengths():
+    """Lognormal lengths around a known median: a symmetric interval misses mostly above; the tail
+    factors, calibrated on one half of the prompts, leave ~10% below q10 and ~10% above q90 on the other."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    med = np.exp(rng.normal(5.3, 0.6, n))
+    v = np.full((n, 8), np.nan)
+    v[:, :8] = med[:, None] * np.exp(rng.normal(0, 0.5, (n, 8)))
+    t = Targets(v, np.zeros_like(v, bool), cap=None)
+    half = Targets(v[: n // 2], t.truncated[: n // 2]), Targets(v[n // 2:], t.truncated[n // 2:])
+    law = AffineSpread.fit(half[0], med[: n // 2])
+    law.calibrate(half[0], med[: n // 2])
+    assert law.tail_hi > 1.1 > 0.9 > law.tail_lo  # the upper half of the interval is the longer one
+
+    def tails(lw: AffineSpread) -> tuple[float, float]:
+        d = lw.dist(med[n // 2:], None)
+        row, y, w = half[1].flat()
+        return float(np.average(y < d.q10[row], weights=w)), float(np.average(y > d.q90[row], weights=w))
+
+    below, above = tails(law)
+    assert abs(below - 0.10) < 0.02 and abs(above - 0.10) < 0.02, (below, above)
+    sym = AffineSpread.from_json({**law.to_json(), "tail_lo": 1.0, "tail_hi": 1.0})  # a head saved before
+    below, above = tails(sym)
+    assert below < 0.07 and above > 0.13  # what a symmetric interval gets wrong
+    assert AffineSpread.from_json({"alpha": 0.5, "b": 1.0, "scale": 1.0}).tail_hi == 1.0
+
+
 def test_affine_fallback_without_repeated_samples():
     y = np.array([10.0, 30.0, 50.0, 70.0])
     law = AffineSpread.fit(as_targets(y, 4), np.array([20.0, 20.0, 60.0, 60.0]))
