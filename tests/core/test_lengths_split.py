@@ -108,3 +108,19 @@ def test_an_evaluation_only_split_puts_every_candidate_in_test(tmp_path):
     assert s.test == {f"p{i}" for i in range(12)} and s.role("short") in ("train", "val")
     with pytest.raises(Exception, match="less than or equal to 1"):
         SplitConfig(test_share=1.5)
+
+
+def test_an_unchanged_split_is_not_rewritten(tmp_path):
+    # its mtime says when the roles last changed (benchmarks/zoo_reference.sh retrains heads older than it)
+    import os
+
+    rd = _run(tmp_path, {f"big{i}": 8 for i in range(10)} | {f"s{i}": 2 for i in range(10)})
+    path = write_split(build_split(rd), rd)
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    write_split(build_split(rd), rd)
+    assert path.stat().st_mtime_ns == 1_000_000_000
+    rd.write_prompts(pd.concat([rd.prompts(), pd.DataFrame({"prompt_id": ["new"], "idx": [20], "text": ["new"],
+                                                            "n_prompt_tokens": [5]})], ignore_index=True))
+    rd.append_samples([{"prompt_id": "new", "sample_idx": k, "n_tokens": 9, "stop_reason": "eos"} for k in range(2)])
+    write_split(build_split(RunDir.open(rd.path)), rd)
+    assert path.stat().st_mtime_ns != 1_000_000_000 and "new" in load_split(rd).roles

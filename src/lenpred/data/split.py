@@ -144,6 +144,8 @@ def write_split(split: Split, run: RunDir | str | os.PathLike[str], path: str | 
     dest = _path(rd, path)
     if dest.is_file() and not force:
         old = _read(dest)
+        if (old.card_hash, dict(old.roles), old.config) == (split.card_hash, dict(split.roles), split.config):
+            return dest  # up to date: left untouched, so its mtime says when the roles last changed
         if old.card_hash == split.card_hash:
             changed = [p for p, r in old.roles.items() if split.roles.get(p, r) != r]
             if changed:
