@@ -145,3 +145,14 @@ def test_a_second_collector_on_the_same_run_is_refused(tmp_path, prompt_file, fa
         assert not run.exists() and fake_engine.created == 0
     assert main(_args(run, prompt_file, 3, 2)) == 0
     assert len(_rows(run)) == 6
+
+
+def test_the_run_lock_leaves_nothing_behind(tmp_path):
+    from lenpred.collect.runner import run_lock
+
+    run = tmp_path / "new" / "deeper" / "run"
+    with run_lock(run):
+        assert (tmp_path / "new" / "deeper" / ".run.collect.lock").is_file()
+    assert list(tmp_path.iterdir()) == []  # the lock file and the folders made for it are gone
+    with run_lock(run):  # and it can be taken again
+        pass

@@ -274,26 +274,42 @@ def open_run(cfg: CollectConfig, plan: CollectPlan, notify: Callable[[str], None
 def run_lock(run_dir: str | os.PathLike[str]) -> Iterator[None]:
     """Hold an exclusive lock on ``run_dir`` for one collector: two collectors on one run would
     generate the same missing samples twice. The lock is a hidden file beside the run
-    (``.<name>.collect.lock``, an OS lock: released when the process dies, however it dies)."""
+    (``.<name>.collect.lock``, an OS lock, so it is released when the process dies however it dies),
+    removed on a normal exit so that a refused or finished command leaves nothing behind."""
     import fcntl
 
     d = Path(run_dir)
+    made = [p for p in [d.parent, *d.parent.parents] if not p.exists()]  # removed again if left empty
     d.parent.mkdir(parents=True, exist_ok=True)
     path = d.parent / f".{d.name}.collect.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
             raise DataError(f"another lenpred collect (pid {other}) is writing to {d}",
                             "wait for it to finish or stop it: two collectors on one run would generate the "
                             "same samples twice") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file after we opened it: lock the one that is there now
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # while still holding the lock: a waiting opener sees the inode change
+        os.close(fd)
+        for p in made:  # innermost first
+            with contextlib.suppress(OSError):
+                p.rmdir()
 
 
 def collect(cfg: CollectConfig, notify: Callable[[str], None] = _stderr) -> CollectSummary:
