@@ -62,6 +62,14 @@ class FeatureConfig(Config):
     device: str = Field("cpu", description="torch device (cpu, cuda, cuda:1)")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default torch's; 1 is faster on an oversubscribed CPU)")
 
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any], **runtime: Any) -> FeatureConfig:
+        """The config that computes features of ``spec`` (a :func:`make_spec` result, e.g. the one a head
+        was trained on) again; ``runtime`` sets the fields that do not enter the spec (threads, device...)."""
+        return cls(layers=tuple(spec["layers"]), pools=tuple(spec["pools"]),
+                   entropy_temperature=float(spec["entropy_temperature"]), dtype=spec["dtype"],
+                   compute_dtype=spec["compute_dtype"], max_tokens=int(spec["max_tokens"]), **runtime)
+
     @field_validator("layers", "pools")
     @classmethod
     def _distinct(cls, v: Any) -> Any:

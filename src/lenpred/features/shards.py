@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from lenpred.errors import CardMismatchError, ConfigError, DataError
-from lenpred.features.store import INDEX, KIND, SCHEMA_VERSION, Features, save_features, spec_key
+from lenpred.features.store import INDEX, KIND, SCHEMA_VERSION, Features, save_features, spec_diff, spec_key
 
 __all__ = ["parse_shard", "shard_slice", "prompts_sha256", "merge_features", "shard_label"]
 
@@ -60,13 +60,6 @@ def prompts_sha256(prompt_ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(map(str, prompt_ids)).encode()).hexdigest()[:16]
 
 
-def _spec_diff(a: dict[str, Any], b: dict[str, Any]) -> str:
-    for k in sorted(set(a) | set(b)):
-        if a.get(k) != b.get(k):
-            return f"{k}: {a.get(k)!r} != {b.get(k)!r}"
-    return "spec differs"
-
-
 def merge_features(out: str | os.PathLike[str], shards: Sequence[str | os.PathLike[str]]) -> Any:
     """Merge shard artifacts of one run and spec into one features artifact at ``out`` (run order)."""
     from lenpred.artifacts import load_artifact
@@ -91,7 +84,7 @@ def merge_features(out: str | os.PathLike[str], shards: Sequence[str | os.PathLi
                 "merge only shards computed from the same run directory")
         s = spec_key(a.meta.get("feature_spec") or {})
         if s != ref_spec:
-            raise DataError(f"shard {a.path} has another feature spec than {first.path} ({_spec_diff(s, ref_spec)})",
+            raise DataError(f"shard {a.path} has another feature spec than {first.path} ({spec_diff(s, ref_spec)})",
                             "recompute the odd shard with the same lenpred features options")
         if (a.meta.get("prompts") or {}).get("sha256") != ref_prompts["sha256"]:
             raise DataError(f"shard {a.path} was computed from another prompt list than {first.path} "

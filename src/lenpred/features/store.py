@@ -47,6 +47,14 @@ def spec_key(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if k not in SPEC_BOOKKEEPING}
 
 
+def spec_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """The first field in which two feature specs differ, as ``field: a != b``."""
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            return f"{k}: {a.get(k)!r} != {b.get(k)!r}"
+    return "spec differs"
+
+
 @dataclass
 class Features:
     """``blocks[name]`` is (N, d_name) float32, row i belongs to ``prompt_ids[i]``; ``side`` is

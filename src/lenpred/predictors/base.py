@@ -127,6 +127,8 @@ class AffineSpread:
     samples: q10 = mu - Z90 sd tail_lo, q90 = mu + Z90 sd tail_hi (the mean and sd stay the normal's)."""
 
     FLOOR = 1.0  # tokens: a distribution never collapses to a point
+    WELL_MEASURED_K = 4  # samples a prompt needs for its mean and sd to carry the law on their own
+    WELL_MEASURED_PROMPTS = 20
 
     def __init__(self, alpha: float, b: float, scale: float = 1.0, source: str = "affine",
                  tail_lo: float = 1.0, tail_hi: float = 1.0) -> None:
@@ -140,15 +142,10 @@ class AffineSpread:
         """The clipped normal at ``mu`` with this spread, its q10 / q90 moved by the tail factors."""
         sd = self(mu)
         d = clipped_normal(mu, sd, cap)
-        if self.tail_lo == 1.0 and self.tail_hi == 1.0:
-            return d
         hi = np.inf if cap is None else float(cap)
         q10 = np.clip(mu - Z90 * sd * self.tail_lo, 0.0, hi)
         q90 = np.clip(mu + Z90 * sd * self.tail_hi, 0.0, hi)
         return Dist(d.mean, d.spread, q10, d.q50, q90)
-
-    WELL_MEASURED_K = 4  # samples a prompt needs for its mean and sd to carry the law on their own
-    WELL_MEASURED_PROMPTS = 20
 
     @classmethod
     def fit(cls, t: Targets, mu_train: np.ndarray) -> AffineSpread:

@@ -98,7 +98,7 @@ def features_for_heads(heads: Sequence[PathLike], run: PathLike, out: PathLike, 
     their features cannot share one artifact."""
     from lenpred.features.build import compute_features
     from lenpred.features.prefill import FeatureConfig
-    from lenpred.features.store import spec_key
+    from lenpred.features.store import spec_diff, spec_key
     from lenpred.predictors.io import read_head
 
     spec: dict[str, Any] | None = None
@@ -111,15 +111,12 @@ def features_for_heads(heads: Sequence[PathLike], run: PathLike, out: PathLike, 
         if spec is None:
             spec, first = s, h
         elif spec_key(s) != spec_key(spec):
-            diff = sorted(k for k in set(s) | set(spec) if s.get(k) != spec.get(k) and k != "lenpred_version")
-            raise ConfigError(f"heads {first} and {h} were trained on different feature specs ({', '.join(diff)})",
+            raise ConfigError(f"heads {first} and {h} were trained on different feature specs "
+                              f"({spec_diff(spec_key(s), spec_key(spec))})",
                               "bench them in separate runs, or compute each run's features and pass --features")
     if spec is None:
         return None
-    cfg = FeatureConfig(layers=tuple(spec["layers"]), pools=tuple(spec["pools"]),
-                        entropy_temperature=float(spec["entropy_temperature"]), dtype=spec["dtype"],
-                        compute_dtype=spec["compute_dtype"], max_tokens=int(spec["max_tokens"]), threads=threads)
-    compute_features(run, out, cfg, progress=progress)
+    compute_features(run, out, FeatureConfig.from_spec(spec, threads=threads), progress=progress)
     return Path(out)
 
 

@@ -194,10 +194,7 @@ class PrefillRunner(Runner):
             if want and text_sha256(template) != want:
                 raise CardMismatchError(f"the chat template of {folder} differs from the one head {path} was trained "
                                         "under", "pass --model with the model the head was trained on")
-        cfg = FeatureConfig(layers=tuple(spec["layers"]), pools=tuple(spec["pools"]),
-                            entropy_temperature=float(spec["entropy_temperature"]), dtype=spec["dtype"],
-                            compute_dtype=spec["compute_dtype"], max_tokens=int(spec["max_tokens"]),
-                            threads=threads, device=device)
+        cfg = FeatureConfig.from_spec(spec, threads=threads, device=device)
         check_feature_spec(spec, make_spec(cfg, mconfig, self._model_id, mspec.fingerprint), what=f"head {path}")
         self.storage_dtype = np.float16 if spec["dtype"] == "float16" else np.float32
         self.context = int(getattr(text_config(mconfig), "max_position_embeddings", 0) or spec["max_tokens"])
