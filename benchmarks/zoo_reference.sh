@@ -72,7 +72,8 @@ step "learning curve (400 / 1,000 / all training prompts, 3 draws)"
   --out out/bench/learning-curve
 
 step "training time and prediction latency"
-"$PY" benchmarks/bench_predictors.py --features "$FEATS" --run "$RUN"
+"$PY" benchmarks/bench_predictors.py --features "$FEATS" --run "$RUN" --heads "${PREDICTORS// /,}" \
+  --out out/bench/predictors/predictors.json
 
 step "commit-size heads into data/heads (the demo / README / serve examples use them)"
 for P in ridge proxy "$BEST"; do

@@ -308,7 +308,8 @@ def load_artifact(
     ``card`` -- it is compatible with that run card under its own scope."""
     p = Path(path)
     if not p.exists():
-        raise DataError(f"{what} {p} does not exist")
+        raise DataError(f"{what} {p} does not exist",
+                        f"check the path; pass a directory written by lenpred{f' ({kind})' if isinstance(kind, str) else ''}")
     if not p.is_dir() or not (p / META).is_file():
         raise DataError(f"{p} is not a lenpred {what} (no {META})",
                         f"pass a directory written by lenpred{f' ({kind})' if isinstance(kind, str) else ''}")
