@@ -96,18 +96,20 @@ def features_for_heads(heads: Sequence[PathLike], run: PathLike, out: PathLike, 
     prompts, into ``out``, under the heads' own feature spec (layers, poolings, dtypes, context cut).
     Returns ``out``, or None when no head reads prefill features. Heads of different specs are refused:
     their features cannot share one artifact."""
+    from lenpred.artifacts import load_artifact
     from lenpred.features.build import compute_features
     from lenpred.features.prefill import FeatureConfig
     from lenpred.features.store import spec_diff, spec_key
-    from lenpred.predictors.io import read_head
+    from lenpred.predictors.io import KIND, SCHEMA_VERSION
 
     spec: dict[str, Any] | None = None
     first = None
     for h in heads:
-        head, _ = read_head(h)
-        if head.input_kind != "features":
+        # the header alone says what a head reads (predict_run loads and verifies the head itself)
+        meta = load_artifact(h, kind=KIND, schema_versions=(SCHEMA_VERSION,), verify=False, what="head").meta
+        if meta.get("input_kind") != "features":
             continue
-        s = head.feature_spec_ or {}
+        s = meta.get("feature_spec") or {}
         if spec is None:
             spec, first = s, h
         elif spec_key(s) != spec_key(spec):
