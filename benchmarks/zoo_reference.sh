@@ -67,9 +67,11 @@ step "what a real prediction is worth: the simulator on the test prompts' sample
 "$PY" benchmarks/bench_sim_real.py --run "$RUN" --predictions "$BEST=out/preds/$BEST.parquet" \
   --predictions proxy=out/preds/proxy.parquet --out out/sim/real_predictions
 
-step "learning curve (400 / 1,000 / all training prompts, 3 draws)"
-"$PY" benchmarks/bench_learning_curve.py --run "$RUN" --features "$FEATS" --sizes 400,1000,all --repeats 3 \
-  --out out/bench/learning-curve
+if [ "${LEARNING_CURVE:-1}" = 1 ]; then  # LEARNING_CURVE=0: run it yourself (e.g. on the other core, in parallel)
+  step "learning curve (400 / 1,000 / all training prompts, 3 draws)"
+  "$PY" benchmarks/bench_learning_curve.py --run "$RUN" --features "$FEATS" --sizes 400,1000,all --repeats 3 \
+    --out out/bench/learning-curve
+fi
 
 step "training time and prediction latency"
 "$PY" benchmarks/bench_predictors.py --features "$FEATS" --run "$RUN" --heads "${PREDICTORS// /,}" \
