@@ -10,7 +10,7 @@ import pytest
 from lenpred.errors import ConfigError, DataError, UnknownKeyError
 from lenpred.features.store import Features
 from lenpred.predictors.base import AffineSpread, resolve_blocks
-from lenpred.predictors.dist import binned, clipped_normal, weighted_quantile
+from lenpred.predictors.dist import binned, binned_cdf, clipped_normal, weighted_quantile
 from lenpred.predictors.registry import make_predictor
 from lenpred.predictors.softlabel import soft_targets
 from lenpred.predictors.targets import Targets, as_targets
@@ -61,6 +61,47 @@ def test_binned_quantiles_by_hand():
     np.testing.assert_allclose(d.q90, [28.0, 19.0])
     np.testing.assert_allclose(d.mean, [15.0, 15.0])
     np.testing.assert_allclose(d.spread[1], 10 / np.sqrt(12))
+
+
+def test_binned_cdf_by_hand():
+    edges = np.array([0.0, 10.0, 20.0, 30.0])
+    probs = np.array([[0.5, 0.0, 0.5], [0.0, 1.0, 0.0], [0.2, 0.3, 0.5]])
+    # row 0 at 25: the first half plus half of the last bin; row 1 at 12: a fifth of its one bin;
+    # row 2 at the top edge (a truncated sample at the cap): all the mass
+    np.testing.assert_allclose(binned_cdf(probs, edges, np.array([25.0, 12.0, 30.0])), [0.75, 0.2, 1.0])
+    np.testing.assert_allclose(binned_cdf(probs, edges, np.array([0.0, 5.0, 10.0])), [0.0, 0.0, 0.2])
+
+
+def test_binned_levels_recalibrated_so_each_tail_holds_ten_percent():
+    """A binned head whose histograms are too narrow (every prompt predicted as a normal of sd 25 around
+    mu while the truth has sd 42 and is right-skewed): on validation the PIT values pile up at 0 and
+    1; the recalibrated levels widen the interval so ~10% fall below q10 and ~10% above q90 on held-out
+    prompts, where the nominal levels leave far more out."""
+    from lenpred.predictors.softlabel import SoftLabelHead
+
+    rng = np.random.default_rng(5)
+    edges = np.linspace(0.0, 1000.0, 101)  # 10-token bins
+    n, k = 3000, 4
+    mu = rng.uniform(200, 700, n)
+    mid = 0.5 * (edges[1:] + edges[:-1])
+    probs = np.exp(-0.5 * ((mid[None] - mu[:, None]) / 25.0) ** 2) + 1e-9  # a softmax never reaches 0
+    v = mu[:, None] + rng.gamma(2.0, 30.0, (n, k)) - 60.0  # mean mu, sd ~42, right-skewed
+    t = Targets(v, np.zeros_like(v, bool), cap=None)
+    head = SoftLabelHead()
+    head.edges_ = edges
+    half = n // 2
+    lo, hi = head._recalibrated_levels(probs[:half], Targets(v[:half], t.truncated[:half]))
+    assert lo < 0.05 and hi > 0.95  # far outside the nominal 0.1 / 0.9: the histograms are too narrow
+
+    def tails(levels: tuple[float, float]) -> tuple[float, float]:
+        d = binned(probs[half:], edges, levels)
+        row, y, w = Targets(v[half:], t.truncated[half:]).flat()
+        return float(np.average(y < d.q10[row], weights=w)), float(np.average(y > d.q90[row], weights=w))
+
+    below, above = tails((lo, hi))
+    assert abs(below - 0.10) < 0.02 and abs(above - 0.10) < 0.02, (below, above)
+    below, above = tails((0.1, 0.9))
+    assert below > 0.18 and above > 0.15  # the nominal levels of a too-narrow histogram
 
 
 def test_weighted_quantile():

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-__all__ = ["Dist", "clipped_normal", "binned", "weighted_quantile", "Z90"]
+__all__ = ["Dist", "clipped_normal", "binned", "binned_cdf", "weighted_quantile", "Z90"]
 
 Z90 = float(special.ndtri(0.9))  # 1.2816: the 10/90% quantiles of N(0, 1) are -/+ this
 
@@ -79,8 +79,22 @@ def binned_quantile(probs: np.ndarray, edges: np.ndarray, p: float) -> np.ndarra
     return edges[j] + frac * (edges[j + 1] - edges[j])
 
 
-def binned(probs: np.ndarray, edges: np.ndarray) -> Dist:
-    """Summaries of histograms ``probs`` (n, B) over bins ``edges`` (B+1,)."""
+def binned_cdf(probs: np.ndarray, edges: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """F_i(y_i): each row's histogram CDF (uniform within bins) at its own value ``y`` (n,) -- the PIT."""
+    probs = np.asarray(probs, dtype=np.float64)
+    probs = probs / probs.sum(axis=1, keepdims=True)
+    y = np.asarray(y, dtype=np.float64)
+    n_bins = probs.shape[1]
+    j = np.clip(np.searchsorted(edges, y, side="right") - 1, 0, n_bins - 1)  # (n,) the bin holding y
+    rows = np.arange(probs.shape[0])
+    before = np.cumsum(probs, axis=1)[rows, j] - probs[rows, j]
+    frac = np.clip((y - edges[j]) / (edges[j + 1] - edges[j]), 0.0, 1.0)
+    return np.clip(before + frac * probs[rows, j], 0.0, 1.0)
+
+
+def binned(probs: np.ndarray, edges: np.ndarray, levels: tuple[float, float] = (0.1, 0.9)) -> Dist:
+    """Summaries of histograms ``probs`` (n, B) over bins ``edges`` (B+1,); q10 / q90 are the
+    histogram's quantiles at ``levels`` (the nominal 0.1 / 0.9 unless recalibrated on validation)."""
     probs = np.asarray(probs, dtype=np.float64)
     probs = probs / probs.sum(axis=1, keepdims=True)
     mid = 0.5 * (edges[1:] + edges[:-1])  # (B,)
@@ -88,8 +102,8 @@ def binned(probs: np.ndarray, edges: np.ndarray) -> Dist:
     mean = probs @ mid
     ex2 = probs @ (mid**2 + w**2 / 12.0)  # second moment of a uniform on each bin
     spread = np.sqrt(np.maximum(ex2 - mean**2, 0.0))
-    return Dist(mean, spread, binned_quantile(probs, edges, 0.1), binned_quantile(probs, edges, 0.5),
-                binned_quantile(probs, edges, 0.9))
+    return Dist(mean, spread, binned_quantile(probs, edges, levels[0]), binned_quantile(probs, edges, 0.5),
+                binned_quantile(probs, edges, levels[1]))
 
 
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float | np.ndarray) -> np.ndarray:

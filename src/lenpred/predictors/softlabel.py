@@ -10,7 +10,11 @@ with cross-entropy against a soft target per prompt:
 * ``target="kernel"`` -- a Gaussian kernel of ``smoothing`` bins around the bin of the prompt's median.
 
 The predictive distribution is the histogram (uniform within bins): its median is the point (or its
-mean, with ``point="mean"``), its 10/90% quantiles the interval -- a spread of its own, no affine law.
+mean, with ``point="mean"``), its quantiles the interval -- a spread of its own, no affine law. Given
+validation prompts, the interval's quantile *levels* are recalibrated on them (quantile recalibration:
+the levels at which the validation samples' PIT values F(y) have their 10th and 90th percentiles), so
+that each tail holds 10% of the validation samples even when the network's histograms are too narrow
+or too wide; without validation the levels are the nominal 0.1 / 0.9.
 
 :class:`BinnedHead` is shared with ``egtp`` and ``probe``.
 """
@@ -24,7 +28,7 @@ import torch
 from torch import nn
 
 from lenpred.predictors.base import Inputs, Predictor, check_param
-from lenpred.predictors.dist import Dist, binned
+from lenpred.predictors.dist import Dist, binned, binned_cdf, weighted_quantile
 from lenpred.predictors.nn import (
     Standardizer,
     load_module,
@@ -102,11 +106,25 @@ class BinnedHead(Predictor):
             def val() -> float:
                 return weighted_mae(self._summaries(xv)[1], Tv)
 
+        self.levels_ = self.NOMINAL_LEVELS
         with seeded(self.seed):
             self.net_ = mlp(self.d_in_, self.hidden, self.depth, self.n_bins, float(self.dropout))
             log = train_loop(self.net_, loss_of, T.n, val_mae=val, epochs=self.epochs, batch_size=self.batch_size,
                              lr=float(self.lr), weight_decay=float(self.weight_decay), patience=self.patience, seed=self.seed)
         self.train_log_ = log.__dict__
+        if Zv is not None and Tv is not None:
+            self.levels_ = self._recalibrated_levels(self._probs(self.scaler_(Zv.x)), Tv)
+
+    NOMINAL_LEVELS = (0.1, 0.9)
+
+    def _recalibrated_levels(self, probs: np.ndarray, t: Targets) -> tuple[float, float]:
+        """The levels whose histogram quantiles leave 10% of ``t``'s samples (weighted by prompt, as the
+        affine law's calibration) below q10 and 10% above q90. A truncated sample (exactly ``cap``) has
+        F = 1: it counts above every q90 below the cap, as in the bench."""
+        row, y, w = t.flat()
+        pit = binned_cdf(probs[row], self.edges_, y)
+        lo, hi = weighted_quantile(pit, w, np.array([0.1, 0.9]))
+        return float(np.clip(lo, 0.005, 0.45)), float(np.clip(hi, 0.55, 0.995))
 
     def _probs(self, xt: torch.Tensor) -> np.ndarray:
         self.net_.eval()
@@ -114,7 +132,7 @@ class BinnedHead(Predictor):
             return torch.softmax(self.net_(xt), dim=-1).numpy().astype(np.float64)  # (n, B)
 
     def _summaries(self, xt: torch.Tensor) -> tuple[Dist, np.ndarray]:
-        d = binned(self._probs(xt), self.edges_)
+        d = binned(self._probs(xt), self.edges_, self.levels_)
         return d, (d.q50 if self.point == "median" else d.mean)
 
     def _point(self, Z: Inputs) -> np.ndarray:
@@ -130,13 +148,14 @@ class BinnedHead(Predictor):
 
     def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         t = module_tensors(self.net_) | {"x_mean": self.scaler_.mean, "x_scale": self.scaler_.scale, "edges": self.edges_}
-        return t, {"d_in": self.d_in_, "train_log": self.train_log_}
+        return t, {"d_in": self.d_in_, "train_log": self.train_log_, "levels": list(self.levels_)}
 
     def _set_state(self, tensors: dict[str, np.ndarray], info: dict[str, Any]) -> None:
         self.d_in_ = int(info["d_in"])
         self.scaler_ = Standardizer(tensors["x_mean"], tensors["x_scale"])
         self.edges_ = tensors["edges"]
         self.train_log_ = dict(info.get("train_log") or {})
+        self.levels_ = tuple(info.get("levels") or self.NOMINAL_LEVELS)  # heads saved before: nominal levels
         with seeded(self.seed):
             self.net_: nn.Module = mlp(self.d_in_, self.hidden, self.depth, self.n_bins, float(self.dropout))
         load_module(self.net_, tensors)
