@@ -109,7 +109,8 @@ def write_plots(res: BenchResult, out: Path, scatter: dict[str, tuple[np.ndarray
     ax.axvline(b.oracle_mae, color="tab:green")
     ax.set_yticks(ys, [r.name for r in rows])
     ax.set_xlabel("MAE (tokens), test prompts")
-    ax.legend(loc="lower right")
+    ax.set_ylim(-0.7, len(rows) - 0.3 + 0.9)  # headroom for the legend above the top row
+    ax.legend(loc="upper right", fontsize="small")
     fig.tight_layout()
     paths.append(out / "bench_mae_vs_bound.png")
     fig.savefig(paths[-1], dpi=120)
@@ -121,7 +122,9 @@ def write_plots(res: BenchResult, out: Path, scatter: dict[str, tuple[np.ndarray
         ax.axvspan(75, 85, color="tab:green", alpha=0.2, label="75-85% target")
         ax.axvline(80, color="tab:green")
         ax.set_xlabel("share of test samples inside the 80% interval (%)")
-        ax.legend(loc="lower right")
+        ax.set_ylim(-0.7, len(cov) - 0.3 + 0.9)
+        ax.set_xlim(min(50.0, 100 * min(c[1] for c in cov) - 5), 100)  # the bars differ by a few points
+        ax.legend(loc="upper right", fontsize="small")
         fig.tight_layout()
         paths.append(out / "bench_coverage.png")
         fig.savefig(paths[-1], dpi=120)
