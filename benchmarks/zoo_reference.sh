@@ -3,8 +3,10 @@
 # resumable or cheap; rerun the script to redo what is missing). Needs the collected runs:
 #   data/runs/collect_reference.sh     (ShareGPT, 2,400 prompts)
 #   data/runs/collect_alpaca_eval.sh   (AlpacaEval, 200 prompts x 4: the transfer set)
-# On the 2-core CPU machine: ~5 min features for new prompts, ~10 min training, ~15 min learning
-# curve, ~5 min simulator, ~3 min latency. Outputs under out/ (the README quotes them); the heads
+# Measured on the 2-core CPU machine, complete run (2026-12-02): features up to date (computing all
+# 2,400 prompts' took ~36 min), ~2 min training the 10 heads, ~1 min the two benches, ~3.5 min the
+# simulator, ~1.5 min latency, ~4 min the learning curve (LEARNING_CURVE=0 and run it on the other
+# core: ~8 min in all). Outputs under out/ (the README quotes them); the heads
 # the README, the demo and the benchmarks use are copied into data/heads/ (committed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
