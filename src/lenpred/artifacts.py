@@ -307,12 +307,11 @@ def load_artifact(
     at a supported schema version, its files are intact (sha256, with ``verify``), and -- given
     ``card`` -- it is compatible with that run card under its own scope."""
     p = Path(path)
+    written_by = f"a directory written by lenpred{f' ({kind})' if isinstance(kind, str) else ''}"
     if not p.exists():
-        raise DataError(f"{what} {p} does not exist",
-                        f"check the path; pass a directory written by lenpred{f' ({kind})' if isinstance(kind, str) else ''}")
+        raise DataError(f"{what} {p} does not exist", f"check the path; pass {written_by}")
     if not p.is_dir() or not (p / META).is_file():
-        raise DataError(f"{p} is not a lenpred {what} (no {META})",
-                        f"pass a directory written by lenpred{f' ({kind})' if isinstance(kind, str) else ''}")
+        raise DataError(f"{p} is not a lenpred {what} (no {META})", f"pass {written_by}")
     try:
         meta = json.loads((p / META).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -71,6 +71,7 @@ class BinnedHead(Predictor):
     """An MLP classifier over equal-width length bins, trained on soft targets (cross-entropy)."""
 
     own_spread = True
+    NOMINAL_LEVELS = (0.1, 0.9)  # the quantile levels of q10 / q90 before (or without) recalibration on val
 
     def _check_params(self) -> None:
         n = self.name
@@ -114,8 +115,6 @@ class BinnedHead(Predictor):
         self.train_log_ = log.__dict__
         if Zv is not None and Tv is not None:
             self.levels_ = self._recalibrated_levels(self._probs(self.scaler_(Zv.x)), Tv)
-
-    NOMINAL_LEVELS = (0.1, 0.9)
 
     def _recalibrated_levels(self, probs: np.ndarray, t: Targets) -> tuple[float, float]:
         """The levels whose histogram quantiles leave 10% of ``t``'s samples (weighted by prompt, as the

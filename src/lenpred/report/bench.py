@@ -88,6 +88,12 @@ def render_markdown(res: BenchResult, subsets: tuple[str, ...] = ("all", "eos", 
     return "\n".join(out) + "\n"
 
 
+def _legend_above_rows(ax: Any, n_rows: int) -> None:
+    """A legend in headroom above the top of ``n_rows`` horizontal rows (y = 0 .. n_rows - 1), off the data."""
+    ax.set_ylim(-0.7, n_rows - 1 + 1.6)
+    ax.legend(loc="upper right", fontsize="small")
+
+
 def write_plots(res: BenchResult, out: Path, scatter: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> list[Path]:
     """MAE against the bound with intervals; coverage; predicted vs true (``scatter[name] = (y, pred)``)."""
     import matplotlib
@@ -109,8 +115,7 @@ def write_plots(res: BenchResult, out: Path, scatter: dict[str, tuple[np.ndarray
     ax.axvline(b.oracle_mae, color="tab:green")
     ax.set_yticks(ys, [r.name for r in rows])
     ax.set_xlabel("MAE (tokens), test prompts")
-    ax.set_ylim(-0.7, len(rows) - 0.3 + 0.9)  # headroom for the legend above the top row
-    ax.legend(loc="upper right", fontsize="small")
+    _legend_above_rows(ax, len(rows))
     fig.tight_layout()
     paths.append(out / "bench_mae_vs_bound.png")
     fig.savefig(paths[-1], dpi=120)
@@ -122,9 +127,8 @@ def write_plots(res: BenchResult, out: Path, scatter: dict[str, tuple[np.ndarray
         ax.axvspan(75, 85, color="tab:green", alpha=0.2, label="75-85% target")
         ax.axvline(80, color="tab:green")
         ax.set_xlabel("share of test samples inside the 80% interval (%)")
-        ax.set_ylim(-0.7, len(cov) - 0.3 + 0.9)
         ax.set_xlim(min(50.0, 100 * min(c[1] for c in cov) - 5), 100)  # the bars differ by a few points
-        ax.legend(loc="upper right", fontsize="small")
+        _legend_above_rows(ax, len(cov))
         fig.tight_layout()
         paths.append(out / "bench_coverage.png")
         fig.savefig(paths[-1], dpi=120)
