@@ -41,6 +41,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--device", default="cpu", help="torch device for the target and the head (cpu, cuda, ...)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
     config_flags(t, DraftTrainConfig)
+    f = sub.add_parser("cache", help="teacher-force a run's samples into the state cache (resumable)",
+                       description="teacher-force every sample of the split's chosen roles into the state cache that "
+                                   "`draft train` and `outlets features` read; resumable, sharded")
+    f.add_argument("--run", "--run-dir", dest="run", required=True, help="run directory with token ids")
+    f.add_argument("--roles", default="train,val,test", help="split roles, in order (default: train,val,test)")
+    f.add_argument("--model", help="target model (default: the run's model)")
+    f.add_argument("--cache", help="state cache directory (default: under $LENPRED_HOME/draft-states)")
+    f.add_argument("--layers", help="target layers as 'a,b,c' (default: 2, L//2, L-3)")
+    f.add_argument("--max-seq-len", type=int, default=2048, help="longer samples are cut to this many tokens")
+    f.add_argument("--topk", type=int, default=64, help="target top-k log-probabilities cached per response token")
+    f.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    f.add_argument("--device", default="cpu", help="torch device for the target (cpu, cuda, ...)")
+    f.add_argument("--no-progress", action="store_true", help="no progress bars")
     i = sub.add_parser("inspect", help="describe a head; with --model, check it against that target")
     i.add_argument("head", help="head directory (config.json + model.safetensors or pytorch_model.bin)")
     i.add_argument("--model", help="check the head against this target")
@@ -53,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"train": _train, "inspect": _inspect, "convert": _convert}[args.action](args)
+    return {"train": _train, "cache": _cache, "inspect": _inspect, "convert": _convert}[args.action](args)
 
 
 def _check_out(out: Path) -> None:
@@ -75,31 +88,20 @@ def _target_eos(card: dict[str, Any], tokenizer: Any) -> int:
     return int(tokenizer.eos_token_id)
 
 
-def _train(args: argparse.Namespace) -> int:
-    from lenpred.config import from_arguments
+def _run_and_target(args: argparse.Namespace, layers: tuple[int, ...] | None) -> tuple[Any, Any, Any, Any, str]:
+    """The run (with token ids), its split, the loaded target and the torch device of a draft verb."""
     from lenpred.data.rundir import RunDir
-    from lenpred.draft.train import DraftTrainConfig, check_token_ids
+    from lenpred.data.split import load_split
+    from lenpred.draft.train import check_token_ids
 
-    cfg = from_arguments(DraftTrainConfig, args, where="draft train")
-    cfg.check()
-    layers = cfg.layer_tuple()
-    out = Path(args.out)
-    _check_out(out)
     run_dir = RunDir.open(args.run)
     check_token_ids(run_dir)
-    try:
-        from lenpred.data.split import load_split
-    except ModuleNotFoundError as e:
-        if e.name not in ("lenpred.data.split",):
-            raise
-        raise DataError("this build has no lenpred.data.split (the fixed train/val/test split) yet",
-                        "update lenpred; training uses the split's training prompts only") from None
     # the run may still be growing: prompts collected after the split have no role and are not used
     split = load_split(run_dir, require_complete=False)
     import torch
 
     from lenpred.draft.target import Target
-    from lenpred.draft.train import train_draft
+    from lenpred.draft.train import Distributed
     from lenpred.models import load
     from lenpred.models.loading import resolve
 
@@ -115,12 +117,43 @@ def _train(args: argparse.Namespace) -> int:
         )
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    from lenpred.draft.train import Distributed
-
     ddp = Distributed()  # under torchrun: one process per device, cuda -> cuda:LOCAL_RANK
     device = ddp.device(args.device)
     lm = load(name, device=device)
-    target = Target(lm.model, layers)
+    return run_dir, split, lm, Target(lm.model, layers), device
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from lenpred.draft.train import DraftTrainConfig, fill_state_cache
+
+    roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
+    bad = [r for r in roles if r not in ("train", "val", "test")]
+    if not roles or bad:
+        raise ConfigError(f"--roles {args.roles!r} names unknown roles {bad}", "use train, val and/or test, e.g. --roles train,val")
+    cfg = DraftTrainConfig(max_seq_len=args.max_seq_len, topk=args.topk, layers=args.layers)
+    cfg.check()
+    run_dir, split, lm, target, _ = _run_and_target(args, cfg.layer_tuple())
+    cdir, tf, n = fill_state_cache(run_dir, split, target, lm.spec, cfg, cache_dir=args.cache, roles=roles,
+                                   progress=not args.no_progress)
+    rate = f" ({tf['tokens'] / tf['seconds']:.0f} tokens/s)" if tf["tokens"] else " (all cached already)"
+    print(f"lenpred draft cache: {int(tf['tokens'])} response tokens teacher-forced now{rate}; "
+          f"{n} response tokens of {','.join(roles)} in {cdir}", file=sys.stderr, flush=True)
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from lenpred.config import from_arguments
+    from lenpred.draft.train import DraftTrainConfig
+
+    cfg = from_arguments(DraftTrainConfig, args, where="draft train")
+    cfg.check()
+    layers = cfg.layer_tuple()
+    out = Path(args.out)
+    _check_out(out)
+    run_dir, split, lm, target, device = _run_and_target(args, layers)
+    from lenpred.draft.train import Distributed, train_draft
+
+    ddp = Distributed()
 
     def say(msg: str) -> None:
         print(f"lenpred draft train: {msg}", file=sys.stderr, flush=True)

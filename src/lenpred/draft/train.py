@@ -46,7 +46,8 @@ from lenpred.draft.states import SampleStates, StateCache
 from lenpred.errors import ConfigError, DataError
 from lenpred.fileio import canonical_json
 
-__all__ = ["Distributed", "DraftTrainConfig", "TrainResult", "check_token_ids", "load_training_data", "train_draft"]
+__all__ = ["Distributed", "DraftTrainConfig", "TrainResult", "check_token_ids", "fill_state_cache", "load_training_data",
+           "state_cache_jobs", "train_draft"]
 
 
 class DraftTrainConfig(Config):
@@ -169,6 +170,55 @@ def load_training_data(run: Any, split: Any, cfg: DraftTrainConfig, eos_id: int)
     info = {"train_prompts": len(train_pids), "train_samples": len(keys), "val_samples": len(val_keys),
             "train_prompt_ids_sha256": h, "split": _split_info(split)}
     return TrainingData(keys, val_keys, jobs, counts_source, len(train_pids), info)
+
+
+def state_cache_jobs(run: Any, split: Any, roles: tuple[str, ...] = ("train", "val", "test"),
+                     max_seq_len: int = 2048) -> list[tuple[str, list[int], list[tuple[int, list[int], str]]]]:
+    """Every sample of the split's ``roles`` prompts as state-cache jobs, in role order (the training
+    prompts first), cut to ``max_seq_len`` exactly as :func:`load_training_data` cuts them, so a cache
+    filled here is the cache ``lenpred draft train`` reads."""
+    prompts, s = check_token_ids(run)
+    pid_ids = {str(r.prompt_id): [int(x) for x in r.prompt_token_ids] for r in prompts.itertuples()}
+    order = [str(p) for p in prompts["prompt_id"]]
+    by_prompt: dict[str, list[tuple[int, list[int], str]]] = {}
+    for r in s.itertuples():
+        ids = [int(x) for x in r.token_ids][:max_seq_len]
+        by_prompt.setdefault(str(r.prompt_id), []).append((int(r.sample_idx), ids, str(r.stop_reason)))
+    jobs = []
+    for role in roles:
+        members = set(map(str, split.ids(role)))
+        for pid in order:
+            if pid in members and pid in by_prompt:
+                p_ids = pid_ids[pid][: max_seq_len - 1]
+                jobs.append((pid, p_ids, [(i, ids[: max_seq_len - len(p_ids)], stop)
+                                          for i, ids, stop in sorted(by_prompt[pid])]))
+    return jobs
+
+
+def fill_state_cache(run: Any, split: Any, target: Any, target_spec: Any, cfg: DraftTrainConfig, *,
+                     cache_dir: str | os.PathLike[str] | None = None, roles: tuple[str, ...] = ("train", "val", "test"),
+                     progress: bool = True, prompts_per_shard: int = 4) -> tuple[Path, dict[str, float], int]:
+    """Teacher-force every sample of ``roles`` into the state cache ``lenpred draft train`` and
+    ``lenpred outlets features`` read (resumable: samples already cached are skipped).
+    Returns (cache directory, {"tokens", "seconds"} of this call, response tokens in the cache for these jobs)."""
+    from lenpred.draft.states import default_cache_dir
+
+    cfg.check()
+    layers = target.layers
+    fp = target_spec.fingerprint
+    manifest = {"target_fingerprint": fp, "layers": list(layers), "topk": cfg.topk, "dtype": "float16",
+                "card_hash": run.card_hash, "max_seq_len": cfg.max_seq_len, "target_id": target_spec.id,
+                "run": str(run.path)}
+    cdir = Path(cache_dir) if cache_dir else default_cache_dir(run.card_hash, fp, layers, cfg.topk)
+    jobs = state_cache_jobs(run, split, roles, cfg.max_seq_len)
+    cache = StateCache.open_or_create(cdir, manifest)
+    keys = [(p, i) for p, _, ss in jobs for i, _, _ in ss]
+    bar = _bar(progress, sum(len(ids) for _, _, ss in jobs for _, ids, _ in ss), "teacher forcing",
+               initial=cache.n_tokens(keys))
+    tf = cache.build(target, jobs, prompts_per_shard=prompts_per_shard, progress=lambda n, _: bar.update(n))
+    bar.close()
+    cache._index = None
+    return cdir, tf, cache.n_tokens(keys)
 
 
 def _split_info(split: Any) -> dict[str, Any]:
