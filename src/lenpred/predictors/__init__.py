@@ -1,4 +1,5 @@
-"""Length predictors: estimators on features (see base.py), and synthetic noise models (synthetic.py).
+"""Length predictors: estimators on features (see base.py). The synthetic noise models the simulator
+uses as yardsticks live in :mod:`lenpred.sim.noise`.
 
 Every predictor writes the same predictions table (:mod:`lenpred.predictions`).
 

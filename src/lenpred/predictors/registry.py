@@ -1,7 +1,7 @@
 """The predictor registry: one explicit table from name to head class.
 
 ``lenpred train --predictor NAME`` and :func:`lenpred.predictors.io.load_head` look heads up here; an
-unknown name is an error that lists the valid ones. Synthetic noise models (synthetic.py) are not
+unknown name is an error that lists the valid ones. Synthetic noise models (:mod:`lenpred.sim.noise`) are not
 trained estimators and are not in this table.
 """
 

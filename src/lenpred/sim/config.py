@@ -38,7 +38,7 @@ TABLE_MODELS = ("table", "input")
 
 def prediction_models() -> list[str]:
     """Every valid ``prediction.model``: the synthetic predictors plus ``table`` and ``input``."""
-    from lenpred.predictors.synthetic import SYNTHETIC
+    from lenpred.sim.noise import SYNTHETIC
 
     return sorted([*SYNTHETIC.names(), *TABLE_MODELS])
 
@@ -90,7 +90,7 @@ class ClusterConfig(Config):
 class PredictionConfig(Config):
     """Where a policy arm's predicted lengths come from.
 
-    A synthetic predictor (:mod:`lenpred.predictors.synthetic`: oracle, lognormal, additive,
+    A synthetic predictor (:mod:`lenpred.sim.noise`: oracle, lognormal, additive,
     constant, prompt-median), a predictions table (``table`` with ``path``: a Parquet file written
     by ``lenpred predict`` or :meth:`lenpred.predictions.Predictions.write`), or ``input`` (a
     request table's own ``predicted_tokens`` column). Every one becomes a predictions table joined

@@ -3,7 +3,7 @@ joined to the workload by ``(prompt_id, sample_idx)``.
 
 Where the table comes from is the arm's ``prediction`` config (:func:`predictions_for`):
 
-* a synthetic predictor (:mod:`lenpred.predictors.synthetic`) run on the workload's samples;
+* a synthetic predictor (:mod:`lenpred.sim.noise`) run on the workload's samples;
 * ``table``: a Parquet file written by ``lenpred predict`` (or any code through
   :meth:`Predictions.write`); for a run-directory workload it must have been made for that run;
 * ``input``: the request table's own ``predicted_tokens`` (``predicted_spread``,
@@ -51,7 +51,7 @@ def predictions_for(
             raise DataError("prediction model 'input' needs a predicted_tokens value for every request",
                             "add the column to the request table, or pick another prediction model")
         return trace_predictions(table, keys, f"request table of the {source} workload")
-    from lenpred.predictors.synthetic import make_synthetic
+    from lenpred.sim.noise import make_synthetic
 
     pred = make_synthetic(cfg.model, rel_mae=cfg.rel_mae, mae=cfg.mae, repredict_every=cfg.repredict_every)
     return pred.predict_table(population, seed=seed, card=card, source=source)
