@@ -555,7 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "table.md").write_text("\n\n".join(x for x in parts if x) + "\n")
     atomic_write_json(out / "real_predictions.json", summary)
     if res.config.plots:
-        from lenpred.sim.plots import write_plots
+        from lenpred.report.sim_plots import write_plots
 
         for p in write_plots(res, out):
             print(f"plot: {p}")

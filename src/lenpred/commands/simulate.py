@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     md = print_table(res)
     (out / "table.md").write_text(md + "\n")
     if cfg.plots:
-        from lenpred.sim.plots import write_plots
+        from lenpred.report.sim_plots import write_plots
 
         for p in write_plots(res, out):
             print(f"plot: {p}")

@@ -196,7 +196,7 @@ def run_schedule(config: str | os.PathLike[str] | Mapping[str, Any], run: str | 
     (dest / "schedule.json").write_text(json.dumps(rows, indent=2) + "\n")
     (dest / "schedule.md").write_text(_md(rows, res))
     if cfg.plots:
-        from lenpred.sim.plots import write_plots
+        from lenpred.report.sim_plots import write_plots
 
         write_plots(res, dest)
     return res

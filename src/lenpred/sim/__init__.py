@@ -3,8 +3,8 @@
 Entities (:mod:`~lenpred.sim.request`, :mod:`~lenpred.sim.instances`), the event vocabulary
 (:mod:`~lenpred.sim.events`) and the simulator that owns the heap (:mod:`~lenpred.sim.engine`),
 policies (:mod:`~lenpred.sim.policies`), latency profiles (:mod:`~lenpred.sim.profiles`),
-workloads (:mod:`~lenpred.sim.workload`: arrivals, length sources, predictions), metrics (:mod:`~lenpred.sim.metrics`), sweeps and plots (:mod:`~lenpred.sim.sweep`,
-:mod:`~lenpred.sim.plots`). ``lenpred simulate --config FILE --out DIR`` runs a config.
+workloads (:mod:`~lenpred.sim.workload`: arrivals, length sources, predictions), metrics (:mod:`~lenpred.sim.metrics`), sweeps (:mod:`~lenpred.sim.sweep`; their plots are
+:mod:`lenpred.report.sim_plots`). ``lenpred simulate --config FILE --out DIR`` runs a config.
 """
 
 from lenpred.sim.config import (
