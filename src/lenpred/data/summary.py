@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from lenpred.data.lengths import sample_lengths
 from lenpred.data.rundir import RunDir
 
-__all__ = ["LengthStats", "RunSummary", "TargetProgress", "print_run_summary", "run_summary"]
+__all__ = ["LengthStats", "RunSummary", "TargetProgress", "run_summary"]
 
 QUANTILES = ("0.1", "0.5", "0.9", "0.99")
 
@@ -111,9 +111,3 @@ def run_summary(run: RunDir) -> RunSummary:
         progress=progress,
     )
 
-
-def print_run_summary(run: RunDir) -> None:
-    """Print the summary of a run (kept for callers of lenpred <= 0.1.0; see lenpred.report.run_info)."""
-    from lenpred.report.run_info import print_run_info
-
-    print_run_info(run_summary(run))
