@@ -69,7 +69,8 @@ def test_carried_oracle_hand_checked_on_three_samples():
     # (s1, t=0): others {10, 40} -> median 25;  (s1, t=15): only 40 survives -> 25
     # (s2, t=8): others {10, 20} -> {2, 12}: median 7;  (s2, t=30): nothing survives -> fallback (1 token)
     np.testing.assert_allclose(r.q50, [25, 25, 25, 7, 1])
-    np.testing.assert_allclose(r.q10[:1], [17]) and np.testing.assert_allclose(r.q90[:1], [33])
+    np.testing.assert_allclose(r.q10[:1], [17])
+    np.testing.assert_allclose(r.q90[:1], [33])
     assert r.fallback_rows == 1
     fb = Remaining(np.full(5, 3.0), np.full(5, 4.0), np.full(5, 5.0))
     r = carried_oracle(idx, _three(), fallback=fb)
