@@ -306,7 +306,7 @@ def test_outlets_head_online_equals_offline_on_a_tiny_sequence(name, model, draf
     predict_dist of the same rows at that t -- for the refining probe too, whose posterior the online
     object carries from cycle to cycle (folding the checkpoints t = 0, 8, 16, ... and 32 as it passes them)."""
     from lenpred.outlets.features import positions
-    from lenpred.predictors.outlets import OutletsHead
+    from lenpred.outlets.head import OutletsHead
 
     spec = {"positions": {"stride": 8, "fixed_tokens": [32]}, "draft": {"sha256": "tiny"}}
     train = {f"p{i}": _online_rows(model, draft.model, PROMPTS[i])[1] for i in (0, 2)}
