@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from lenpred.errors import ConfigError
+from lenpred.outlets.head import OutletsHead
 from lenpred.predictors.base import Predictor
 from lenpred.predictors.constant import ConstantHead
 from lenpred.predictors.egtp import EGTPHead
 from lenpred.predictors.film import FiLMHead
 from lenpred.predictors.mlp import MLPHead
 from lenpred.predictors.moe import MoEHead
-from lenpred.predictors.outlets import OutletsHead
 from lenpred.predictors.probe import ProbeHead
 from lenpred.predictors.prompt_length import PromptLengthHead
 from lenpred.predictors.proxy import ProxyHead
