@@ -160,7 +160,7 @@ def _eval_head_of_another_draft(tmp: Path) -> dict[str, Path]:
     import copy
 
     from lenpred.outlets.store import load_trajectory, save_trajectory
-    from lenpred.predictors.outlets import OutletsHead
+    from lenpred.outlets.head import OutletsHead
     from outlets.eval_synth import CAP, CARD, SPEC
 
     p = _eval_run(tmp)
