@@ -9,7 +9,8 @@
   ``predict_dist(X)`` -> :class:`~lenpred.predictors.dist.Dist` (mean, spread, q10 / q50 / q90).
   Both raise :class:`~lenpred.errors.NotFittedError` on a head that was never fitted.
 * ``save(path, card=...)`` writes ``weights.safetensors`` + ``meta.json`` through
-  :mod:`lenpred.artifacts` (see :mod:`lenpred.predictors.io`); ``load_head`` reads it back strictly.
+  :mod:`lenpred.artifacts` (the layout: :mod:`lenpred.predictors.io`, whose ``load_head`` reads it
+  back strictly; the writer lives here so that the base class needs nothing from the registry).
 
 **Inputs.** ``X`` is a :class:`~lenpred.features.store.Features` (the head picks its blocks by name)
 or, for heads that read one matrix, a plain (n, d) array. Block selectors: an exact block name
@@ -46,7 +47,14 @@ from lenpred.errors import ConfigError, DataError, NotFittedError
 from lenpred.predictors.dist import Z90, Dist, clipped_normal
 from lenpred.predictors.targets import Targets, as_targets
 
-__all__ = ["Predictor", "Inputs", "AffineSpread", "resolve_blocks", "check_param"]
+__all__ = ["Predictor", "Inputs", "AffineSpread", "resolve_blocks", "check_param", "KIND", "SCHEMA_VERSION", "STATE"]
+
+# the head artifact (layout: lenpred.predictors.io)
+KIND = "head"
+SCHEMA_VERSION = 1
+STATE = "state.json"
+CARD_SCOPE = "model+sampling"
+_SAVED_BASE = ("blocks_", "widths_", "feature_spec_", "side_names_", "cap_", "n_train_", "fit_seconds_")
 
 SIDE = "side"
 _LAYER_BLOCK = re.compile(r"^(\d+)\.(\w+)$")
@@ -348,9 +356,26 @@ class Predictor:
         return self.spread_.dist(self._mu(Z), self.cap_)
 
     def save(self, path: Any, card: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None) -> Any:
-        from lenpred.predictors.io import save_head
+        """Write the fitted head as an artifact (:mod:`lenpred.predictors.io`); returns the
+        :class:`~lenpred.artifacts.Artifact`. ``card``: the training run's card (its model and
+        sampling fields are kept); ``meta``: what training saw (recorded under ``train``)."""
+        from lenpred.artifacts import write_artifact
 
-        return save_head(self, path, card=card, meta=meta)
+        self._check_fitted()
+        tensors, info = self._get_state()
+        tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+        if not tensors:
+            raise ValueError(f"{self.name} head has no fitted arrays to save")
+        base = {k: getattr(self, k, None) for k in _SAVED_BASE}
+        spread = self.spread_.to_json() if not self.own_spread else None
+        params = {k: list(v) if isinstance(v, tuple) else v for k, v in self.get_params().items()}
+        m = {"predictor": self.name, "params": params, "input_kind": self.input_kind,
+             "feature_spec": base["feature_spec_"], "blocks": base["blocks_"], "widths": base["widths_"],
+             "side_names": base["side_names_"], "cap": base["cap_"], "spread": spread,
+             "train": {"n_prompts": base["n_train_"], "seconds": base["fit_seconds_"], **dict(meta or {})}}
+        return write_artifact(path, kind=KIND, schema_version=SCHEMA_VERSION,
+                              config={"predictor": self.name, "params": params}, card=card, card_scope=CARD_SCOPE,
+                              tensors=tensors, json_files={STATE: info}, meta=m)
 
     # ---------------------------------------------------------------- hooks
     def _fit(self, Z: Inputs, T: Targets, Zv: Inputs | None, Tv: Targets | None) -> None:

@@ -22,43 +22,18 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from lenpred.artifacts import Artifact, load_artifact, write_artifact
+from lenpred.artifacts import Artifact, load_artifact
 from lenpred.errors import ConfigError, DataError
-from lenpred.predictors.base import AffineSpread, Predictor
+from lenpred.predictors.base import KIND, SCHEMA_VERSION, STATE, AffineSpread, Predictor
 
 __all__ = ["save_head", "load_head", "read_head", "KIND", "SCHEMA_VERSION", "STATE"]
-
-KIND = "head"
-SCHEMA_VERSION = 1
-STATE = "state.json"
-CARD_SCOPE = "model+sampling"
-_BASE = ("blocks_", "widths_", "feature_spec_", "side_names_", "cap_", "n_train_", "fit_seconds_")
-
-
-def _jsonable_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
 
 
 def save_head(head: Predictor, path: str | os.PathLike[str], card: Mapping[str, Any] | None = None,
               meta: Mapping[str, Any] | None = None) -> Artifact:
-    """Write a fitted head. ``card``: the training run's card (its model and sampling fields are kept)."""
-    head._check_fitted()
-    tensors, info = head._get_state()
-    tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
-    if not tensors:
-        raise ValueError(f"{head.name} head has no fitted arrays to save")
-    base = {k: getattr(head, k, None) for k in _BASE}
-    spread = head.spread_.to_json() if not head.own_spread else None
-    params = _jsonable_params(head.get_params())
-    m = {"predictor": head.name, "params": params, "input_kind": head.input_kind,
-         "feature_spec": base["feature_spec_"], "blocks": base["blocks_"], "widths": base["widths_"],
-         "side_names": base["side_names_"], "cap": base["cap_"], "spread": spread,
-         "train": {"n_prompts": base["n_train_"], "seconds": base["fit_seconds_"], **dict(meta or {})}}
-    return write_artifact(path, kind=KIND, schema_version=SCHEMA_VERSION,
-                          config={"predictor": head.name, "params": params}, card=card, card_scope=CARD_SCOPE,
-                          tensors=tensors, json_files={STATE: info}, meta=m)
+    """Write a fitted head (:meth:`Predictor.save`). ``card``: the training run's card (its model and
+    sampling fields are kept)."""
+    return head.save(path, card=card, meta=meta)
 
 
 def load_head(path: str | os.PathLike[str], card: Mapping[str, Any] | None = None) -> Predictor:
