@@ -2,9 +2,16 @@
 
 - :mod:`~lenpred.report.table` the one row model (a :class:`~lenpred.report.table.Table` of text
   cells) that renders both on the console (rich) and in Markdown;
+- :mod:`~lenpred.report.bench` the bench table (console, Markdown) and its plots;
 - :mod:`~lenpred.report.bound` the bound analysis: its tables, ``summary.md`` and the artifact
   directory ``lenpred bound`` writes; :mod:`~lenpred.report.bound_plots` its four plots;
-- :mod:`~lenpred.report.run_info` what ``lenpred info`` prints about a run directory.
+- :mod:`~lenpred.report.run_info` what ``lenpred info`` prints about a run directory;
+- :mod:`~lenpred.report.sim_plots` a simulator sweep's plots (latency CDFs, P99 vs load).
 
-Nothing here computes a figure: it formats what :mod:`lenpred.stats` and :mod:`lenpred.data` return.
+Nothing here computes a figure: it formats what :mod:`lenpred.stats`, :mod:`lenpred.bench`,
+:mod:`lenpred.sim` and :mod:`lenpred.data` return. The modules share verbs (``render_markdown``,
+``write_plots``), so the package exports its modules, not their names: ``from lenpred.report import
+bench`` then ``bench.write_plots(...)``.
 """
+
+__all__ = ["bench", "bound", "bound_plots", "run_info", "sim_plots", "table"]
