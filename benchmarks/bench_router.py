@@ -4,7 +4,7 @@
     nice -n 15 .venv/bin/python benchmarks/bench_router.py fault      # 200 requests, one of two stubs killed
     nice -n 15 .venv/bin/python benchmarks/bench_router.py ab --head proxy=PATH --head ridge=PATH --sim
 
-* **overhead**: two stub backends (lenpred.route.stub: tokens at a fixed rate, each chunk stamped with the
+* **overhead**: two stub backends (tests/route/route_stub.py: tokens at a fixed rate, each chunk stamped with the
   stub's monotonic clock), the same waves of concurrent streams sent once straight to the stubs and once
   through a router process. Added latency = router path minus direct path, for the first token (from
   the client's send) and for every chunk (arrival minus the stub's stamp), at p50 and p99; the router's
@@ -43,7 +43,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from lenpred.route.procs import LlamaServer, RouterProcess, ServeProcess, Stub
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "route"))  # the server processes
+from route_procs import LlamaServer, RouterProcess, ServeProcess, Stub  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -1,8 +1,8 @@
 """A stub OpenAI-compatible backend that streams tokens at a fixed rate, for the router's load and fault
-tests and benchmarks (results that must not depend on CPU speed). Plain asyncio HTTP/1.1, no framework,
-so that 200 concurrent streams cost it little CPU.
+tests and benchmarks (results that must not depend on CPU speed). Test support, not part of the package.
+Plain asyncio HTTP/1.1, no framework, so that 200 concurrent streams cost it little CPU.
 
-    python -m lenpred.route.stub --port 8001 --name a --tokens-per-s 50 --ttft-ms 20
+    python tests/route/route_stub.py --port 8001 --name a --tokens-per-s 50 --ttft-ms 20
 
 * ``POST /v1/chat/completions`` and ``/v1/completions``: ``max_tokens`` tokens (``--default-tokens``
   when absent), the first after ``--ttft-ms``, then one every 1/``--tokens-per-s`` s, streamed (SSE,
@@ -250,7 +250,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lenpred.route.stub", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="route_stub.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8001)
     p.add_argument("--name", default="stub")

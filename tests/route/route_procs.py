@@ -1,4 +1,5 @@
-"""Server processes on loopback for the router's tests and benchmarks: stub backends, llama.cpp servers
+"""Server processes on loopback for the router's tests and benchmarks (test support, not part of the package;
+benchmarks/bench_router.py puts this folder on ``sys.path``): stub backends, llama.cpp servers
 (llama-cpp-python with the embedded GGUF), a ``lenpred route`` process and a ``lenpred serve`` process.
 
 Each is a :class:`Proc`: started on a free port, waited for until it answers, its output in a log file
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["LlamaServer", "Proc", "RouterProcess", "ServeProcess", "Stub", "free_port", "lenpred_cmd", "wait_http"]
+
+STUB = Path(__file__).with_name("route_stub.py")  # run as a script: it needs nothing but the standard library
 
 
 def free_port() -> int:
@@ -113,7 +116,7 @@ class Proc:
 
 
 class Stub(Proc):
-    """``python -m lenpred.route.stub`` (fixed token rate, scripted faults; see its module doc)."""
+    """``python tests/route/route_stub.py`` (fixed token rate, scripted faults; see its module doc)."""
 
     ready_path = "/health"
 
@@ -122,7 +125,7 @@ class Stub(Proc):
         self.opts = {"tokens_per_s": 200, "ttft_ms": 5, **opts}
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "lenpred.route.stub", "--port", str(self.port), "--name", self.name]
+        cmd = [sys.executable, str(STUB), "--port", str(self.port), "--name", self.name]
         for k, v in self.opts.items():
             cmd += [f"--{k.replace('_', '-')}", str(v)]
         return cmd
