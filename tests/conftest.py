@@ -1,7 +1,9 @@
 """Shared fixtures. ``LENPRED_HOME`` is left as configured so the converted embedded model is reused.
 
-The collect / run-directory helpers (WordTokenizer, FakeEngine, needs_llama) live in
-tests/foundation/collect_testing.py and their fixtures in tests/foundation/conftest.py.
+Shared helper modules are named ``<area>_testing.py`` and imported by name: an area's own in its
+folder (tests/collect/collect_testing.py: the fake engine, its fixture in tests/collect/conftest.py),
+the suite-wide ones here at the root (tests/model_testing.py: WordTokenizer, needs_llama), which this
+conftest.py keeps on sys.path for every test.
 """
 
 from __future__ import annotations

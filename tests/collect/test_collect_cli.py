@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from collect_testing import needs_llama
+from model_testing import needs_llama
 
 from lenpred.cli import main
 from lenpred.data.rundir import RunDir

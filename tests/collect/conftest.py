@@ -1,9 +1,9 @@
-"""Fixtures of the foundation tests (collect, run directory, prompt sources, models)."""
+"""Fixtures of the collect tests: the fake engine, registered for one test."""
 
 from __future__ import annotations
 
 import pytest
-from collect_testing import FakeEngine, WordTokenizer
+from collect_testing import FakeEngine
 
 from lenpred.collect.base import ENGINES
 
@@ -17,8 +17,3 @@ def fake_engine(monkeypatch: pytest.MonkeyPatch) -> type[FakeEngine]:
     monkeypatch.setattr(FakeEngine, "created", 0)
     monkeypatch.setattr(FakeEngine, "jobs", [])
     return FakeEngine
-
-
-@pytest.fixture()
-def word_tok() -> WordTokenizer:
-    return WordTokenizer()

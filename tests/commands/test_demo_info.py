@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from collect_testing import needs_llama
+from model_testing import needs_llama
 
 from lenpred.cli import main
 

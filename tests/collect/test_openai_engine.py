@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from collect_testing import WordTokenizer, needs_llama
+from model_testing import WordTokenizer, needs_llama
 
 from lenpred.cli import main
 from lenpred.collect.base import Job, SamplingConfig

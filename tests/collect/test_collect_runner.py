@@ -1,4 +1,4 @@
-"""The collect runner with a fake engine (conftest.FakeEngine): resume and extension bookkeeping,
+"""The collect runner with a fake engine (collect_testing.FakeEngine): resume and extension bookkeeping,
 corrupt shards set aside and regenerated, nothing written when the engine fails before a sample.
 
 The fake engine is deterministic (sample (p, k) has ``seed % 7`` tokens), so a regenerated sample

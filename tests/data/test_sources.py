@@ -179,8 +179,8 @@ def test_word_tokenizer_is_stable_across_processes(word_tok):
     import subprocess
     import sys
 
-    here = Path(__file__).resolve().parent
-    code = "from collect_testing import WordTokenizer; print(WordTokenizer()('hello big world')['input_ids'])"
+    here = Path(__file__).resolve().parents[1]  # tests/, where model_testing.py lives
+    code = "from model_testing import WordTokenizer; print(WordTokenizer()('hello big world')['input_ids'])"
     outs = set()
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(here)}

@@ -8,7 +8,7 @@ last-token pass) would change the continuation or its length.
 from __future__ import annotations
 
 import pytest
-from collect_testing import needs_llama
+from model_testing import needs_llama
 
 from lenpred.collect.base import Job, SamplingConfig
 
