@@ -2,7 +2,7 @@
 
 Each row: exit code 1 (2 for argparse's own errors), one line naming the problem and the fix, and
 nothing written or changed under the test's directory. The one case that must write (a resuming
-``collect`` setting a corrupt shard aside) is a normal test in tests/foundation/test_collect_runner.py.
+``collect`` setting a corrupt shard aside) is a normal test in tests/collect/test_collect_runner.py.
 """
 
 from __future__ import annotations

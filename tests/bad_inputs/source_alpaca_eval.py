@@ -1,6 +1,6 @@
 """Bad inputs of the ``alpaca-eval`` prompt source (rows for tests/test_bad_input.py): a file that is
 not the alpaca-eval sdist, a cut-off download, a file of another kind. The sdist that is not
-downloaded at all is a unit test (tests/foundation/test_source_alpaca_eval.py), since the folders
+downloaded at all is a unit test (tests/data/test_source_alpaca_eval.py), since the folders
 it is looked for in are this machine's."""
 
 from __future__ import annotations
