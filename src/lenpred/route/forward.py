@@ -1,0 +1,332 @@
+"""Forwarding one request to one backend: the payload (with the priority field) and headers, the answer
+relayed (JSON, or SSE as it streams), the load drawn down as tokens arrive, and which failures are
+retried on another backend (:class:`Retry`: nothing has reached the client yet) and which are the
+client's answer. :class:`Forwarder` is the half of :class:`lenpred.route.router.Router` that talks to a
+backend; the router decides which backend, and how often to try.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import anyio
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from yarl import URL
+
+from lenpred.route.backends import Backend, Flight, Pool
+from lenpred.route.config import RouterConfig
+from lenpred.route.estimators import Estimate
+from lenpred.route.metrics import RouterMetrics
+from lenpred.route.openai import ApiError, Query, SSECounter, backend_message, sse_error_event
+from lenpred.route.priority import PriorityMapper
+from lenpred.route.upstream import Client, UpstreamError, UpstreamResponse
+
+__all__ = ["Ctx", "Forwarder", "RelayStream", "Retry", "close", "error_response"]
+
+log = logging.getLogger("lenpred.route")
+
+
+class Retry(Exception):
+    """This backend failed before anything reached the client: try another."""
+
+    def __init__(self, error: ApiError, reason: str) -> None:
+        super().__init__(error.message)
+        self.error, self.reason = error, reason
+
+
+@dataclass
+class Ctx:
+    """One request on its way through the router."""
+
+    rid: str
+    query: Query
+    body: dict[str, Any]
+    est: Estimate
+    tokens: float | None  # per sequence, capped at max_tokens
+    flight: Flight
+    t_in: float
+    deadline: float
+    in_headers: list[tuple[str, str]]
+    attempts: int = 0
+    priority: int | None = None
+    backend: Backend | None = None
+    reasons: list[str] = field(default_factory=list)
+
+
+class RelayStream(StreamingResponse):
+    """A StreamingResponse that always watches for the client going away (so the backend's request is
+    closed at once, not at the next write) and always closes its body iterator (which frees the slot)."""
+
+    async def stream_response(self, send: Any) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async with anyio.create_task_group() as tg:
+            async def wrap(func: Any) -> None:
+                with contextlib.suppress(OSError):
+                    await func()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(wrap, partial(self.stream_response, send))
+            await wrap(partial(self.listen_for_disconnect, receive))
+
+
+def error_response(e: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=headers)
+
+
+class Forwarder:
+    """Sends a request to a backend and relays its answer. The router sets these attributes."""
+
+    cfg: RouterConfig
+    pool: Pool
+    metrics: RouterMetrics
+    prio: PriorityMapper
+    client: Client
+    targets: list[dict[str, URL]]  # each backend's endpoints by request kind
+
+    def _payload(self, ctx: Ctx, b: Backend) -> bytes:
+        if self.cfg.priority.enabled and b.priority_on:
+            ctx.priority = self.prio.value(ctx.flight.key)
+            return json.dumps({**ctx.body, self.cfg.priority.field: ctx.priority}).encode()
+        ctx.priority = None
+        return json.dumps(ctx.body).encode()
+
+    def _out_headers(self, ctx: Ctx) -> list[tuple[str, str]]:
+        h = [*ctx.in_headers, ("content-type", "application/json"), ("accept-encoding", "identity"),
+             ("x-request-id", ctx.rid)]
+        if ctx.tokens is not None:
+            h.append(("x-lenpred-predicted-tokens", f"{ctx.tokens:.0f}"))
+        if ctx.priority is not None:
+            h.append(("x-lenpred-priority", str(ctx.priority)))
+        return h
+
+    def _reply_headers(self, ctx: Ctx) -> dict[str, str]:
+        h = {"x-request-id": ctx.rid, "x-lenpred-estimator": ctx.est.source, "x-lenpred-attempts": str(ctx.attempts)}
+        if ctx.tokens is not None:
+            h["x-lenpred-predicted-tokens"] = f"{ctx.tokens:.0f}"
+        if ctx.backend is not None:
+            h["x-lenpred-backend"] = ctx.backend.label
+        if ctx.priority is not None:
+            h["x-lenpred-priority"] = str(ctx.priority)
+        return h
+
+    def _rejects_priority(self, b: Backend, status: int, content: bytes, sent: bool) -> bool:
+        """A backend in 'auto' that refuses the priority field (vLLM without --scheduling-policy priority):
+        turn the field off for it and resend at once."""
+        if sent and b.cfg.priority == "auto" and status in (400, 422) and b"priority" in content.lower():
+            b.priority_on = False
+            log.warning("backend %s refuses the priority field (%s): not sent to it from now on", b.label,
+                        backend_message(content, 120))
+            return True
+        return False
+
+    def _status_error(self, b: Backend, status: int, content: bytes, ctx: Ctx) -> Response:
+        """A non-200 answer: raise Retry for 429 / 5xx, return the backend's own 4xx as it is."""
+        msg = backend_message(content)
+        if status == 429 or status >= 500:
+            code = status if status in (429, 503) else 502
+            raise Retry(ApiError(code, f"backend {b.label} answered HTTP {status}: {msg}", "server_error",
+                                  code="backend_error"), f"http_{status}")
+        try:
+            j = json.loads(content)
+            ok = isinstance(j, dict) and isinstance(j.get("error"), dict)
+        except ValueError:
+            ok = False
+        if ok:
+            return Response(content, status, headers=self._reply_headers(ctx), media_type="application/json")
+        return error_response(ApiError(status, f"backend {b.label} answered HTTP {status}: {msg}", code="backend_error"),
+                      self._reply_headers(ctx))
+
+    def _upstream_error(self, b: Backend, e: UpstreamError, what: str) -> Retry:
+        if e.kind == "connect":
+            b.mark_down(str(e))
+            return Retry(ApiError(502, f"backend {b.label} is unreachable ({e})", "server_error",
+                                   code="backend_unreachable"), "connect")
+        if e.kind == "timeout":
+            return Retry(ApiError(504, f"backend {b.label} sent nothing {what} within "
+                                        f"{self.cfg.timeouts.read_s:g} s", "server_error", code="backend_timeout"),
+                          "timeout")
+        return Retry(ApiError(502, f"backend {b.label} broke the connection ({e})", "server_error",
+                               code="backend_error"), "broken")
+
+    async def _attempt(self, ctx: Ctx, b: Backend) -> Response:
+        url = self.targets[b.index][ctx.query.kind]
+        while True:
+            content = self._payload(ctx, b)
+            headers = self._out_headers(ctx)
+            if ctx.attempts == 1:
+                self.metrics.overhead.observe(time.monotonic() - ctx.t_in)
+            if ctx.query.stream:
+                resp = await self._stream(ctx, b, url, content, headers)
+            else:
+                resp = await self._unary(ctx, b, url, content, headers)
+            if not isinstance(resp, tuple):
+                return resp
+            status, body = resp  # a refusal; resent once if it is about the priority field
+            if not self._rejects_priority(b, status, body, ctx.priority is not None):
+                self.metrics.requests.labels(b.label, f"backend_{status}").inc()
+                self._log(ctx.rid, f"backend answered HTTP {status}: {backend_message(body, 120)}", ctx)
+                return self._status_error(b, status, body, ctx)
+
+    def _remaining(self, ctx: Ctx) -> float:
+        left = ctx.deadline - time.monotonic()
+        if left <= 0:
+            raise ApiError(504, f"the request took longer than the router's total timeout of "
+                                f"{self.cfg.timeouts.total_s:g} s", "server_error", code="timeout")
+        return left
+
+    async def _unary(self, ctx: Ctx, b: Backend, url: URL, content: bytes,
+                     headers: list[tuple[str, str]]) -> Response | tuple[int, bytes]:
+        left = self._remaining(ctx)
+        r: UpstreamResponse | None = None
+        try:
+            async with asyncio.timeout(left):  # a non-streamed answer may be silent until it is complete
+                r = await self.client.post(url, headers, content, read_s=None)
+                raw = await r.read()
+        except TimeoutError:
+            raise ApiError(504, f"backend {b.label} did not answer within the router's total timeout of "
+                                f"{self.cfg.timeouts.total_s:g} s", "server_error", code="timeout") from None
+        except UpstreamError as e:
+            raise self._upstream_error(b, e, "back") from None
+        finally:
+            if r is not None:
+                r.close()
+        if r.status != 200:
+            return r.status, raw
+        try:
+            j = json.loads(raw)
+            if not isinstance(j, dict) or "choices" not in j:
+                raise ValueError("no choices")
+        except (ValueError, UnicodeDecodeError):
+            raise Retry(ApiError(502, f"backend {b.label} answered something that is not an OpenAI response: "
+                                       f"{backend_message(raw, 80)}", "server_error", code="backend_garbage"),
+                         "garbage") from None
+        b.last_progress = time.monotonic()
+        produced = (j.get("usage") or {}).get("completion_tokens") if isinstance(j.get("usage"), dict) else None
+        self._finish(ctx, b, produced, "ok")
+        self.metrics.ttfb.observe(time.monotonic() - ctx.t_in)
+        return Response(raw, 200, headers=self._reply_headers(ctx), media_type="application/json")
+
+    async def _stream(self, ctx: Ctx, b: Backend, url: URL, content: bytes,
+                      headers: list[tuple[str, str]]) -> Response | tuple[int, bytes]:
+        left = self._remaining(ctx)
+        r: UpstreamResponse | None = None
+        counter = SSECounter()
+        first = bytearray()
+        try:
+            async with asyncio.timeout(left):
+                r = await self.client.post(url, headers, content, read_s=self.cfg.timeouts.read_s)
+                if r.status != 200:
+                    raw = await r.read(1 << 20)
+                    r.close()
+                    return r.status, raw
+                it = r.chunks().__aiter__()
+                # hold the client's answer until the first data event: until then a failure is retried
+                while not (counter.events or counter.done or counter.error):
+                    try:
+                        chunk = await it.__anext__()
+                    except StopAsyncIteration:
+                        raise Retry(ApiError(502, f"backend {b.label} closed the stream before the first token",
+                                              "server_error", code="backend_error"), "empty") from None
+                    first += chunk
+                    counter.feed(chunk)
+                    if len(first) > 65536 or (len(first) >= 5 and not _looks_like_sse(first)):
+                        raise Retry(ApiError(502, f"backend {b.label} answered something that is not an SSE "
+                                                   f"stream: {backend_message(bytes(first[:200]), 80)}",
+                                              "server_error", code="backend_garbage"), "garbage")
+                if counter.error and not counter.events:
+                    raise Retry(ApiError(502, f"backend {b.label} sent an error event first: {counter.error}",
+                                          "server_error", code="backend_error"), "error_event")
+        except TimeoutError:
+            close(r)
+            raise ApiError(504, f"backend {b.label} sent no token within the router's total timeout of "
+                                f"{self.cfg.timeouts.total_s:g} s", "server_error", code="timeout") from None
+        except UpstreamError as e:
+            close(r)
+            raise self._upstream_error(b, e, "(first token)") from None
+        except BaseException:
+            close(r)
+            raise
+        ctx.flight.gen = counter.tokens
+        b.last_progress = time.monotonic()
+        self.metrics.ttfb.observe(time.monotonic() - ctx.t_in)
+        return RelayStream(self._relay(ctx, b, r, it, bytes(first), counter), 200, headers=self._reply_headers(ctx),
+                       media_type="text/event-stream")
+
+    async def _relay(self, ctx: Ctx, b: Backend, r: UpstreamResponse, it: Any, first: bytes,
+                     counter: SSECounter) -> Any:
+        err: str | None = None
+        outcome = "ok"
+        try:
+            yield first
+            try:
+                async for chunk in it:
+                    counter.feed(chunk)
+                    ctx.flight.gen = counter.tokens
+                    b.last_progress = now = time.monotonic()  # a busy backend is not a dead one
+                    yield chunk
+                    if now > ctx.deadline:
+                        err = f"the stream took longer than the router's total timeout of {self.cfg.timeouts.total_s:g} s"
+                        break
+            except UpstreamError as e:
+                err = (f"backend {b.label} sent nothing for {self.cfg.timeouts.read_s:g} s" if e.kind == "timeout"
+                       else f"backend {b.label} broke the stream ({e})")
+            if err is None and not counter.done and counter.error is None:
+                err = f"backend {b.label} closed the stream before it ended"
+            if counter.error is not None:
+                outcome = "backend_error_event"
+            if err is not None:
+                outcome = "stream_error"
+                yield sse_error_event(err)
+        except BaseException:
+            outcome = "client_gone"
+            raise
+        finally:
+            r.close()
+            self.pool.release(b, ctx.rid)
+            self._finish(ctx, b, counter.tokens if outcome == "ok" else None, outcome, err)
+
+    def _finish(self, ctx: Ctx, b: Backend, produced: int | None, outcome: str, err: str | None = None) -> None:
+        self.metrics.requests.labels(b.label, outcome).inc()
+        if produced is not None:
+            per_seq = produced / max(1, ctx.query.n_sequences)
+            self.metrics.completion.observe(per_seq)
+            if ctx.tokens is not None:
+                self.metrics.abs_error.observe(abs(per_seq - ctx.tokens))
+        ms = (time.monotonic() - ctx.t_in) * 1e3
+        self._log(ctx.rid, f"{outcome} tokens={produced if produced is not None else '-'} ms={ms:.0f}"
+                           + (f" error={err}" if err else ""), ctx)
+
+    def _log(self, rid: str, what: str, ctx: Ctx | None = None) -> None:
+        if not self.cfg.log_requests:
+            return
+        if ctx is None:
+            log.info("rid=%s %s", rid, what)
+            return
+        pred = "-" if ctx.tokens is None else f"{ctx.tokens:.0f}"
+        log.info("rid=%s model=%s stream=%s pred=%s est=%s prio=%s backend=%s attempt=%d %s", rid, ctx.query.model,
+                 int(ctx.query.stream), pred, ctx.est.source, ctx.priority if ctx.priority is not None else "-",
+                 ctx.backend.label if ctx.backend else "-", ctx.attempts, what)
+
+
+
+def _looks_like_sse(buf: bytearray) -> bool:
+    head = bytes(buf[:16]).lstrip()
+    return head[:1] in (b"", b":") or head.startswith((b"data", b"event", b"id", b"retry"))
+
+
+def close(r: UpstreamResponse | None) -> None:
+    if r is not None:
+        r.close()
