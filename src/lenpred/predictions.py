@@ -13,7 +13,15 @@ column                 type             meaning
 ``q10 q50 q90``        float64, null    predictive quantiles (tokens), where known
 ``repred_gen``         list<int32>      re-predictions during decoding: tokens generated so far ...
 ``repred_remaining``   list<float64>    ... and the predicted *remaining* tokens at that point
+``dist_tokens``        list<float64>    predictive distribution of the total tokens as equal-weight
+                                        support points (e.g. the prompt's other samples, or
+                                        quantiles at levels (i + 1/2) / n), where known
 =====================  ===============  ==========================================================
+
+How a scheduler reads a row's distribution (``lenpred.sim.dists``): ``dist_tokens`` when present;
+else a two-piece normal through q10 / q50 / q90 read at 16 levels and clipped to [1, max_new_tokens];
+else a normal N(pred_tokens, spread). Without any of them a row has no distribution, and
+distribution-aware policies (``gittins``, ``risk``) refuse the table.
 
 The file's Parquet metadata (key ``lenpred.predictions``) says what made it: ``made_by`` (the
 predictor's registry name, or a synthetic noise model), its ``config``, the run's ``card_hash``
@@ -58,9 +66,10 @@ PREDICTIONS_SCHEMA = pa.schema([
     ("q90", pa.float64()),
     ("repred_gen", pa.list_(pa.int32())),
     ("repred_remaining", pa.list_(pa.float64())),
+    ("dist_tokens", pa.list_(pa.float64())),
 ])
 COLUMNS = tuple(f.name for f in PREDICTIONS_SCHEMA)
-OPTIONAL = ("spread", "q10", "q50", "q90", "repred_gen", "repred_remaining")
+OPTIONAL = ("spread", "q10", "q50", "q90", "repred_gen", "repred_remaining", "dist_tokens")
 
 
 @dataclass
@@ -177,7 +186,7 @@ class Predictions:
             )
         for c in ("pred_tokens", "spread", "q10", "q50", "q90"):
             out[c] = out[c].astype(float)
-        for c in ("repred_gen", "repred_remaining"):
+        for c in ("repred_gen", "repred_remaining", "dist_tokens"):
             out[c] = [x if isinstance(x, list | tuple | np.ndarray) else [] for x in out[c]]
         return out
 
@@ -265,6 +274,15 @@ def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
             raise DataError(f"{where}: row {i}: repred_remaining must be finite and >= 0")
     out["repred_gen"] = [[int(x) for x in g] if len(g) else [] for g in gens]
     out["repred_remaining"] = [[float(x) for x in r] if len(r) else [] for r in rems]
+    dists = _lists(df, "dist_tokens", n, where)
+    for i, d in enumerate(dists):
+        try:
+            ok = not len(d) or bool(np.isfinite(v := np.asarray(d, dtype=float)).all() and (v >= 0).all())
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise DataError(f"{where}: row {i}: dist_tokens must be a list of finite numbers >= 0")
+    out["dist_tokens"] = [sorted(float(x) for x in d) if len(d) else [] for d in dists]
     dup = out.duplicated(["prompt_id", "sample_idx"])
     if dup.any():
         d = out[dup].iloc[0]
