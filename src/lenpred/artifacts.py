@@ -46,10 +46,11 @@ import numpy as np
 from lenpred import __version__
 from lenpred.errors import CardMismatchError, DataError
 from lenpred.fileio import atomic_write_json, file_sha256
+from lenpred.outputs import check_out  # the overwrite rule, one function for every writer
 
 __all__ = [
-    "Artifact", "CARD_SCOPES", "card_fields", "check_card", "load_artifact", "write_artifact",
-    "is_artifact",
+    "Artifact", "CARD_SCOPES", "card_fields", "check_card", "check_finite", "check_out", "load_artifact",
+    "write_artifact", "is_artifact",
 ]
 
 META = "meta.json"
@@ -323,9 +324,13 @@ def load_artifact(
     if kinds is not None and meta["kind"] not in kinds:
         raise DataError(f"{p} is a {meta['kind']} artifact, expected {' or '.join(kinds)}",
                         f"pass a {' or '.join(kinds)} directory")
+    v = meta["schema_version"]
+    if schema_versions is not None and (not isinstance(v, int) or isinstance(v, bool)):
+        raise DataError(f"{p / META}: schema_version is {v!r}, a JSON {type(v).__name__}, not an integer",
+                        "restore meta.json as lenpred wrote it, or re-create the artifact")
     if schema_versions is not None and meta["schema_version"] not in schema_versions:
         raise DataError(
-            f"{p} is a {meta['kind']} of schema version {meta['schema_version']} (written by lenpred "
+            f"{p} is a {meta['kind']} of schema version {meta['schema_version']!r} (written by lenpred "
             f"{meta.get('lenpred_version', '?')}); this lenpred reads version(s) {list(schema_versions)}",
             "re-create it with this version of lenpred",
         )
@@ -341,3 +346,17 @@ def load_artifact(
     if card is not None:
         art.check_card(card)
     return art
+
+
+def check_finite(tensors: Mapping[str, Any], what: str) -> None:
+    """Refuse weights with NaN or infinite values: such a head loads fine and then predicts garbage
+    (or, sampling, dies deep in the loop). ``tensors``: numpy arrays or torch tensors."""
+    for name, t in tensors.items():
+        if hasattr(t, "is_floating_point"):  # torch
+            n = int((~t.isfinite()).sum()) if t.is_floating_point() else 0
+        else:
+            a = np.asarray(t)
+            n = int((~np.isfinite(a)).sum()) if a.dtype.kind == "f" else 0
+        if n:
+            raise DataError(f"{what}: tensor {name} has {n} NaN or infinite value(s)",
+                            "the weights are damaged (a diverged training run?): retrain the head or restore it")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -157,6 +158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(mod.run(args) or 0)  # type: ignore[attr-defined]
     except LenpredError as err:
         print(f"lenpred {verb}: error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:  # the file system said no where no check foresaw it (disk full, a vanished path)
+        if err.filename is None or os.environ.get("LENPRED_TRACEBACK"):
+            raise
+        print(f"lenpred {verb}: error: {err.strerror or err}: {err.filename} -- fix: check the path, its "
+              "permissions and the free space (LENPRED_TRACEBACK=1 shows where it happened)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"lenpred {verb}: interrupted (written shards are kept; rerun to resume)", file=sys.stderr)

@@ -63,7 +63,34 @@ def format_validation_error(err: ValidationError, model: type[BaseModel], where:
         msg = msg[len("Value error, ") :]
     got = e.get("input")
     shown = "" if isinstance(got, dict | list) else f", got {got!r}"
-    return ConfigError(f"{path}: {msg}{shown}{more}")
+    return ConfigError(f"{path}: {msg}{shown}{more}", _fix(e, path))
+
+
+_BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+_KINDS = {"int": "a whole number", "float": "a number", "bool": "true or false", "string": "text",
+          "list": "a list", "tuple": "a list", "dict": "an object", "model": "an object"}
+
+
+def _fix(e: Any, path: str) -> str:
+    """What to change, for pydantic's own errors (a validator of ours names its fix itself)."""
+    t = str(e["type"])
+    ctx = e.get("ctx") or {}
+    if t in _BOUNDS:
+        bound = next(iter(ctx.values()), "the limit")
+        shown = f"{bound:g}" if isinstance(bound, int | float) else str(bound)
+        return f"set {path} to a value {_BOUNDS[t]} {shown}"
+    if t in ("literal_error", "enum"):
+        return f"use one of: {ctx.get('expected', 'the values --help lists')}"
+    if t == "missing":
+        return f"set {path}"
+    if t in ("too_short", "too_long", "string_too_short", "string_too_long"):
+        return f"give {path} a length within the limits (--help)"
+    if t == "finite_number":
+        return f"set {path} to a finite number"
+    kind = _KINDS.get(t.split("_")[0])
+    if kind is not None:
+        return f"set {path} to {kind}"
+    return f"see the description of {path} in --help or the JSON schema"
 
 
 class _InvalidConfig(FieldError):

@@ -16,6 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lenpred.errors import DataError
+
 
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
     """sha256 hex digest of a file's bytes, read in chunks."""
@@ -30,7 +32,14 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _check_file_target(path: Path) -> None:
+    """A directory where the file belongs is a user's mistake, not a crash (commands check earlier)."""
+    if path.is_dir():
+        raise DataError(f"{path} is a directory", "pass a file path")
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    _check_file_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -50,6 +59,7 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def atomic_write_table(path: Path, table: pa.Table) -> None:
+    _check_file_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)

@@ -55,6 +55,7 @@ __all__ = ["Predictions", "read_predictions", "PREDICTIONS_SCHEMA", "ALL_SAMPLES
 META_KEY = b"lenpred.predictions"
 SCHEMA_VERSION = 1
 ALL_SAMPLES = -1  # sample_idx of a per-prompt prediction
+MAX_TOKENS = 1e7  # no answer is longer: a larger pred_tokens is a unit or scale mistake
 
 PREDICTIONS_SCHEMA = pa.schema([
     ("prompt_id", pa.string()),
@@ -211,9 +212,16 @@ def read_predictions(path: str | os.PathLike[str], card: Mapping[str, Any] | Non
     if raw is None:
         raise DataError(f"{p} is a Parquet file but not a lenpred predictions table (no {META_KEY.decode()} metadata)",
                         "write predictions with `lenpred predict`, or build them with Predictions.from_frame")
-    meta = json.loads(raw)
+    try:
+        meta = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{p}: its {META_KEY.decode()} metadata is not valid JSON ({e})",
+                        "re-create the table with `lenpred predict` (or Predictions.write)") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{p}: its {META_KEY.decode()} metadata is a JSON {type(meta).__name__}, not an object",
+                        "re-create the table with `lenpred predict` (or Predictions.write)")
     if meta.get("schema_version") != SCHEMA_VERSION:
-        raise DataError(f"{p} has predictions schema version {meta.get('schema_version')}, expected {SCHEMA_VERSION}",
+        raise DataError(f"{p} has predictions schema version {meta.get('schema_version')!r}, expected {SCHEMA_VERSION}",
                         "re-create it with this version of lenpred")
     preds = Predictions(_normalise(t.to_pandas(), str(p)), meta)
     if card is not None:
@@ -240,19 +248,21 @@ def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
         out["sample_idx"] = s.astype(np.int32).to_numpy()
     else:
         out["sample_idx"] = np.full(n, ALL_SAMPLES, dtype=np.int32)
-    pred = pd.to_numeric(df["pred_tokens"], errors="coerce").to_numpy(dtype=float)
-    bad = ~np.isfinite(pred) | (pred < 0)
+    _numeric(df, "pred_tokens", where)
+    pred = df["pred_tokens"].astype("float64").to_numpy()
+    bad = ~np.isfinite(pred) | (pred < 0) | (pred > MAX_TOKENS)
     if bad.any():
         i = int(np.argmax(bad))
-        raise DataError(f"{where}: pred_tokens must be finite and >= 0 ({int(bad.sum())} row(s) are not; "
-                        f"first: row {i}, value {df['pred_tokens'].iloc[i]!r})")
+        raise DataError(f"{where}: pred_tokens must be finite and >= 0, at most {MAX_TOKENS:,.0f} tokens ({int(bad.sum())} "
+                        f"row(s) are not; first: row {i}, value {df['pred_tokens'].iloc[i]!r})",
+                        "write token counts (a predicted length in tokens), not scores or log values")
     out["pred_tokens"] = pred
     for c in ("spread", "q10", "q50", "q90"):
-        v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float) if c in df else np.full(n, np.nan)
-        if c in df and (pd.isna(v) & df[c].notna().to_numpy()).any():
-            raise DataError(f"{where}: column {c} has non-numeric values")
-        if (v[~np.isnan(v)] < 0).any() or np.isinf(v).any():
-            raise DataError(f"{where}: column {c} must be finite and >= 0")
+        if c in df:
+            _numeric(df, c, where)
+        v = df[c].astype("float64").to_numpy() if c in df else np.full(n, np.nan)
+        if (v[~np.isnan(v)] < 0).any() or (v[~np.isnan(v)] > MAX_TOKENS).any() or np.isinf(v).any():
+            raise DataError(f"{where}: column {c} must be finite and >= 0, at most {MAX_TOKENS:,.0f} tokens")
         out[c] = v
     q = out[["q10", "q50", "q90"]].to_numpy()
     has = ~np.isnan(q)
@@ -288,6 +298,17 @@ def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
         d = out[dup].iloc[0]
         raise DataError(f"{where}: duplicate prediction for prompt {d['prompt_id']!r}, sample {int(d['sample_idx'])}")
     return out
+
+
+def _numeric(df: pd.DataFrame, col: str, where: str) -> None:
+    """Refuse a column stored as text (or bools): a table whose numbers are strings was written wrong."""
+    s = df[col]
+    if s.isna().all() and not pd.api.types.is_bool_dtype(s):
+        return  # an all-empty optional column reads as object
+    if not pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+        first = s[s.notna()].iloc[0]
+        raise DataError(f"{where}: column {col} holds {type(first).__name__} values (first: {first!r}), not numbers",
+                        f"store {col} as a float column")
 
 
 def _lists(df: pd.DataFrame, col: str, n: int, where: str) -> list[Sequence[Any]]:

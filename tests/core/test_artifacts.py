@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from lenpred.artifacts import card_fields, load_artifact, write_artifact
+from lenpred.artifacts import card_fields, check_finite, load_artifact, write_artifact
 from lenpred.errors import CardMismatchError, DataError
 
 CARD = {
@@ -122,3 +122,25 @@ def test_card_fields_unknown_scope():
     with pytest.raises(ValueError):
         card_fields(CARD, "everything")
     assert json.dumps(card_fields(CARD, "model"))  # JSON-serialisable
+
+
+def test_check_finite_names_the_tensor():
+    import torch
+
+    check_finite({"w": np.ones(3, np.float32), "ids": np.arange(3), "t": torch.ones(2), "m": torch.ones(2, dtype=torch.bool)},
+                 what="head h")
+    w = np.ones((2, 2), np.float32)
+    w[1, 0] = np.inf
+    with pytest.raises(DataError, match="head h: tensor w has 1 NaN or infinite value"):
+        check_finite({"w": w}, what="head h")
+    with pytest.raises(DataError, match="tensor fc.weight has 2 NaN"):
+        check_finite({"fc.weight": torch.tensor([float("nan"), 1.0, float("nan")])}, what="draft")
+
+
+def test_schema_version_must_be_an_integer(tmp_path):
+    write_artifact(tmp_path / "a", kind="head", schema_version=1, json_files={"x.json": {}})
+    meta = json.loads((tmp_path / "a" / "meta.json").read_text())
+    meta["schema_version"] = "1"
+    (tmp_path / "a" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match="schema_version is '1', a JSON str, not an integer"):
+        load_artifact(tmp_path / "a", kind="head", schema_versions=(1,))

@@ -81,7 +81,20 @@ def test_cli_flags_from_fields():
 
 
 def test_direct_construction_gets_the_one_line_error():
-    with pytest.raises(ConfigError, match=r"^Inner\.rate: .*greater than 0, got 0$"):
+    with pytest.raises(ConfigError, match=r"^Inner\.rate: .*greater than 0, got 0 -- fix: set Inner\.rate to a value > 0$"):
         Inner(rate=0)
     with pytest.raises(ConfigError, match=r"^Outer\.inner\.bogus: unknown key"):
         Outer(inner={"bogus": 1})
+
+
+@pytest.mark.parametrize(("data", "fix"), [
+    ({"inner": {"rate": -1}}, "fix: set config.inner.rate to a value > 0"),
+    ({"inner": {"process": "uniform"}}, "fix: use one of: 'poisson' or 'gamma'"),
+    ({"inner": {"cap": "many"}}, "fix: set config.inner.cap to a whole number"),
+    ({"inner": {"verbose": "perhaps"}}, "fix: set config.inner.verbose to true or false"),
+    ({"name": 3}, "fix: set config.name to text"),
+])
+def test_pydantic_errors_name_the_fix(data, fix):
+    with pytest.raises(ConfigError) as e:
+        Outer.from_dict(data, "config")
+    assert str(e.value).endswith(fix), str(e.value)

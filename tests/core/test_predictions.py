@@ -56,6 +56,10 @@ def test_card_mismatch(tmp_path):
     ({"repred_gen": [[5, 1], [], []], "repred_remaining": [[1.0, 1.0], [], []]}, "non-decreasing"),
     ({"sample_idx": [1, 1, 1], "prompt_id": ["a", "a", "b"]}, "duplicate prediction for prompt 'a', sample 1"),
     ({"bogus": [1, 2, 3]}, "unknown column"),
+    ({"pred_tokens": [1.0, 1e300, 2.0]}, "at most 10,000,000 tokens"),
+    ({"pred_tokens": ["1", "2", "3"]}, "column pred_tokens holds str values (first: '1'), not numbers"),
+    ({"spread": ["1", "2", "3"]}, "column spread holds str values"),
+    ({"pred_tokens": [True, False, True]}, "column pred_tokens holds bool values"),
 ])
 def test_validation(cols, msg):
     with pytest.raises(DataError, match=msg.replace("(", r"\(").replace(")", r"\)")):
@@ -73,3 +77,18 @@ def test_read_refuses_foreign_parquet_and_directories(tmp_path):
         read_predictions(tmp_path)
     with pytest.raises(DataError, match="not found"):
         read_predictions(tmp_path / "nope.parquet")
+
+
+@pytest.mark.parametrize("raw,msg", [
+    (b"{not json", "metadata is not valid JSON"),
+    (b"[1, 2]", "metadata is a JSON list, not an object"),
+    (b'{"schema_version": "1"}', "schema version '1', expected 1"),
+])
+def test_read_refuses_damaged_metadata(tmp_path, raw, msg):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pa.table({"prompt_id": ["a"], "pred_tokens": [1.0]})
+    pq.write_table(t.replace_schema_metadata({b"lenpred.predictions": raw}), tmp_path / "p.parquet")
+    with pytest.raises(DataError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        read_predictions(tmp_path / "p.parquet")

@@ -129,9 +129,12 @@ class RunDir:
                 "pass a directory made by `lenpred collect`",
             )
         try:
-            card = json.loads((p / CARD).read_text())
-        except json.JSONDecodeError as e:
-            raise DataError(f"{p / CARD} is not valid JSON ({e})", "restore it from git or re-collect") from e
+            card = json.loads((p / CARD).read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DataError(f"{p / CARD} is not valid JSON ({e})", "restore it from git or re-collect") from None
+        if not isinstance(card, dict):
+            raise DataError(f"{p / CARD} is a JSON {type(card).__name__}, not a run card (an object)",
+                            "restore it from git or re-collect")
         if card.get("schema") != SCHEMA:
             raise DataError(f"{p / CARD} has schema {card.get('schema')!r}, expected {SCHEMA!r}")
         if "card_hash" in card and card["card_hash"] != card_hash(card):
