@@ -120,15 +120,48 @@ class StateCache:
         return sorted(p.stem for p in self.root.glob("shard-*.json") if (self.root / f"{p.stem}.safetensors").is_file())
 
     def index(self) -> dict[tuple[str, int], tuple[str, dict[str, Any], dict[str, Any]]]:
-        """(prompt_id, sample_idx) -> (shard, sample entry, prompt entry)."""
+        """(prompt_id, sample_idx) -> (shard, sample entry, prompt entry). A shard that is truncated
+        or corrupt is set aside (moved to ``corrupt/``, named on stderr): its samples count as not
+        cached, so the next build regenerates them."""
         if self._index is None:
             idx = {}
             for name in self.shard_names():
-                meta = json.loads((self.root / f"{name}.json").read_text(encoding="utf-8"))
+                meta = self._read_shard_index(name)
+                if meta is None:
+                    continue
                 for s in meta["samples"]:
                     idx[(s["prompt_id"], int(s["sample_idx"]))] = (name, s, meta["prompts"][s["prompt_id"]])
             self._index = idx
         return self._index
+
+    def _read_shard_index(self, name: str) -> dict[str, Any] | None:
+        """A shard's index, after checking that its tensors are whole; None (and set aside) if not."""
+        from safetensors import safe_open
+
+        try:
+            meta = json.loads((self.root / f"{name}.json").read_text(encoding="utf-8"))
+            with safe_open(str(self.root / f"{name}.safetensors"), framework="np") as f:
+                rows = {k: f.get_slice(k).get_shape()[0] for k in ("aux", "tokens", "topk_ids", "topk_logp")}
+            n_rows = sum(int(p["n"]) for p in meta["prompts"].values()) + sum(int(s["n"]) for s in meta["samples"])
+            n_k = sum(int(s["n"]) for s in meta["samples"])
+            if rows["aux"] != n_rows or rows["tokens"] != n_rows or rows["topk_ids"] != n_k or rows["topk_logp"] != n_k:
+                raise ValueError(f"{rows} rows where the index says {n_rows} / {n_k}")
+            return meta
+        except Exception as e:  # noqa: BLE001 -- any unreadable shard is set aside, whatever broke it
+            self._set_aside(name, f"{type(e).__name__}: {e}".splitlines()[0])
+            return None
+
+    def _set_aside(self, name: str, why: str) -> None:
+        import sys
+
+        bad = self.root / "corrupt"
+        bad.mkdir(exist_ok=True)
+        for suffix in (".json", ".safetensors"):
+            f = self.root / f"{name}{suffix}"
+            if f.exists():
+                os.replace(f, bad / f.name)
+        print(f"lenpred: state cache shard {self.root / name} is truncated or corrupt ({why}); moved to {bad}, "
+              "its samples will be teacher-forced again", file=sys.stderr, flush=True)
 
     def done_keys(self) -> set[tuple[str, int]]:
         return set(self.index())
