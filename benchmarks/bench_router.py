@@ -22,7 +22,8 @@
   median) and throughput; with ``--sim``, a latency profile fitted to calibration requests (sequential,
   straight to one server) and the simulator's figures for the same requests, predictions and policies.
 
-Each writes its figures as JSON (``--out``, default out/bench/router/<mode>.json) beside the printed table.
+The clients that measure (one stream or unary request, the overhead waves) are in router_load.py; the
+stub and server processes in tests/route/route_procs.py. Each writes its figures as JSON (``--out``, default out/bench/router/<mode>.json) beside the printed table.
 The CPU is shared on the development machines: run with ``nice`` and read the figures as upper bounds.
 """
 
@@ -46,19 +47,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "route"))  # the server processes
 from route_procs import LlamaServer, RouterProcess, ServeProcess, Stub  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # when loaded by path (tests/bench_scripts.py)
+from router_load import (  # noqa: E402
+    chat_body,
+    client,
+    measure_stream,
+    measure_unary,
+    quantile,
+    rounded,
+    summary,
+    waves,
+)
+
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _q(xs: list[float], q: float) -> float | None:
-    return float(np.quantile(np.asarray(xs), q)) if xs else None
-
-
-def _ms(xs: list[float]) -> dict[str, float | None]:
-    return {"p50": _r(_q(xs, 0.5), 1e3), "p99": _r(_q(xs, 0.99), 1e3), "n": len(xs)}
-
-
-def _r(x: float | None, scale: float = 1.0, nd: int = 3) -> float | None:
-    return None if x is None else round(x * scale, nd)
 
 
 def _cpu_s(pid: int) -> float:
@@ -103,78 +104,6 @@ def _table(title: str, header: list[str], rows: list[list[Any]]) -> None:
     Console(width=140).print(t)
 
 
-# ---------------------------------------------------------------- one streamed request, measured
-async def _stream(c: httpx.AsyncClient, url: str, body: dict[str, Any]) -> dict[str, Any]:
-    t0 = time.monotonic()
-    rec: dict[str, Any] = {"t_send": t0, "first": None, "lags": [], "n": 0, "done": False, "error": None,
-                           "text": [], "status": None, "headers": {}, "usage": None}
-    try:
-        async with c.stream("POST", url, json=body) as r:
-            rec["status"], rec["headers"] = r.status_code, dict(r.headers)
-            if r.status_code != 200:
-                raw = await r.aread()
-                try:
-                    rec["error"] = json.loads(raw)["error"]["message"]
-                except (ValueError, KeyError, TypeError):
-                    rec["error"] = f"HTTP {r.status_code} without an OpenAI error body"
-                    rec["lost"] = True
-                return rec
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    rec["done"] = True
-                    continue
-                now = time.monotonic()
-                ev = json.loads(payload)
-                if "error" in ev:
-                    rec["error"] = ev["error"].get("message")
-                    continue
-                if ev.get("usage"):
-                    rec["usage"] = ev["usage"]
-                if not ev.get("choices"):
-                    continue
-                if "stub_t" in ev:
-                    rec["lags"].append(now - ev["stub_t"])
-                ch = ev["choices"][0]
-                piece = ch.get("text") or (ch.get("delta") or {}).get("content") or ""
-                if rec["first"] is None and piece:
-                    rec["first"] = now - t0
-                rec["text"].append(piece)
-                rec["n"] += bool(piece)  # a role-only first chunk or an empty last one is not a token
-    except (httpx.HTTPError, ValueError) as e:
-        rec["error"], rec["lost"] = f"{type(e).__name__}: {e}", True
-    rec["e2e"] = time.monotonic() - t0
-    return rec
-
-
-async def _unary(c: httpx.AsyncClient, url: str, body: dict[str, Any]) -> dict[str, Any]:
-    t0 = time.monotonic()
-    rec: dict[str, Any] = {"t_send": t0, "error": None, "status": None, "headers": {}, "text": []}
-    try:
-        r = await c.post(url, json=body)
-        rec["status"], rec["headers"] = r.status_code, dict(r.headers)
-        j = r.json()
-        if r.status_code == 200:
-            rec["text"] = [j["choices"][0]["message"]["content"]]
-            rec["done"] = True
-        else:
-            rec["error"] = j["error"]["message"]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
-        rec["error"], rec["lost"] = f"{type(e).__name__}: {e}", True
-    rec["e2e"] = time.monotonic() - t0
-    return rec
-
-
-def _chat(n: int, stream: bool, model: str = "stub", prompt: str = "Count for me, please.") -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": n, "stream": stream}
-
-
-def _client(n: int, timeout: float) -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=n + 8, max_keepalive_connections=n + 8))
-
-
 def _stub_router(stubs: list[Stub], logs: Path, **extra: Any) -> RouterProcess:
     cfg = {"backends": [{"url": s.url, "name": s.name} for s in stubs], "policy": "least-predicted-tokens",
            "log_requests": False, "health": {"interval_s": 0.5}, **extra}
@@ -182,95 +111,6 @@ def _stub_router(stubs: list[Stub], logs: Path, **extra: Any) -> RouterProcess:
 
 
 # ---------------------------------------------------------------- overhead
-class _Conn:
-    """A minimal keep-alive HTTP/1.1 client connection for the overhead waves: httpx's pool scans all its
-    connections on every event, so a client holding hundreds of them measures itself, not the router."""
-
-    def __init__(self, url: str) -> None:
-        from urllib.parse import urlsplit
-
-        u = urlsplit(url)
-        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
-        self.r: asyncio.StreamReader | None = None
-        self.w: asyncio.StreamWriter | None = None
-
-    async def stream(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if self.w is None:
-            self.r, self.w = await asyncio.open_connection(self.host, self.port)
-        assert self.r is not None
-        data = json.dumps(body).encode()
-        rec: dict[str, Any] = {"first": None, "lags": [], "n": 0, "done": False, "error": None, "status": None}
-        t0 = time.monotonic()
-        self.w.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
-        await self.w.drain()
-        head = (await self.r.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
-        rec["status"] = int(head.split(" ", 2)[1])
-        if "transfer-encoding: chunked" not in head:
-            n = int(head.split("content-length:", 1)[1].split("\r\n", 1)[0]) if "content-length:" in head else 0
-            await self.r.readexactly(n)
-            rec["error"] = f"HTTP {rec['status']}"
-            return rec
-        buf = b""
-        while True:
-            size = int((await self.r.readuntil(b"\r\n")).strip(), 16)
-            chunk = await self.r.readexactly(size + 2)
-            if size == 0:
-                break
-            now = time.monotonic()
-            buf += chunk[:-2]
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                if not line.startswith(b"data: "):
-                    continue
-                if line[6:] == b"[DONE]":
-                    rec["done"] = True
-                    continue
-                ev = json.loads(line[6:])
-                if "error" in ev:
-                    rec["error"] = ev["error"]["message"]
-                    continue
-                if rec["first"] is None:
-                    rec["first"] = now - t0
-                rec["lags"].append(now - ev["stub_t"])
-                rec["n"] += 1
-        return rec
-
-    def close(self) -> None:
-        if self.w is not None:
-            self.w.close()
-
-
-async def _waves(urls: list[str], streams: int, rounds: int, tokens: int, ramp_s: float = 1.0) -> list[dict[str, Any]]:
-    """``rounds`` waves of ``streams`` concurrent streams (plus a first, uncounted wave that opens the
-    connections); each stream has a connection of its own, kept alive from wave to wave. The streams of
-    a wave start evenly over ``ramp_s`` (all at once, every stub would emit its tokens at the same instants:
-    a burst that measures queueing in the client, not the path)."""
-    conns = [_Conn(urls[i % len(urls)]) for i in range(streams)]
-    out: list[dict[str, Any]] = []
-
-    async def one(i: int, c: _Conn) -> dict[str, Any]:
-        await asyncio.sleep(ramp_s * i / streams)
-        return await c.stream("/v1/chat/completions", _chat(tokens, True))
-
-    try:
-        for w in range(rounds + 1):
-            recs = await asyncio.gather(*(one(i, c) for i, c in enumerate(conns)))
-            if w:
-                out.extend(recs)
-    finally:
-        for c in conns:
-            c.close()
-    return out
-
-
-def _summ(recs: list[dict[str, Any]]) -> dict[str, Any]:
-    ok = [r for r in recs if r.get("done") and r["error"] is None]
-    return {"requests": len(recs), "ok": len(ok), "first_token_ms": _ms([r["first"] for r in ok]),
-            "per_chunk_ms": _ms([x for r in ok for x in r["lags"][1:]]),  # chunks after the first
-            "first_chunk_lag_ms": _ms([r["lags"][0] for r in ok if r["lags"]])}
-
-
 def overhead(args: argparse.Namespace) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="bench-router-"))
     stubs = [Stub(n, log_dir=logs, tokens_per_s=args.rate, ttft_ms=args.ttft_ms).start() for n in ("a", "b")]
@@ -282,15 +122,15 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
         if placement:
             for pid in [0] + [s.pid for s in stubs]:
                 os.sched_setaffinity(pid or 0, placement["load_and_stubs"])
-        direct = _summ(asyncio.run(_waves([s.url for s in stubs], args.streams, args.rounds, args.tokens, args.ramp_s)))
+        direct = summary(asyncio.run(waves([s.url for s in stubs], args.streams, args.rounds, args.tokens, args.ramp_s)))
         router.start()
         assert router.pid is not None
         if placement:
             os.sched_setaffinity(router.pid, placement["router"])
         cpu0 = _cpu_s(router.pid)
-        recs = asyncio.run(_waves([router.url], args.streams, args.rounds, args.tokens, args.ramp_s))
+        recs = asyncio.run(waves([router.url], args.streams, args.rounds, args.tokens, args.ramp_s))
         cpu = _cpu_s(router.pid) - cpu0
-        via = _summ(recs)
+        via = summary(recs)
         metrics = httpx.get(router.url + "/metrics").text
     finally:
         router.stop()
@@ -298,13 +138,13 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
             s.stop()
     internal = _hist_mean(metrics, "lenpred_route_overhead_seconds")
     n = (args.rounds + 1) * args.streams  # CPU covers the warm-up wave too
-    added = {k: {q: _r((via[k][q] or 0) - (direct[k][q] or 0), 1, 3) for q in ("p50", "p99")}
+    added = {k: {q: rounded((via[k][q] or 0) - (direct[k][q] or 0), 1, 3) for q in ("p50", "p99")}
              for k in ("first_token_ms", "per_chunk_ms")}
     res = {"bench": "router-overhead", "streams": args.streams, "rounds": args.rounds, "tokens": args.tokens,
            "ramp_s": args.ramp_s, "placement": placement,
            "tokens_per_s": args.rate, "direct": direct, "router": via,
            "overhead_ms": {"first_token": added["first_token_ms"], "per_chunk": added["per_chunk_ms"]},
-           "router_cpu_ms_per_request": _r(cpu / n, 1e3, 2), "router_internal_ms_mean": _r(internal, 1e3, 3),
+           "router_cpu_ms_per_request": rounded(cpu / n, 1e3, 2), "router_internal_ms_mean": rounded(internal, 1e3, 3),
            "goal": "p99 added latency under 5 ms", "machine": _machine()}
     rows = [[name, d["first_token_ms"]["p50"], d["first_token_ms"]["p99"], d["per_chunk_ms"]["p50"],
              d["per_chunk_ms"]["p99"], d["ok"]] for name, d in (("direct", direct), ("router", via))]
@@ -340,14 +180,14 @@ def _classify(rec: dict[str, Any], n: int) -> str:
 
 
 async def _fault_run(url: str, victim: Stub, n: int, rate: float, tokens: int, kill_after: int) -> list[dict]:
-    async with _client(n, 60) as c:
+    async with client(n, 60) as c:
         tasks = []
         for i in range(n):
             if i == kill_after:
                 victim.kill()
             stream = i % 4 != 3
-            fn = _stream if stream else _unary
-            tasks.append(asyncio.create_task(fn(c, url + "/v1/chat/completions", _chat(tokens, stream))))
+            fn = measure_stream if stream else measure_unary
+            tasks.append(asyncio.create_task(fn(c, url + "/v1/chat/completions", chat_body(tokens, stream))))
             await asyncio.sleep(1.0 / rate)
         recs = await asyncio.gather(*tasks)
     for i, r in enumerate(recs):
@@ -414,14 +254,14 @@ def _ab_body(row: dict[str, Any], sampling: dict[str, Any], max_tokens: int, k: 
 
 async def _replay(url: str, rows: list[dict[str, Any]], arrivals: np.ndarray, sampling: dict[str, Any],
                   max_tokens: int, model: str, timeout: float) -> list[dict[str, Any]]:
-    async with _client(len(rows), timeout) as c:
+    async with client(len(rows), timeout) as c:
         t0 = time.monotonic()
         tasks = []
         for k, (row, at) in enumerate(zip(rows, arrivals, strict=True)):
             delay = t0 + at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_stream(c, url + "/v1/chat/completions",
+            tasks.append(asyncio.create_task(measure_stream(c, url + "/v1/chat/completions",
                                                      _ab_body(row, sampling, max_tokens, k, model))))
         recs = await asyncio.gather(*tasks)
     for r, row, at in zip(recs, rows, arrivals, strict=True):
@@ -445,11 +285,11 @@ def _arm_figures(recs: list[dict[str, Any]], short_thr: float) -> dict[str, Any]
     # between arms, the machine changed under the A/B and the arms are not comparable
     speed = [(r["output_tokens"] - 1) / (r["e2e"] - r["first"]) for r in ok
              if r["first"] is not None and r["output_tokens"] > 8 and r["e2e"] > r["first"]]
-    return {"requests": len(recs), "ok": len(ok), "short_p99_e2e_s": _r(_q(short, 0.99)),
-            "decode_tok_s_median": _r(_q(speed, 0.5), 1, 2),
-            "short_p50_e2e_s": _r(_q(short, 0.5)), "p99_e2e_s": _r(_q(e2e, 0.99)), "mean_e2e_s": _r(statistics.fmean(e2e)) if e2e else None,
-            "p99_ttft_s": _r(_q([r["first"] for r in ok if r["first"] is not None], 0.99)),
-            "throughput_tok_s": _r(toks / span, 1, 2), "throughput_req_s": _r(len(ok) / span, 1, 4),
+    return {"requests": len(recs), "ok": len(ok), "short_p99_e2e_s": rounded(quantile(short, 0.99)),
+            "decode_tok_s_median": rounded(quantile(speed, 0.5), 1, 2),
+            "short_p50_e2e_s": rounded(quantile(short, 0.5)), "p99_e2e_s": rounded(quantile(e2e, 0.99)), "mean_e2e_s": rounded(statistics.fmean(e2e)) if e2e else None,
+            "p99_ttft_s": rounded(quantile([r["first"] for r in ok if r["first"] is not None], 0.99)),
+            "throughput_tok_s": rounded(toks / span, 1, 2), "throughput_req_s": rounded(len(ok) / span, 1, 4),
             "backends": {b: sum(1 for r in ok if r["backend"] == b) for b in sorted({str(r["backend"]) for r in ok})}}
 
 
@@ -458,9 +298,9 @@ def _calibrate(server: LlamaServer, rows: list[dict[str, Any]], sampling: dict[s
     """Sequential requests straight to one server: TTFT -> prefill timings, inter-token time -> decode timings."""
     async def go() -> list[dict[str, Any]]:
         out = []
-        async with _client(2, 600) as c:
+        async with client(2, 600) as c:
             for k, row in enumerate(rows[:n]):
-                rec = await _stream(c, server.url + "/v1/chat/completions", _ab_body(row, sampling, 48, 10_000 + k, model))
+                rec = await measure_stream(c, server.url + "/v1/chat/completions", _ab_body(row, sampling, 48, 10_000 + k, model))
                 if rec.get("done") and rec["first"] is not None and rec["n"] > 2:
                     p = (rec.get("usage") or {}).get("prompt_tokens", row["prompt_tokens"])
                     m = (rec.get("usage") or {}).get("completion_tokens", rec["n"])
@@ -497,8 +337,8 @@ def _simulate(timings: list[dict[str, Any]], arms: dict[str, list[dict[str, Any]
                         metrics=MetricsConfig(short_threshold=short_thr), plots=False)
         cfg, wl = replay_config(cfg, table)
         s = run_sweep(cfg, workload=wl).runs[0].summary
-        out["arms"][name] = {"short_p99_e2e_s": _r(s["latency"]["short"]["e2e"]["p99"]),
-                             "p99_e2e_s": _r(s["latency"]["all"]["e2e"]["p99"]) if "all" in s["latency"] else None}
+        out["arms"][name] = {"short_p99_e2e_s": rounded(s["latency"]["short"]["e2e"]["p99"]),
+                             "p99_e2e_s": rounded(s["latency"]["all"]["e2e"]["p99"]) if "all" in s["latency"] else None}
     return out
 
 
@@ -550,7 +390,7 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
     figs = {arm: _arm_figures(recs, short_thr) for arm, recs in results.items()}
     speeds = {arm: f["decode_tok_s_median"] for arm, f in figs.items() if f["decode_tok_s_median"]}
     drift = (max(speeds.values()) / min(speeds.values()) - 1) if speeds else None
-    res: dict[str, Any] = {"bench": "router-ab", "server_speed_spread": _r(drift, 1, 3), "requests": len(rows), "rate_rps": args.rate,
+    res: dict[str, Any] = {"bench": "router-ab", "server_speed_spread": rounded(drift, 1, 3), "requests": len(rows), "rate_rps": args.rate,
                            "max_tokens": max_tokens, "short_threshold_tokens": short_thr, "arms": figs,
                            "heads": heads, "run": args.run, "prompt_weight": args.prompt_weight, "machine": _machine(), "logs": str(logs)}
     if args.sim and timings:
