@@ -39,8 +39,9 @@ from lenpred.data.rundir import RunDir
 from lenpred.data.split import load_split
 from lenpred.draft.io import check_against_target, load_draft
 from lenpred.draft.sampling import sampling_from_card
-from lenpred.draft.speculative import SpeculativeDecoder, TreeSpec
+from lenpred.draft.speculative import SpeculativeDecoder
 from lenpred.draft.target import Target
+from lenpred.draft.tree import TreeSpec
 from lenpred.models import load
 
 

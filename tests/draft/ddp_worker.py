@@ -18,7 +18,8 @@ from draft_helpers import TinySplit, tiny_llama  # noqa: E402
 
 from lenpred.data.rundir import RunDir  # noqa: E402
 from lenpred.draft.target import Target  # noqa: E402
-from lenpred.draft.train import DraftTrainConfig, train_draft  # noqa: E402
+from lenpred.draft.train import train_draft  # noqa: E402
+from lenpred.draft.train_config import DraftTrainConfig  # noqa: E402
 
 
 def main() -> None:

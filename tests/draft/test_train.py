@@ -14,7 +14,8 @@ from lenpred.draft.io import load_draft
 from lenpred.draft.speculative import SpeculativeDecoder, cached_draft_states, teacher_forced_draft_states
 from lenpred.draft.states import StateCache
 from lenpred.draft.target import Target
-from lenpred.draft.train import DraftTrainConfig, _digest, train_draft
+from lenpred.draft.train import _digest, train_draft
+from lenpred.draft.train_config import DraftTrainConfig
 from lenpred.errors import DataError
 
 SPEC = SimpleNamespace(id="tiny", fingerprint="sha256:" + "ab" * 32)

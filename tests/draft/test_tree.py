@@ -9,8 +9,9 @@ import torch
 from draft_helpers import tiny_head, tiny_llama
 
 from lenpred.collect.base import SamplingConfig
-from lenpred.draft.speculative import DraftTree, SpeculativeDecoder, TreeSpec
+from lenpred.draft.speculative import SpeculativeDecoder
 from lenpred.draft.target import Target
+from lenpred.draft.tree import DraftTree, TreeSpec
 from lenpred.errors import ConfigError
 
 PROMPTS = [[1, 5, 9, 22], [3], [40, 2, 81, 13, 13, 60, 5]]

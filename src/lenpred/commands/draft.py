@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lenpred.errors import CardMismatchError, ConfigError, DataError
+from lenpred.errors import ConfigError, DataError
 
 HELP = "EAGLE-3 draft heads: train one for a target, inspect or convert a checkpoint"
 EXAMPLE = "lenpred draft train --run data/runs/smollm2-sharegpt --out out/draft/smollm2"
@@ -25,7 +25,7 @@ EXAMPLE = "lenpred draft train --run data/runs/smollm2-sharegpt --out out/draft/
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from lenpred.config import add_arguments as config_flags
-    from lenpred.draft.train import DraftTrainConfig
+    from lenpred.draft.train_config import DraftTrainConfig
 
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     t = sub.add_parser("train", help="train a head on a run's responses (training prompts only)",
@@ -79,52 +79,9 @@ def _check_out(out: Path) -> None:
         raise DataError(f"{out} is a non-empty directory that is not a lenpred artifact", "pass a new or empty --out")
 
 
-def _target_eos(card: dict[str, Any], tokenizer: Any) -> int:
-    name = (card.get("model") or {}).get("eos_token")
-    if name:
-        tid = tokenizer.convert_tokens_to_ids(name)
-        if isinstance(tid, int) and tid >= 0:
-            return tid
-    return int(tokenizer.eos_token_id)
-
-
-def _run_and_target(args: argparse.Namespace, layers: tuple[int, ...] | None) -> tuple[Any, Any, Any, Any, str]:
-    """The run (with token ids), its split, the loaded target and the torch device of a draft verb."""
-    from lenpred.data.rundir import RunDir
-    from lenpred.data.split import load_split
-    from lenpred.draft.train import check_token_ids
-
-    run_dir = RunDir.open(args.run)
-    check_token_ids(run_dir)
-    # the run may still be growing: prompts collected after the split have no role and are not used
-    split = load_split(run_dir, require_complete=False)
-    import torch
-
-    from lenpred.draft.target import Target
-    from lenpred.draft.train import Distributed
-    from lenpred.models import load
-    from lenpred.models.loading import resolve
-
-    card_model = run_dir.card.get("model") or {}
-    name = args.model or card_model.get("id")
-    if not name:
-        raise DataError(f"{run_dir.path}/card.json names no model", "pass --model")
-    spec = resolve(name)
-    if card_model.get("fingerprint") and spec.fingerprint != card_model["fingerprint"]:
-        raise CardMismatchError(
-            f"--model {name} is not the model that generated {run_dir.path} (weights fingerprint differs)",
-            "pass the run's own model: its responses are the training data",
-        )
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    ddp = Distributed()  # under torchrun: one process per device, cuda -> cuda:LOCAL_RANK
-    device = ddp.device(args.device)
-    lm = load(name, device=device)
-    return run_dir, split, lm, Target(lm.model, layers), device
-
-
 def _cache(args: argparse.Namespace) -> int:
-    from lenpred.draft.train import DraftTrainConfig, fill_state_cache
+    from lenpred.draft.train_config import DraftTrainConfig
+    from lenpred.draft.train_data import fill_state_cache, open_run_target
 
     roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
     bad = [r for r in roles if r not in ("train", "val", "test")]
@@ -132,8 +89,8 @@ def _cache(args: argparse.Namespace) -> int:
         raise ConfigError(f"--roles {args.roles!r} names unknown roles {bad}", "use train, val and/or test, e.g. --roles train,val")
     cfg = DraftTrainConfig(max_seq_len=args.max_seq_len, topk=args.topk, layers=args.layers)
     cfg.check()
-    run_dir, split, lm, target, _ = _run_and_target(args, cfg.layer_tuple())
-    cdir, tf, n = fill_state_cache(run_dir, split, target, lm.spec, cfg, cache_dir=args.cache, roles=roles,
+    rt = open_run_target(args.run, model=args.model, layers=cfg.layer_tuple(), device=args.device, threads=args.threads)
+    cdir, tf, n = fill_state_cache(rt.run, rt.split, rt.target, rt.lm.spec, cfg, cache_dir=args.cache, roles=roles,
                                    progress=not args.no_progress)
     rate = f" ({tf['tokens'] / tf['seconds']:.0f} tokens/s)" if tf["tokens"] else " (all cached already)"
     print(f"lenpred draft cache: {int(tf['tokens'])} response tokens teacher-forced now{rate}; "
@@ -143,33 +100,32 @@ def _cache(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     from lenpred.config import from_arguments
-    from lenpred.draft.train import DraftTrainConfig
+    from lenpred.draft.distributed import Distributed
+    from lenpred.draft.train import train_draft
+    from lenpred.draft.train_config import DraftTrainConfig
+    from lenpred.draft.train_data import open_run_target
 
     cfg = from_arguments(DraftTrainConfig, args, where="draft train")
     cfg.check()
-    layers = cfg.layer_tuple()
     out = Path(args.out)
     _check_out(out)
-    run_dir, split, lm, target, device = _run_and_target(args, layers)
-    from lenpred.draft.train import Distributed, train_draft
-
-    ddp = Distributed()
+    rt = open_run_target(args.run, model=args.model, layers=cfg.layer_tuple(), device=args.device, threads=args.threads)
+    main = Distributed().main  # under torchrun only rank 0 speaks
 
     def say(msg: str) -> None:
         print(f"lenpred draft train: {msg}", file=sys.stderr, flush=True)
 
-    res = train_draft(run=run_dir, split=split, target=target, target_spec=lm.spec, cfg=cfg, out=out,
-                      cache_dir=args.cache, ckpt_dir=args.ckpt, eos_id=_target_eos(run_dir.card, lm.tokenizer),
-                      progress=not args.no_progress and ddp.main, log=say, device=device)
-    if not ddp.main:
-        return 0
-    fmt = ", ".join
-    rate = f" ({res.steps_per_s:.2f} steps/s this session)" if res.steps_per_s else ""
-    say(f"wrote {res.head_path} after {res.steps} steps{rate}")
-    if res.val_loss:
-        say(f"validation loss by unroll step: {fmt(f'{x:.3f}' for x in res.val_loss)}; "
-            f"top-1 agreement: {fmt(f'{x:.2f}' for x in res.val_acc)}")
-    say(f"state cache: {res.cache_dir}")
+    res = train_draft(run=rt.run, split=rt.split, target=rt.target, target_spec=rt.lm.spec, cfg=cfg, out=out,
+                      cache_dir=args.cache, ckpt_dir=args.ckpt, eos_id=rt.eos_id, progress=not args.no_progress and main,
+                      log=say, device=rt.device)
+    if main:
+        fmt = ", ".join
+        rate = f" ({res.steps_per_s:.2f} steps/s this session)" if res.steps_per_s else ""
+        say(f"wrote {res.head_path} after {res.steps} steps{rate}")
+        if res.val_loss:
+            say(f"validation loss by unroll step: {fmt(f'{x:.3f}' for x in res.val_loss)}; "
+                f"top-1 agreement: {fmt(f'{x:.2f}' for x in res.val_acc)}")
+        say(f"state cache: {res.cache_dir}")
     return 0
 
 

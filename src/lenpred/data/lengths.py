@@ -1,4 +1,4 @@
-"""One way to read a run's sample lengths, and one leave-one-out median.
+"""One way to read a run's sample lengths (and token ids), and one leave-one-out median.
 
 Everything that needs "the lengths of a run" (the bound, the simulator's run-directory workload,
 ``lenpred info``, bench, the split) reads them through :func:`sample_lengths`, and everything that
@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 
 from lenpred.data.rundir import RunDir
+from lenpred.errors import DataError
 
-__all__ = ["sample_lengths", "loo_median", "loo_median_sorted", "loo_median_positions"]
+__all__ = ["check_token_ids", "sample_lengths", "loo_median", "loo_median_sorted", "loo_median_positions"]
 
 LENGTH_COLUMNS = ("prompt_id", "sample_idx", "n_tokens", "stop_reason")
 
@@ -41,6 +42,25 @@ def sample_lengths(
         p = rd.prompts()[["prompt_id", "n_prompt_tokens"]]
         df = df.merge(p, on="prompt_id", how="left", sort=False)
     return df.reset_index(drop=True)
+
+
+def check_token_ids(run: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(prompts, samples with ``token_ids``) of a run whose every prompt and sample has its token ids
+    (what teacher forcing reads); refuses a run without them, naming what lacks them."""
+    prompts = run.prompts()
+    if "prompt_token_ids" not in prompts.columns:
+        raise DataError(f"{run.path} has no prompt token ids (prompts.parquet lacks prompt_token_ids)",
+                        "train on a run collected with a lenpred that records token ids")
+    if prompts["prompt_token_ids"].map(lambda t: t is None or len(t) == 0).any():
+        raise DataError(f"{run.path} has prompts without token ids", "train on a run collected with token ids")
+    s = sample_lengths(run, extra=("token_ids",), with_prompts=False)
+    if s.empty:
+        raise DataError(f"{run.path} has no samples yet", "collect some first (`lenpred collect`)")
+    has_ids = s["token_ids"].map(lambda t: t is not None and len(t) > 0)
+    if not bool((has_ids | (s["n_tokens"] == 0)).all()):
+        raise DataError(f"{run.path} has samples without token ids (samples.parquet token_ids are empty)",
+                        "train on a run collected with an engine that records token ids (hf or llamacpp)")
+    return prompts, s
 
 
 def loo_median_positions(k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -38,47 +38,10 @@ from lenpred.collect.base import SamplingConfig
 from lenpred.draft.model import DraftKV, Eagle3Draft
 from lenpred.draft.sampling import CardSampler
 from lenpred.draft.target import Target
+from lenpred.draft.tree import DraftTree, TreeSpec, grow_tree
 from lenpred.errors import ConfigError
 
-__all__ = ["Cycle", "DraftTree", "Generation", "SpeculativeDecoder", "TreeSpec", "cached_draft_states",
-           "teacher_forced_draft_states"]
-
-
-@dataclass(frozen=True)
-class TreeSpec:
-    """A dynamic draft tree (EAGLE-2's, which EAGLE-3 keeps): ``depth`` levels; at each level the
-    ``topk`` best nodes by cumulative draft log-probability are expanded into their ``topk`` best
-    children; the ``nodes`` best nodes of the whole tree are verified in one target pass."""
-
-    depth: int = 5
-    topk: int = 8
-    nodes: int = 48
-
-    def __post_init__(self) -> None:
-        if self.depth < 1 or self.topk < 1 or self.nodes < 1:
-            raise ConfigError(f"a draft tree needs depth, topk and nodes >= 1, got {self.depth},{self.topk},{self.nodes}",
-                              "e.g. --tree 5,8,48 (depth, top-k, nodes)")
-
-    @classmethod
-    def parse(cls, text: str) -> TreeSpec:
-        """'DEPTH,TOPK,NODES', e.g. '5,8,48'."""
-        try:
-            d, k, n = (int(x) for x in str(text).split(","))
-        except ValueError:
-            raise ConfigError(f"cannot read the tree {text!r}", "write DEPTH,TOPK,NODES, e.g. --tree 5,8,48") from None
-        return cls(d, k, n)
-
-
-@dataclass
-class DraftTree:
-    """The verified part of a draft tree, nodes in verification order (depth first, then score):
-    ``tokens`` (target ids), ``parents`` (index into these nodes, -1 = the last committed token),
-    ``depths`` (1 = the token after it). Every node's parent comes before it."""
-
-    tokens: list[int]
-    parents: list[int]
-    depths: list[int]
-    states: dict[int, torch.Tensor] = field(default_factory=dict)  # node -> draft state of its expansion
+__all__ = ["Cycle", "Generation", "SpeculativeDecoder", "cached_draft_states", "teacher_forced_draft_states"]
 
 
 @dataclass
@@ -289,61 +252,7 @@ class SpeculativeDecoder:
         """Grow the dynamic tree from the draft state ``root`` (1, 1, d) of position T - 1 (whose
         logits propose the token after the last committed one). Tests override this to inject trees."""
         assert self.draft is not None and self.tree is not None
-        spec = self.tree
-        dev = root.device
-        w = min(spec.topk, self.draft.config.draft_vocab_size)
-        toks: list[int] = []  # draft ids
-        parents: list[int] = []
-        depths: list[int] = []
-        scores: list[float] = []
-        hid: dict[int, torch.Tensor] = {}  # expanded node -> its draft state o (d,)
-        anc: dict[int, list[int]] = {}  # node -> entries of its expanded strict ancestors
-        lp = torch.log_softmax(self.draft.logits(root)[0, -1], dim=-1)
-        v, ix = torch.topk(lp, w)
-        for s_, i_ in zip(v.tolist(), ix.tolist(), strict=True):
-            toks.append(i_)
-            parents.append(-1)
-            depths.append(1)
-            scores.append(s_)
-            anc[len(toks) - 1] = []
-        tk = tv = None
-        level = list(range(len(toks)))
-        for d in range(1, spec.depth):
-            grow = sorted(level, key=lambda n: -scores[n])[:w]
-            m = len(grow)
-            E = 0 if tk is None else int(tk.shape[2])
-            allowed = torch.zeros((m, E), dtype=torch.bool)
-            for r, n in enumerate(grow):
-                for e in anc[n]:
-                    allowed[r, e] = True
-            hidden = torch.stack([root[0, 0] if parents[n] < 0 else hid[parents[n]] for n in grow])[None]
-            ids = self._d2t_ids[torch.tensor([toks[n] for n in grow], device=dev)][None]
-            pos = torch.full((1, m), T - 1 + d, device=dev)
-            o, (k_, v_) = self.draft.step_tree(hidden, ids, pos, dkv, None if tk is None else (tk, tv), allowed)
-            tk = k_ if tk is None else torch.cat([tk, k_], dim=2)
-            tv = v_ if tv is None else torch.cat([tv, v_], dim=2)
-            lps = torch.log_softmax(self.draft.logits(o)[0], dim=-1)  # (m, N_draft)
-            cv, ci = torch.topk(lps, w, dim=-1)
-            level = []
-            for r, n in enumerate(grow):
-                hid[n] = o[0, r]
-                for s_, i_ in zip(cv[r].tolist(), ci[r].tolist(), strict=True):
-                    toks.append(i_)
-                    parents.append(n)
-                    depths.append(d + 1)
-                    scores.append(scores[n] + s_)
-                    anc[len(toks) - 1] = anc[n] + [E + r]
-                    level.append(len(toks) - 1)
-        # the best `nodes` nodes; a child never scores above its parent, and ties go to the shallower
-        # node, so the chosen set contains every chosen node's ancestors
-        order = sorted(range(len(toks)), key=lambda n: (-scores[n], depths[n], n))[: spec.nodes]
-        order.sort(key=lambda n: (depths[n], -scores[n], n))
-        new_index = {n: i for i, n in enumerate(order)}
-        tids = self._d2t_ids[torch.tensor([toks[n] for n in order], device=dev)].tolist()
-        return DraftTree(tokens=[int(t) for t in tids],
-                         parents=[-1 if parents[n] < 0 else new_index[parents[n]] for n in order],
-                         depths=[depths[n] for n in order],
-                         states={new_index[n]: hid[n] for n in order if n in hid})
+        return grow_tree(self.draft, self._d2t_ids, self.tree, root, T, dkv)
 
     def _tree_cycle(self, st: _State, res: Generation, root: torch.Tensor, dkv: DraftKV, T: int, cache: Any
                     ) -> tuple[int, list[int], torch.Tensor, list[int], list[torch.Tensor]]:

@@ -136,7 +136,7 @@ class _Prompt:
 
 def _select(run: Any, split: Any, roles: tuple[str, ...], max_prompts: int | None,
             max_samples: int | None) -> list[_Prompt]:
-    from lenpred.draft.train import check_token_ids
+    from lenpred.data.lengths import check_token_ids
 
     prompts, s = check_token_ids(run)
     by: dict[str, list[tuple[int, list[int], bool]]] = {}
@@ -314,7 +314,7 @@ def compute_trajectory(run: str | Path, draft: str | Path, out: str | Path, cfg:
     _check_out(out)
     rd = RunDir.open(run)
     card_model = rd.card.get("model") or {}
-    from lenpred.draft.train import check_token_ids
+    from lenpred.data.lengths import check_token_ids
 
     check_token_ids(rd)  # a run without token ids cannot be teacher-forced
     split = load_split(rd, require_complete=False)

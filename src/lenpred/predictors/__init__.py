@@ -12,8 +12,7 @@ are imported lazily, so that importing this package does not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lenpred.lazy import lazy_exports
 
 _LAZY = {
     "PREDICTORS": "lenpred.predictors.registry",
@@ -27,8 +26,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

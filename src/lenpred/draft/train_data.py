@@ -1,0 +1,236 @@
+"""What draft training reads: a run's token ids, its split and its target; the training samples,
+the state-cache jobs, and the order of the batches.
+
+* :func:`open_run_target` -- the run (with token ids), its split, the loaded target and the device of
+  a ``lenpred draft`` verb (refuses a model other than the run's own: its responses are the data);
+* :func:`load_training_data` -- the training and validation samples (training prompts only);
+* :func:`state_cache_jobs` / :func:`fill_state_cache` -- every sample of chosen split roles,
+  teacher-forced into the state cache ``lenpred draft train`` and ``lenpred outlets features`` read;
+* :func:`batch_at` -- the samples of optimiser step ``step``: a pure function of (seed, step), so a
+  resumed run sees the batches the uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lenpred.data.lengths import check_token_ids
+from lenpred.draft.states import StateCache
+from lenpred.draft.train_config import DraftTrainConfig
+from lenpred.errors import CardMismatchError, DataError
+from lenpred.fileio import canonical_json
+from lenpred.progress import Progress
+
+__all__ = ["RunTarget", "TrainingData", "batch_at", "cache_location", "epoch_batches", "fill_state_cache",
+           "load_training_data", "open_run_target", "state_cache_jobs", "teacher_force"]
+
+
+@dataclass
+class RunTarget:
+    """What a draft verb works on: the run, its split, the loaded target model and its device."""
+
+    run: Any  # lenpred.data.rundir.RunDir
+    split: Any  # lenpred.data.split.Split
+    lm: Any  # lenpred.models.loading.LoadedModel
+    target: Any  # lenpred.draft.target.Target
+    device: str
+
+    @property
+    def eos_id(self) -> int:
+        """The target's end-of-sequence id: the card's EOS token where it names one, else the tokenizer's."""
+        name = (self.run.card.get("model") or {}).get("eos_token")
+        if name:
+            tid = self.lm.tokenizer.convert_tokens_to_ids(name)
+            if isinstance(tid, int) and tid >= 0:
+                return tid
+        return int(self.lm.tokenizer.eos_token_id)
+
+
+def open_run_target(run: str | os.PathLike[str], *, model: str | None = None, layers: tuple[int, ...] | None = None,
+                    device: str = "cpu", threads: int = 0) -> RunTarget:
+    """The run (checked for token ids), its split, and its target loaded on ``device`` (under torchrun
+    ``cuda`` is this process's ``cuda:LOCAL_RANK``); ``model`` defaults to the run's own and must be it."""
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import load_split
+
+    run_dir = RunDir.open(run)
+    check_token_ids(run_dir)
+    # the run may still be growing: prompts collected after the split have no role and are not used
+    split = load_split(run_dir, require_complete=False)
+    import torch
+
+    from lenpred.draft.distributed import Distributed
+    from lenpred.draft.target import Target
+    from lenpred.models import load
+    from lenpred.models.loading import resolve
+
+    card_model = run_dir.card.get("model") or {}
+    name = model or card_model.get("id")
+    if not name:
+        raise DataError(f"{run_dir.path}/card.json names no model", "pass --model")
+    spec = resolve(name)
+    if card_model.get("fingerprint") and spec.fingerprint != card_model["fingerprint"]:
+        raise CardMismatchError(
+            f"--model {name} is not the model that generated {run_dir.path} (weights fingerprint differs)",
+            "pass the run's own model: its responses are the training data",
+        )
+    if threads > 0:
+        torch.set_num_threads(threads)
+    dev = Distributed().device(device)  # under torchrun: one process per device, cuda -> cuda:LOCAL_RANK
+    lm = load(name, device=dev)
+    return RunTarget(run_dir, split, lm, Target(lm.model, layers), dev)
+
+
+@dataclass
+class TrainingData:
+    keys: list[tuple[str, int]]  # training samples
+    val_keys: list[tuple[str, int]]
+    jobs: list[tuple[str, list[int], list[tuple[int, list[int], str]]]]  # for the state cache
+    counts_source: list[list[int]]  # training responses (+ EOS where they ended with it)
+    n_train_prompts: int
+    split_info: dict[str, Any]
+
+
+def load_training_data(run: Any, split: Any, cfg: DraftTrainConfig, eos_id: int) -> TrainingData:
+    """The training and validation samples of a run, with their token ids; refuses a run without ids."""
+    prompts, s = check_token_ids(run)
+    pid_ids = {str(r.prompt_id): [int(x) for x in r.prompt_token_ids] for r in prompts.itertuples()}
+    order = [str(p) for p in prompts["prompt_id"]]
+    train_set, val_set = set(map(str, split.train)), set(map(str, split.val))
+    if not train_set:
+        raise DataError("the split has no training prompts", "write a split with training prompts (`lenpred split`)")
+    by_prompt: dict[str, list[tuple[int, list[int], str]]] = {}
+    for r in s.itertuples():
+        ids = [int(x) for x in r.token_ids][: cfg.max_seq_len]
+        by_prompt.setdefault(str(r.prompt_id), []).append((int(r.sample_idx), ids, str(r.stop_reason)))
+    train_pids = [p for p in order if p in train_set and p in by_prompt]
+    if cfg.max_prompts is not None:
+        train_pids = train_pids[: cfg.max_prompts]
+    if hasattr(split, "check_no_test"):  # lenpred.data.split.Split: a last guard against leaks
+        split.check_no_test(train_pids, what="draft training data")
+    val_pids = [p for p in order if p in val_set and p in by_prompt]
+    jobs, keys, val_keys, counts_source = [], [], [], []
+    for pid in train_pids:
+        samples = sorted(by_prompt[pid])[: cfg.max_samples_per_prompt]
+        p_ids = pid_ids[pid][: cfg.max_seq_len - 1]
+        samples = [(i, ids[: cfg.max_seq_len - len(p_ids)], stop) for i, ids, stop in samples]
+        jobs.append((pid, p_ids, samples))
+        keys.extend((pid, i) for i, ids, _ in samples if ids)
+        counts_source.extend(ids + ([eos_id] if stop == "eos" else []) for _, ids, stop in samples)
+    for pid in val_pids:  # validation: the first sample of each validation prompt, up to val_samples
+        if len(val_keys) >= cfg.val_samples:
+            break
+        i, ids, stop = sorted(by_prompt[pid])[0]
+        if ids:
+            p_ids = pid_ids[pid][: cfg.max_seq_len - 1]
+            jobs.append((pid, p_ids, [(i, ids[: cfg.max_seq_len - len(p_ids)], stop)]))
+            val_keys.append((pid, i))
+    if not keys:
+        raise DataError("no training sample has response tokens", "collect more samples on training prompts")
+    h = hashlib.sha256(canonical_json(sorted(train_pids)).encode()).hexdigest()[:16]
+    info = {"train_prompts": len(train_pids), "train_samples": len(keys), "val_samples": len(val_keys),
+            "train_prompt_ids_sha256": h, "split": _split_info(split)}
+    return TrainingData(keys, val_keys, jobs, counts_source, len(train_pids), info)
+
+
+def state_cache_jobs(run: Any, split: Any, roles: tuple[str, ...] = ("train", "val", "test"),
+                     max_seq_len: int = 2048) -> list[tuple[str, list[int], list[tuple[int, list[int], str]]]]:
+    """Every sample of the split's ``roles`` prompts as state-cache jobs, in role order (the training
+    prompts first), cut to ``max_seq_len`` exactly as :func:`load_training_data` cuts them, so a cache
+    filled here is the cache ``lenpred draft train`` reads."""
+    prompts, s = check_token_ids(run)
+    pid_ids = {str(r.prompt_id): [int(x) for x in r.prompt_token_ids] for r in prompts.itertuples()}
+    order = [str(p) for p in prompts["prompt_id"]]
+    by_prompt: dict[str, list[tuple[int, list[int], str]]] = {}
+    for r in s.itertuples():
+        ids = [int(x) for x in r.token_ids][:max_seq_len]
+        by_prompt.setdefault(str(r.prompt_id), []).append((int(r.sample_idx), ids, str(r.stop_reason)))
+    jobs = []
+    for role in roles:
+        members = set(map(str, getattr(split, role)))
+        for pid in order:
+            if pid in members and pid in by_prompt:
+                p_ids = pid_ids[pid][: max_seq_len - 1]
+                jobs.append((pid, p_ids, [(i, ids[: max_seq_len - len(p_ids)], stop)
+                                          for i, ids, stop in sorted(by_prompt[pid])]))
+    return jobs
+
+
+def cache_location(run: Any, target: Any, target_spec: Any, cfg: DraftTrainConfig,
+                   cache_dir: str | os.PathLike[str] | None = None) -> tuple[Path, dict[str, Any]]:
+    """The state cache's directory (``cache_dir``, or the default one named by what determines its
+    contents) and its manifest (which a cache opened again must match)."""
+    from lenpred.draft.states import default_cache_dir
+
+    layers = target.layers
+    fp = target_spec.fingerprint
+    manifest = {"target_fingerprint": fp, "layers": list(layers), "topk": cfg.topk, "dtype": "float16",
+                "card_hash": run.card_hash, "max_seq_len": cfg.max_seq_len, "target_id": target_spec.id,
+                "run": str(run.path)}
+    cdir = Path(cache_dir) if cache_dir else default_cache_dir(run.card_hash, fp, layers, cfg.topk)
+    return cdir, manifest
+
+
+def teacher_force(cache: StateCache, target: Any, jobs: list[tuple[str, list[int], list[tuple[int, list[int], str]]]], *,
+                  progress: bool = True, prompts_per_shard: int = 4) -> dict[str, float]:
+    """Teacher-force the ``jobs`` not cached yet into ``cache``: {"tokens", "seconds"} of this call."""
+    keys = [(p, i) for p, _, ss in jobs for i, _, _ in ss]
+    with Progress("teacher forcing", sum(len(ids) for _, _, ss in jobs for _, ids, _ in ss), unit="tok",
+                  initial=cache.n_tokens(keys), enabled=progress) as bar:
+        return cache.build(target, jobs, prompts_per_shard=prompts_per_shard, progress=lambda n, _: bar.update(n))
+
+
+def fill_state_cache(run: Any, split: Any, target: Any, target_spec: Any, cfg: DraftTrainConfig, *,
+                     cache_dir: str | os.PathLike[str] | None = None, roles: tuple[str, ...] = ("train", "val", "test"),
+                     progress: bool = True, prompts_per_shard: int = 4) -> tuple[Path, dict[str, float], int]:
+    """Teacher-force every sample of ``roles`` into the state cache ``lenpred draft train`` and
+    ``lenpred outlets features`` read (resumable: samples already cached are skipped).
+    Returns (cache directory, {"tokens", "seconds"} of this call, response tokens in the cache for these jobs)."""
+    cfg.check()
+    cdir, manifest = cache_location(run, target, target_spec, cfg, cache_dir)
+    jobs = state_cache_jobs(run, split, roles, cfg.max_seq_len)
+    cache = StateCache.open_or_create(cdir, manifest)
+    tf = teacher_force(cache, target, jobs, progress=progress, prompts_per_shard=prompts_per_shard)
+    cache._index = None
+    return cdir, tf, cache.n_tokens([(p, i) for p, _, ss in jobs for i, _, _ in ss])
+
+
+def _split_info(split: Any) -> dict[str, Any]:
+    if hasattr(split, "counts") and hasattr(split, "config"):
+        return {"counts": split.counts(), "config": split.config.to_dict(), "card_hash": split.card_hash}
+    return dict(getattr(split, "info", None) or {})
+
+
+def epoch_batches(keys: list[tuple[str, int]], lengths: dict[tuple[str, int], int], budget: int, seed: int,
+                   epoch: int) -> list[list[tuple[str, int]]]:
+    """Shuffled samples packed into batches of at most ``budget`` tokens (a pure function of its inputs)."""
+    order = np.random.default_rng([seed, epoch]).permutation(len(keys))
+    batches, cur, used = [], [], 0
+    for i in order:
+        k = keys[int(i)]
+        n = lengths[k]
+        if cur and used + n > budget:
+            batches.append(cur)
+            cur, used = [], 0
+        cur.append(k)
+        used += n
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def batch_at(step: int, keys: list[tuple[str, int]], lengths: dict[tuple[str, int], int], budget: int,
+              seed: int) -> list[tuple[str, int]]:
+    epoch, s = 0, step
+    while True:
+        b = epoch_batches(keys, lengths, budget, seed, epoch)
+        if s < len(b):
+            return b[s]
+        s -= len(b)
+        epoch += 1
