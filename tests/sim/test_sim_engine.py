@@ -139,8 +139,8 @@ def test_no_requests_raises() -> None:
 
 def test_unknown_names_list_valid_ones() -> None:
     reqs = [Request(0, 0.0, 10, 10, 10)]
-    with pytest.raises(UnknownKeyError, match="fcfs.*oracle.*sjf.*srpt"):
-        Simulator(reqs, policy=PolicyConfig(queue="lifo"))
+    with pytest.raises(ConfigError, match="fcfs.*gittins.*hrrn.*las.*mlfq.*oracle.*risk.*sjf.*srpt.*trail"):
+        PolicyConfig(queue="lifo")  # refused by the config, before any simulator is built
     with pytest.raises(UnknownKeyError, match="least-predicted-tokens"):
         Simulator(reqs, policy=PolicyConfig(dispatch="random"))
     with pytest.raises(UnknownKeyError, match="distserve-opt13b.*llama8b-h100"):

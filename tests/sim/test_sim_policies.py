@@ -134,5 +134,6 @@ def test_least_predicted_tokens_tracks_decode_load(toy_profile: LatencyProfile) 
 
 
 def test_registries_list_their_members() -> None:
-    assert QUEUE_POLICIES.names() == ["fcfs", "oracle", "sjf", "srpt"]
+    assert QUEUE_POLICIES.names() == ["fcfs", "gittins", "hrrn", "las", "mlfq", "oracle", "risk", "sjf", "srpt",
+                                      "trail"]
     assert DISPATCHERS.names() == ["least-predicted-tokens", "least-requests", "power-of-two", "round-robin"]

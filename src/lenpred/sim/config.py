@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from lenpred.checks import check_limit
 from lenpred.config import Config
 from lenpred.errors import ConfigError
 
@@ -138,14 +139,29 @@ class PolicyConfig(Config):
     prefill_dispatch: str | None = Field(None, description="default: same as dispatch")
     aging: float = Field(0.0, description="tokens per second of waiting (size-based queues)")
     quantile_z: float = Field(0.0, description="sjf orders by pred + z * spread")
+    preempt: bool | None = Field(None, description="policy-driven preemption at decode (default: the policy's own; "
+                                 "las, mlfq, trail and gittins preempt)")
+    quantum: float | None = Field(None, description="las: tokens per quantum (32); mlfq: the top level's quantum (8)")
+    join_ratio: float | None = Field(None, description="mlfq skip-join: prompt tokens per attained-service token (780)")
+    beta: float | None = Field(None, description="risk: weight of CVaR_alpha (0.3)")
+    alpha: float | None = Field(None, description="risk: CVaR level in (0, 1) (0.9)")
+    preempt_fraction: float | None = Field(None, description="trail: preemptible while generated < this x predicted (0.5)")
+    tokens_per_s: float | None = Field(None, description="hrrn: decode rate that turns tokens into seconds (50)")
     prediction: PredictionConfig | None = Field(None, description="default: the config's top-level prediction")
 
     @model_validator(mode="after")
     def _check(self) -> PolicyConfig:
+        from lenpred.errors import LenpredError
+        from lenpred.sim.policies import policies_for
+
         if not self.name:
             raise ConfigError("every policy needs a non-empty name")
-        if self.aging < 0:
+        if not (math.isfinite(self.aging) and self.aging >= 0):
             raise ConfigError(f"policy {self.name!r}: aging must be >= 0")
+        try:  # a name, a parameter or a range no policy accepts fails here, before any run
+            policies_for(self)
+        except LenpredError as e:
+            raise ConfigError(f"policy {self.name!r}: {e.problem}", e.fix) from None
         return self
 
 
@@ -231,6 +247,8 @@ class WorkloadConfig(Config):
     def _n(cls, v: int) -> int:
         if v < 1:
             raise ConfigError(f"workload.n_requests must be an integer >= 1, got {v!r}")
+        check_limit("--n-requests", v, "simulate 10,000,000 requests or fewer (100,000 take seconds)",
+                    label="workload.n_requests")
         return v
 
 
@@ -244,7 +262,9 @@ class SweepConfig(Config):
     def _check(self) -> SweepConfig:
         _choice("sweep", "load_unit", self.load_unit, LOAD_UNITS)
         for x in self.loads:
-            if not (math.isfinite(x) and x > 0):
+            if not math.isfinite(x):
+                raise ConfigError(f"sweep.loads must be finite numbers, got {x!r}", "pass loads such as 0.5,1,2")
+            if not x > 0:
                 raise ConfigError(f"sweep.loads must all be > 0, got {x!r}", "an arrival rate of 0 never sends a request")
         if self.probe_requests < 10:
             raise ConfigError("sweep.probe_requests must be >= 10")

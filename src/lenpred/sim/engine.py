@@ -39,7 +39,7 @@ from lenpred.sim.events import (
     Event,
 )
 from lenpred.sim.instances import DecodeInstance, PrefillInstance
-from lenpred.sim.policies import make_dispatcher, make_queue_policy
+from lenpred.sim.policies import make_dispatcher, policies_for
 from lenpred.sim.profiles import LatencyProfile, get_profile
 from lenpred.sim.request import NEED_PREFILL, NEED_TRANSFER, Request
 
@@ -69,6 +69,7 @@ class SimResult:
     n_events: int = 0
     wall_s: float = 0.0
     kv_capacity: int = 0
+    waited: np.ndarray | None = None  # (n,) seconds spent preempted, waiting to rejoin a batch
 
     @property
     def n(self) -> int:
@@ -142,8 +143,15 @@ class Simulator:
         self.colocated = cluster.mode == "colocated"
         self.decode_dispatch = make_dispatcher(policy.dispatch, d_rng)
         self.prefill_dispatch = make_dispatcher(policy.prefill_dispatch or policy.dispatch, p_rng)
-        qpol = make_queue_policy(policy.queue, policy.aging, policy.quantile_z)
-        ppol = make_queue_policy(policy.prefill_queue or policy.queue, policy.aging, policy.quantile_z)
+        qpol, ppol = policies_for(policy)
+        for pol in (qpol, ppol):
+            if pol.needs_dist:
+                missing = next((r.rid for r in self.requests if r.dist0 is None), None)
+                if missing is not None:
+                    raise DataError(
+                        f"policy {pol.name!r} needs a predictive distribution for every request; request "
+                        f"{missing} has none (no spread, q10/q50/q90 or dist_tokens in its predictions)",
+                        "predict with a head that writes quantiles (lenpred predict), or pick a point policy")
         n_dec = cluster.n_instances if self.colocated else cluster.n_decode
         self.decode = [
             DecodeInstance(
@@ -259,7 +267,8 @@ class Simulator:
         inst: dict[str, list[dict[str, Any]]] = {
             "decode": [
                 {"index": d.index, "busy_s": d.busy_time, "batch_time": d.batch_time, "tokens": d.tokens,
-                 "steps": d.n_steps, "preemptions": d.n_preempt, "peak_kv": d.peak_kv,
+                 "steps": d.n_steps, "preemptions": d.n_preempt, "policy_preemptions": d.n_policy_preempt,
+                 "peak_kv": d.peak_kv,
                  "prefill_tokens": d.prefill_tokens}
                 for d in self.decode
             ],
@@ -286,6 +295,7 @@ class Simulator:
             n_events=n_events,
             wall_s=wall,
             kv_capacity=self.profile.kv_capacity_tokens,
+            waited=f((r.waited for r in rs), dtype=np.float64, count=n),
         )
 
 

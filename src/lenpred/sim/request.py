@@ -6,7 +6,10 @@ A predictor's output reaches the policies only through these fields:
   request without a prediction is an error (an oracle is a predictor too: pass the true length);
 * ``spread``: optional predictive spread (a standard deviation, tokens);
 * ``repred``: optional re-predictions made while decoding, as ``(tokens_generated,
-  predicted_remaining)`` pairs sorted by ``tokens_generated`` (trajectory-aware predictors).
+  predicted_remaining)`` pairs strictly increasing in ``tokens_generated`` (trajectory-aware predictors);
+* ``dist``: optional predictive distribution of the total length (:class:`lenpred.sim.dists.LengthDist`),
+  with one per re-prediction in ``repred_dists`` (what distribution-aware policies read; the current
+  one follows the re-predictions applied).
 
 ``pred_total(gen)`` is the latest predicted *total* output length given ``gen`` generated tokens;
 ``pred_remaining(gen)`` is that minus ``gen`` (floored at 0).
@@ -37,12 +40,12 @@ class Request:
     """One request. Plain class with ``__slots__``: the engine touches these fields a lot."""
 
     __slots__ = (
-        "rid", "arrival", "prompt", "output", "pred", "spread", "repred",
+        "rid", "arrival", "prompt", "output", "pred", "spread", "repred", "dist0", "repred_dists",
         # live state
         "gen", "base_step", "epoch", "pred_cur", "next_repred", "pred_version", "active",
-        "need", "q_rem", "prefill_inst", "decode_inst",
+        "need", "q_rem", "prefill_inst", "decode_inst", "dist", "t_left",
         # outcome (seconds; NaN until it happens)
-        "t_prefill_start", "t_first", "t_decode_admit", "t_finish", "n_preempt", "rejected",
+        "t_prefill_start", "t_first", "t_decode_admit", "t_finish", "n_preempt", "rejected", "waited",
     )
     rid: int
     arrival: float  # seconds
@@ -51,6 +54,11 @@ class Request:
     pred: float  # predicted output tokens (at arrival)
     spread: float | None  # predictive standard deviation, tokens
     repred: tuple[tuple[int, float], ...]  # (tokens generated, predicted remaining)
+    dist0: Any  # LengthDist | None: the predictive distribution at arrival
+    repred_dists: tuple[Any, ...]  # LengthDist per re-prediction (empty: keep dist0)
+    dist: Any  # LengthDist | None: the current one
+    t_left: float  # when it was last preempted (NaN while not preempted)
+    waited: float  # seconds spent preempted, waiting to rejoin a batch
     gen: int  # tokens generated as of base_step
     base_step: int  # decode-instance step count when gen was recorded
     epoch: int
@@ -78,6 +86,8 @@ class Request:
         pred: float | None,
         spread: float | None = None,
         repred: Sequence[tuple[int, float]] = (),
+        dist: Any = None,
+        repred_dists: Sequence[Any] = (),
     ) -> None:
         self.rid = rid
         self.arrival = float(arrival)  # seconds
@@ -89,6 +99,11 @@ class Request:
         self.pred = float(pred)  # predicted output tokens
         self.spread = None if spread is None else float(spread)
         self.repred = tuple((int(g), float(r)) for g, r in repred)
+        if any(b[0] <= a[0] for a, b in zip(self.repred, self.repred[1:], strict=False)):
+            raise DataError(f"request {rid}: re-predictions must be strictly increasing in tokens generated, "
+                            f"got {[g for g, _ in self.repred]}", "keep one re-prediction per position, sorted")
+        self.dist0 = dist
+        self.repred_dists = tuple(repred_dists)
         self.reset()
 
     def reset(self) -> None:
@@ -110,6 +125,9 @@ class Request:
         self.t_finish = NAN
         self.n_preempt = 0
         self.rejected = False
+        self.dist = self.dist0
+        self.t_left = NAN
+        self.waited = 0.0
 
     def apply_repredictions(self, gen: int) -> bool:
         """Move ``pred_cur`` to the latest re-prediction made at or before ``gen`` tokens.
@@ -120,6 +138,8 @@ class Request:
         while i < len(rp) and rp[i][0] <= gen:
             g, r = rp[i]
             self.pred_cur = g + r
+            if self.repred_dists:
+                self.dist = self.repred_dists[i]
             i += 1
             changed = True
         self.next_repred = i

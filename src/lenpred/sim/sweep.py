@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from lenpred.errors import DataError
 from lenpred.predictions import Predictions
 from lenpred.sim.config import PolicyConfig, PredictionConfig, SimConfig
 from lenpred.sim.engine import SimResult, Simulator
 from lenpred.sim.metrics import latency_arrays, steady_throughput, summarize
+from lenpred.sim.policies import policies_for
 from lenpred.sim.profiles import get_profile
 from lenpred.sim.workload import Workload, build_workload
 
@@ -127,8 +129,30 @@ def run_one(cfg: SimConfig, workload: Workload, policy: PolicyConfig, rate: floa
     """One simulation of ``workload`` at ``rate`` requests/s under ``policy``."""
     pc = prediction or cfg.prediction_for(policy)
     preds = cache.get(pc) if cache is not None else workload.predictions(pc, cfg.seed)
-    reqs = workload.requests(rate, preds)
+    reqs = workload.requests(rate, preds, with_dist=needs_dist(policy))
     return Simulator(reqs, cfg.cluster, policy, seed=cfg.seed).run()
+
+
+def needs_dist(policy: PolicyConfig) -> bool:
+    """Whether an arm's queue policies read a predictive distribution."""
+    return any(p.needs_dist for p in policies_for(policy))
+
+
+def check_dist(policy: PolicyConfig, preds: Predictions) -> None:
+    """A distribution-aware policy needs a table that carries a distribution: one line naming the
+    policy, the missing columns and where they come from."""
+    if not needs_dist(policy):
+        return
+    f = preds.frame
+    has = bool(f["spread"].notna().any() or f["q50"].notna().any()
+               or ("dist_tokens" in f and f["dist_tokens"].map(len).gt(0).any()))
+    if not has:
+        raise DataError(
+            f"policy {policy.queue!r} (arm {policy.name!r}) needs a predictive distribution, and the predictions "
+            f"table made by {preds.made_by} has no spread, q10/q50/q90 or dist_tokens column",
+            "use a table a trained head wrote (lenpred predict and lenpred outlets predict write spread and "
+            "q10/q50/q90), or the prompt's other samples as dist_tokens; point predictors (synthetic noise "
+            "models, a request table's predicted_tokens) suit sjf, srpt, hrrn or trail")
 
 
 def measure_capacity(cfg: SimConfig, workload: Workload, policy: PolicyConfig) -> float:
@@ -178,7 +202,7 @@ def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Worklo
     wl = workload if workload is not None else build_workload(cfg.workload, cfg.seed)
     cache = PredictionCache(wl, cfg.seed)
     for pol in cfg.policies:  # every arm's predictions first: a bad table fails before any run
-        cache.get(cfg.prediction_for(pol))
+        check_dist(pol, cache.get(cfg.prediction_for(pol)))
     thr = cfg.metrics.short_threshold
     thr = float(np.median(wl.output)) if thr is None else float(thr)
     baseline = cfg.sweep.baseline or cfg.policies[0].name

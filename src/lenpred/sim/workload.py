@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class Workload:
     table: pd.DataFrame | None = None  # a request table's rows, in workload order (model 'input')
     card: dict[str, Any] | None = None  # the run card of a run-directory workload
     source: str = "synthetic"
+    _dists: dict[int, tuple[Predictions, list[Any], list[tuple[Any, ...]]]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_lengths(cls, prompt: np.ndarray, output: np.ndarray, arrivals: np.ndarray, *,
@@ -100,19 +101,56 @@ class Workload:
         return predictions_for(prediction, population=self.population, keys=self.keys, card=self.card,
                                table=self.table, source=self.source, seed=seed)
 
-    def requests(self, rate: float | None, predictions: Predictions) -> list[Request]:
+    @property
+    def cap(self) -> float | None:
+        """The longest output a request can have (the run card's max_new_tokens), if known."""
+        if self.card is None:
+            return None
+        cap = (self.card.get("sampling") or {}).get("max_new_tokens")
+        return None if cap is None else float(cap)
+
+    def requests(self, rate: float | None, predictions: Predictions, with_dist: bool = False) -> list[Request]:
         """:class:`Request` objects at ``rate`` requests/s, with predictions from the table (every
-        request must have one)."""
+        request must have one); ``with_dist``: also each request's predictive distribution
+        (:mod:`lenpred.sim.dists`; None where the table carries none)."""
         a = aligned(predictions, self.keys, what=f"predictions for the {self.source} workload")
         spread = [None if x != x else x for x in a["spread"].tolist()]
         repred = [tuple(zip(g, r, strict=True)) for g, r in zip(a["repred_gen"], a["repred_remaining"], strict=True)]
         t = self.arrival_times(rate)
+        n = len(t)
+        dists, rdists = self._request_dists(predictions, a) if with_dist else ([None] * n, [()] * n)
         return [
-            Request(i, at, p, o, pr, s, rp)
-            for i, at, p, o, pr, s, rp in zip(self.rid.tolist(), t.tolist(), self.prompt.tolist(),
-                                              self.output.tolist(), a["pred_tokens"].tolist(), spread, repred,
-                                              strict=True)
+            Request(i, at, p, o, pr, s, rp, d, rd)
+            for i, at, p, o, pr, s, rp, d, rd in zip(self.rid.tolist(), t.tolist(), self.prompt.tolist(),
+                                                     self.output.tolist(), a["pred_tokens"].tolist(), spread,
+                                                     repred, dists, rdists, strict=True)
         ]
+
+    def _request_dists(self, predictions: Predictions, a: pd.DataFrame) -> tuple[list[Any], list[tuple[Any, ...]]]:
+        """Per request: the predictive distribution and one per re-prediction, built once per distinct
+        sample and predictions table (every load of a sweep shares them)."""
+        from lenpred.sim.dists import rescaled, row_dist
+
+        hit = self._dists.get(id(predictions))
+        if hit is not None and hit[0] is predictions:
+            return hit[1], hit[2]
+        cap = self.cap
+        made: dict[tuple[str, int], tuple[Any, tuple[Any, ...]]] = {}
+        dists, rdists = [], []
+        keys = zip(self.keys["prompt_id"].tolist(), self.keys["sample_idx"].tolist(), strict=True)
+        for k, row in zip(keys, a.to_dict("records"), strict=True):
+            got = made.get(k)
+            if got is None:
+                base = row_dist(row, cap)
+                reps: tuple[Any, ...] = ()
+                if base is not None and len(row["repred_gen"]):
+                    reps = tuple(rescaled(base, int(g), float(r))
+                                 for g, r in zip(row["repred_gen"], row["repred_remaining"], strict=True))
+                got = made[k] = (base, reps)
+            dists.append(got[0])
+            rdists.append(got[1])
+        self._dists[id(predictions)] = (predictions, dists, rdists)
+        return dists, rdists
 
 
 def _sample_rows(df: pd.DataFrame, n: int, rng: np.random.Generator) -> pd.DataFrame:

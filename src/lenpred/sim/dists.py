@@ -1,0 +1,194 @@
+"""Predictive length distributions as a scheduler reads them: equal-weight support points.
+
+A request's predictive distribution of its *total* output length is carried as ``n`` sorted support
+points of equal weight 1/n (:class:`LengthDist`). That one form holds both sources lenpred has:
+
+* an empirical distribution: the prompt's other K-1 samples (the oracle distribution a perfect
+  prefill predictor would give), or any predictor's own samples (the ``dist_tokens`` column of a
+  predictions table);
+* a parametric fit to a head's ``q10 / q50 / q90`` (or ``pred`` and ``spread``): a two-piece normal
+  through the three quantiles (left scale from q50 - q10, right scale from q90 - q50; a q10 clipped at
+  0 borrows the right scale), read at the levels (i + 1/2) / n and clipped to [1, cap]
+  (:func:`from_quantiles`). For the heads' clipped-normal quantiles this is that same normal.
+
+What a policy asks of it, at attained service ``a`` (tokens generated), always conditioned on
+survival (L > a), never by subtracting ``a`` from a point:
+
+* :meth:`LengthDist.rank` -- the Gittins rank (1 / index): ``inf_D E[min(L-a, D) | L > a] / P(L-a <= D | L > a)``.
+  For equal-weight points with remaining ``r_1 <= ... <= r_m`` the infimum sits at a support point
+  (between two, E[min] grows while P is flat), so ``rank = min_k (r_1 + ... + r_k + (m-k) r_k) / k``.
+  Ranks are tabled once per distribution for every integer age 0..T (T = the largest point), so a
+  policy reads one list entry per request. Past the largest point the distribution says nothing:
+  the remaining length is then taken uniform on (a, cap] (rank (cap - a) / 2), or, without a cap,
+  as long as what was already generated (rank a).
+* :meth:`LengthDist.risk` -- TIE's ``E[R] + beta * CVaR_alpha[R]`` of the remaining length R.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy import special
+
+from lenpred.errors import DataError
+
+GRID = 16  # support points of a parametric fit (levels (i + 1/2) / 16: 3.1% .. 96.9%)
+Z90 = 1.2815515655446004  # the 90% quantile of N(0, 1)
+
+
+def gittins_ranks(x: np.ndarray, ages: np.ndarray) -> np.ndarray:
+    """Gittins rank (tokens) of equal-weight support points ``x`` (sorted, (n,)) at each age in
+    ``ages`` ((A,), every age below x[-1]). Vectorised: (A, n) candidate ratios, min over the row."""
+    n = x.size
+    prefix = np.concatenate([[0.0], np.cumsum(x)])  # (n+1,)
+    a = ages[:, None].astype(np.float64)  # (A, 1)
+    m = np.searchsorted(x, ages, side="right")[:, None]  # (A, 1) first point above a
+    j = np.arange(n)[None, :]  # (1, n)
+    k = j - m + 1  # (A, n) points counted: the k smallest remaining
+    valid = k >= 1
+    kk = np.where(valid, k, 1)
+    s_k = prefix[j + 1] - prefix[m]  # (A, n) sum of the points m..j
+    ratio = (s_k - kk * a + (n - 1 - j) * (x[None, :] - a)) / kk  # (A, n)
+    return np.where(valid, ratio, np.inf).min(axis=1)
+
+
+class LengthDist:
+    """Equal-weight support points of a total output length distribution (tokens), with the Gittins
+    ranks tabled by integer age. ``cap``: the largest length a request can reach (max_new_tokens)."""
+
+    __slots__ = ("x", "cap", "ranks", "last", "_risk")
+
+    def __init__(self, points: Sequence[float] | np.ndarray, cap: float | None = None) -> None:
+        x = np.sort(np.asarray(points, dtype=np.float64))
+        if x.size == 0 or not np.isfinite(x).all() or (x < 0).any():
+            raise DataError("a predictive distribution needs at least one finite support point >= 0")
+        if cap is not None:
+            x = np.minimum(x, cap)
+        self.x = x
+        self.cap = None if cap is None else float(cap)
+        last = int(math.ceil(float(x[-1])))  # from this age on no point lies above a
+        self.last = last
+        self.ranks: list[float] = gittins_ranks(x, np.arange(last)).tolist() if last > 0 else []
+        self._risk: dict[tuple[int, float, float], float] = {}
+
+    def rank(self, a: int) -> float:
+        """Gittins rank at attained service ``a`` (smaller = served first)."""
+        if a < self.last:
+            return self.ranks[a]
+        if self.cap is not None:
+            return max((self.cap - a) / 2.0, 0.5)
+        return float(max(a, 1))
+
+    def remaining(self, a: int) -> np.ndarray:
+        """Support points of L - a given L > a (empty past the largest point)."""
+        x = self.x
+        return x[x > a] - a
+
+    def risk(self, a: int, alpha: float, beta: float) -> float:
+        """E[R] + beta * CVaR_alpha[R] of the remaining length R = L - a given L > a (CVaR: the mean
+        of the worst 1 - alpha of the distribution, a split point weighted by its share)."""
+        key = (a, alpha, beta)
+        hit = self._risk.get(key)
+        if hit is not None:
+            return hit
+        r = self.remaining(a)
+        if r.size:
+            val = float(r.mean() + beta * cvar(r, alpha))
+        elif self.cap is not None and self.cap > a:  # past every point: uniform on (a, cap]
+            val = (self.cap - a) / 2.0 * (1.0 + beta * (1.0 + alpha))
+        else:
+            val = (1.0 + beta) * max(a, 1)
+        self._risk[key] = val
+        return val
+
+
+def cvar(r: np.ndarray, alpha: float) -> float:
+    """Upper CVaR_alpha of equal-weight points ``r`` (sorted): the mean of the top 1 - alpha mass."""
+    n = r.size
+    tail = (1.0 - alpha) * n  # points' worth of mass in the tail
+    full = int(math.floor(tail))
+    part = tail - full
+    top = r[n - full:] if full else r[:0]
+    total = float(top.sum())
+    if part > 1e-12 and full < n:
+        total += part * float(r[n - full - 1])
+    return total / tail
+
+
+def levels(n: int = GRID) -> np.ndarray:
+    """(n,) probability levels (i + 1/2) / n."""
+    return (np.arange(n) + 0.5) / n
+
+
+def from_quantiles(q10: float, q50: float, q90: float, cap: float | None, n: int = GRID) -> LengthDist:
+    """A two-piece normal through (q10, q50, q90), read at :func:`levels` and clipped to [1, cap].
+    A q10 of 0 (a clipped lower quantile says only that the mass below 0 is >= 10%) borrows the
+    upper half's scale."""
+    hi = max(q90 - q50, 0.0) / Z90
+    lo = max(q50 - q10, 0.0) / Z90 if q10 > 0.0 else hi
+    z = special.ndtri(levels(n))
+    pts = q50 + np.where(z < 0, lo, hi) * z
+    return LengthDist(_clip(pts, cap), cap)
+
+
+def from_spread(mean: float, spread: float, cap: float | None, n: int = GRID) -> LengthDist:
+    """A normal N(mean, spread) read at :func:`levels`, clipped to [1, cap] (a table with a spread
+    and no quantiles)."""
+    pts = mean + max(spread, 0.0) * special.ndtri(levels(n))
+    return LengthDist(_clip(pts, cap), cap)
+
+
+def _clip(pts: np.ndarray, cap: float | None) -> np.ndarray:
+    return np.clip(pts, 1.0, np.inf if cap is None else cap)
+
+
+def row_dist(row: dict, cap: float | None) -> LengthDist | None:
+    """The distribution one aligned predictions row carries (``dist_tokens``, else the quantiles,
+    else pred and spread), or None when it carries none."""
+    pts = row.get("dist_tokens")
+    if pts is not None and len(pts):
+        return LengthDist(pts, cap)
+    q = (row.get("q10"), row.get("q50"), row.get("q90"))
+    if all(v is not None and v == v for v in q):
+        return from_quantiles(float(q[0]), float(q[1]), float(q[2]), cap)  # type: ignore[arg-type]
+    s = row.get("spread")
+    if s is not None and s == s:
+        return from_spread(float(row["pred_tokens"]), float(s), cap)
+    return None
+
+
+def rescaled(base: LengthDist, gen: int, remaining: float) -> LengthDist:
+    """The distribution after a re-prediction of ``remaining`` tokens at ``gen`` generated: the base
+    distribution's shape (points over their median) scaled to that median, counted from ``gen``."""
+    med = float(np.median(base.x))
+    shape = base.x / med if med > 0 else np.ones_like(base.x)
+    pts = gen + np.maximum(remaining, 0.5) * shape
+    return LengthDist(np.maximum(pts, gen + 0.5), base.cap)
+
+
+def other_samples_table(population: Any, card: Any = None, source: str = "") -> Any:
+    """The oracle *distribution* as a predictions table: each sample's ``dist_tokens`` are the lengths
+    of its prompt's other samples (``pred_tokens`` their median, the per-prompt oracle the bound is
+    about). ``population``: prompt_id, sample_idx, n_tokens (a workload's). Prompts with one sample
+    have no other samples: an error naming the first."""
+    import pandas as pd
+
+    from lenpred.predictions import Predictions
+
+    pop = population[["prompt_id", "sample_idx", "n_tokens"]]
+    rows = []
+    for pid, g in pop.groupby("prompt_id", sort=False):
+        y = g["n_tokens"].to_numpy(dtype=np.float64)
+        if y.size < 2:
+            raise DataError(f"prompt {pid!r} has one sample: no other samples to form its oracle distribution",
+                            "use a run with K >= 2 samples per prompt (a split's test prompts have K >= 8)")
+        for i, s in enumerate(g["sample_idx"].tolist()):
+            others = np.delete(y, i)
+            rows.append({"prompt_id": str(pid), "sample_idx": int(s), "pred_tokens": float(np.median(others)),
+                         "dist_tokens": sorted(others.tolist())})
+    return Predictions.from_frame(pd.DataFrame(rows), made_by="prompt-samples",
+                                  config={"what": "each sample's prompt's other samples"}, card=card,
+                                  where=f"other-samples table of {source or 'the workload'}")
