@@ -5,7 +5,9 @@ A :class:`BadInput` row is: a ``lenpred`` command line with ``{placeholders}``, 
 the one-line error must contain. :func:`check` runs the command in-process and asserts the
 contract: exit code 1, exactly one line on stderr of the form ``lenpred VERB: error: ...`` that
 contains ``expect`` (case-insensitive), no traceback, and nothing new written under ``tmp_path``
-(every path the setup made is left as it was, and no new file appears) unless ``writes_ok``.
+(every path the setup made is left byte-identical, and no new file or folder appears -- no
+``OUT.work`` either) unless ``writes_ok``. ``cleanup`` undoes what tmp_path's removal cannot (a
+read-only directory made with :func:`read_only`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class BadInput:
     expect: str = ""
     writes_ok: bool = False  # a case whose command may legitimately create files (rare)
     marks: tuple[Any, ...] = field(default_factory=tuple)  # e.g. (pytest.mark.slow,)
+    cleanup: Callable[[Path], None] | None = None  # undo what setup did that tmp_path's removal cannot
 
     def param(self) -> Any:
         return pytest.param(self, id=self.id, marks=list(self.marks))
@@ -42,7 +45,38 @@ def _snapshot(root: Path) -> dict[str, str]:
     return out
 
 
+def read_only(path: Path) -> Path:
+    """Make ``path`` (a directory) unwritable, for root too (``chattr +i``); undo with :func:`writable`."""
+    import os
+    import subprocess
+
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+            pytest.skip("running as root where chattr +i does not work: no read-only directory to test")
+    else:
+        path.chmod(0o555)
+    return path
+
+
+def writable(path: Path) -> None:
+    import os
+    import subprocess
+
+    for p in [q for q in path.rglob("*") if q.is_dir()] + [path]:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(p)], capture_output=True)
+        p.chmod(0o755)
+
+
 def check(case: BadInput, tmp_path: Path, capsys: Any) -> None:
+    try:
+        _check(case, tmp_path, capsys)
+    finally:
+        if case.cleanup is not None:
+            case.cleanup(tmp_path)
+
+
+def _check(case: BadInput, tmp_path: Path, capsys: Any) -> None:
     from lenpred.cli import main
 
     values = {"tmp": str(tmp_path)}

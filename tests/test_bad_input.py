@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 
 import pytest
 
@@ -24,3 +25,33 @@ def _all_cases() -> list[BadInput]:
 @pytest.mark.parametrize("case", [c.param() for c in _all_cases()])
 def test_bad_input(case: BadInput, tmp_path, capsys) -> None:
     check(case, tmp_path, capsys)
+
+
+def test_generate_refuses_a_prompt_over_the_context(tmp_path, capsys) -> None:
+    """`generate` with a prompt longer than the target's context ran and printed garbage. It now exits 1
+    with one error line (after the model's own loading output) and writes nothing, as `serve` refuses
+    the same prompt with context_length_exceeded. A row of its own: loading the model may print a
+    progress bar first, which the table's one-line rule does not allow."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from lenpred.cli import main
+    from lenpred.models import load_tokenizer
+
+    tok = load_tokenizer("smollm2-135m")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=8,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    (tmp_path / "prompt.txt").write_text("hello " * 200)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    capsys.readouterr()
+    rc = main(["generate", "--model", str(tmp_path / "model"), "--prompt-file", str(tmp_path / "prompt.txt"),
+               "--greedy", "--max-new-tokens", "4", "--no-chat-template", "--events", str(tmp_path / "ev.jsonl")])
+    out, err = capsys.readouterr()
+    assert rc == 1 and "Traceback" not in err and out == ""
+    last = err.strip().splitlines()[-1]
+    assert re.match(r"lenpred generate: error: the rendered prompt has 20\d tokens, over the model's context of 64 -- fix: ",
+                    last), last
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before

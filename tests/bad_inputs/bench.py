@@ -45,3 +45,39 @@ CASES: list[BadInput] = [
                                               "--out", "{tmp}/o"],
              lambda t: {"r": _run(t).path}, expect="not a readable Parquet file"),
 ]
+
+
+# ---------------------------------------------------------------- issue 20: limits, damaged predictions tables
+def _raw_preds(tmp: Path, meta: bytes | None = None, pred: object = 6.0) -> dict[str, Path]:
+    """A predictions Parquet written by hand: its lenpred.predictions metadata and pred_tokens as given."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rd = _run(tmp)
+    if meta is None:
+        meta = json.dumps({"schema_version": 1, "made_by": "hand", "card_hash": rd.card_hash}).encode()
+    t = pa.table({"prompt_id": ["a", "b"], "pred_tokens": [pred, pred]})
+    pq.write_table(t.replace_schema_metadata({b"lenpred.predictions": meta}), tmp / "p.parquet")
+    return {"p": tmp / "p.parquet"}
+
+
+_BP = ["bench", "--run", "{tmp}/run", "--predictions", "{p}", "--n-boot", "20", "--no-plots", "--out", "{tmp}/o"]
+
+CASES += [
+    BadInput("bench-n-boot-runs-away", [*_BP, "--n-boot", "2000000000"], lambda t: {"p": _preds(t)},
+             expect="--n-boot 2,000,000,000 is above the limit of 100,000"),
+    BadInput("bench-negative-threads", [*_BP, "--threads", "-1"], lambda t: {"p": _preds(t)},
+             expect="--threads must be >= 0"),
+    BadInput("bench-predictions-metadata-not-json", _BP, lambda t: _raw_preds(t, b"{not json"),
+             expect="metadata is not valid JSON"),
+    BadInput("bench-predictions-metadata-a-json-list", _BP, lambda t: _raw_preds(t, b"[1, 2]"),
+             expect="metadata is a JSON list, not an object"),
+    BadInput("bench-predictions-schema-version-a-string", _BP, lambda t: _raw_preds(t, b'{"schema_version": "1"}'),
+             expect="schema version '1', expected 1"),
+    BadInput("bench-pred-tokens-1e300", _BP, lambda t: _raw_preds(t, pred=1e300),
+             expect="at most 10,000,000 tokens"),
+    BadInput("bench-pred-tokens-stored-as-strings", _BP, lambda t: _raw_preds(t, pred="6"),
+             expect="column pred_tokens holds str values"),
+]

@@ -193,3 +193,8 @@ CASES: list[BadInput] = [
     BadInput("collect-unreachable-server", _collect("--engine", "openai", "--base-url", "http://127.0.0.1:9/v1"), _ok,
              expect="cannot reach the OpenAI-compatible server"),
 ]
+
+CASES += [
+    BadInput("collect-base-url-not-a-url", _collect("--engine", "openai", "--base-url", "not-a-url"), _ok,
+             expect="engine_options.base_url: 'not-a-url' is not an http(s) URL"),
+]

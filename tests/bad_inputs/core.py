@@ -17,3 +17,21 @@ def _not_a_run(tmp: Path) -> dict[str, Path]:
 CASES: list[BadInput] = [
     BadInput("info-not-a-run", ["info", "{dir}"], _not_a_run, expect="not a lenpred run directory"),
 ]
+
+
+def _card_list(tmp: Path) -> dict[str, Path]:
+    d = tmp / "run"
+    d.mkdir()
+    (d / "card.json").write_text("[]")
+    return {"run": d}
+
+
+CASES += [
+    BadInput("info-card-json-is-a-list", ["info", "{run}"], _card_list, expect="card.json is a JSON list, not a run card"),
+    BadInput("bound-card-json-is-a-list", ["bound", "{run}", "--out", "{tmp}/o"], _card_list,
+             expect="card.json is a JSON list, not a run card"),
+    # demo: names and paths it reads after the live collection are checked before it
+    BadInput("demo-unknown-head", ["demo", "--heads", "xgboost"], None, expect="unknown predictor 'xgboost'"),
+    BadInput("demo-reference-missing", ["demo", "--reference", "{tmp}/nonexistent"], None,
+             expect="nonexistent is not a lenpred run directory"),
+]

@@ -117,3 +117,48 @@ CASES: list[BadInput] = [
     BadInput("draft-train-not-a-run", ["draft", "train", "--run", "{tmp}", "--out", "{tmp}/head"], None,
              expect="not a lenpred run directory"),
 ]
+
+
+# ---------------------------------------------------------------- issue 20: limits, devices, damaged weights, prompts
+def _nan_head(tmp: Path) -> dict[str, Path]:
+    h = _head(tmp / "head")
+    _rewrite(h, lambda sd: sd["fc.weight"].__setitem__((0, 0), float("nan")))
+    return {"head": h}
+
+
+def _prompt_file(text: str | None) -> Any:
+    def setup(tmp: Path) -> dict[str, Path]:
+        p = tmp / "prompt.txt"
+        if text is None:
+            p.mkdir()
+        else:
+            p.write_text(text)
+        return {"pf": p}
+
+    return setup
+
+
+CASES += [
+    BadInput("generate-k-runs-away", ["generate", "--draft", "{head}", "--k", "100000", "--prompt", "hi"], _head_only,
+             expect="--k 100,000 is above the limit of 64"),
+    BadInput("generate-tree-runs-away", ["generate", "--draft", "{head}", "--greedy", "--tree", "50,1000,100000",
+                                         "--prompt", "hi"], _head_only, expect="tree top-k 1,000 is above the limit of 256"),
+    BadInput("generate-empty-prompt", ["generate", "--prompt", ""], None, expect="--prompt is empty"),
+    BadInput("generate-empty-prompt-file", ["generate", "--prompt-file", "{pf}"], _prompt_file(" \n"),
+             expect="prompt.txt is empty"),
+    BadInput("generate-prompt-file-is-a-directory", ["generate", "--prompt-file", "{pf}"], _prompt_file(None),
+             expect="prompt.txt is a directory"),
+    BadInput("generate-negative-threads", ["generate", "--threads", "-1", "--prompt", "hi"], None,
+             expect="--threads must be >= 0"),
+    BadInput("draft-head-with-nan-weights", ["draft", "inspect", "{head}"], _nan_head,
+             expect="tensor fc.weight has 1 NaN or infinite value(s)"),
+    BadInput("generate-draft-with-nan-weights", ["generate", "--draft", "{head}", "--greedy", "--prompt", "hi"], _nan_head,
+             expect="NaN or infinite"),
+    BadInput("draft-train-unknown-device", ["draft", "train", "--run", "{run}", "--out", "{tmp}/head", "--device", "npu0"],
+             _run_without_token_ids, expect="--device 'npu0' is not a torch device"),
+    BadInput("draft-train-negative-step-decay", ["draft", "train", "--run", "{run}", "--out", "{tmp}/head",
+                                                 "--step-decay", "-0.5"], _run_without_token_ids,
+             expect="--step-decay must be a positive number"),
+    BadInput("draft-train-negative-threads", ["draft", "train", "--run", "{run}", "--out", "{tmp}/head", "--threads", "-3"],
+             _run_without_token_ids, expect="--threads must be >= 0"),
+]

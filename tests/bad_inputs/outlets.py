@@ -126,6 +126,10 @@ CASES: list[BadInput] = [
     BadInput("outlets-features-out-is-file", _F, _out_is_file, expect="exists and is a file"),
     BadInput("outlets-features-no-draft", ["outlets", "features", "--run", "{tmp}", "--out", "{tmp}/traj"], None,
              expect="needs --run RUN and --draft HEAD"),
+    BadInput("outlets-features-unknown-device", [*_F, "--device", "quantum"], _run_and_draft,
+             expect="--device 'quantum' is not a torch device"),
+    BadInput("outlets-features-negative-threads", [*_F, "--threads", "-2"], _run_and_draft,
+             expect="--threads must be >= 0"),
     BadInput("generate-length-head-without-draft", ["generate", "--length-head", "{tmp}/lh", "--prompt", "hi"], None,
              expect="--length-head needs --draft"),
     BadInput("generate-length-head-of-another-draft",
@@ -159,8 +163,8 @@ def _eval_foreign_run(tmp: Path) -> dict[str, Path]:
 def _eval_head_of_another_draft(tmp: Path) -> dict[str, Path]:
     import copy
 
-    from lenpred.outlets.store import load_trajectory, save_trajectory
     from lenpred.outlets.head import OutletsHead
+    from lenpred.outlets.store import load_trajectory, save_trajectory
     from outlets.eval_synth import CAP, CARD, SPEC
 
     p = _eval_run(tmp)
@@ -209,6 +213,8 @@ CASES += [
     BadInput("outlets-bench-nothing", _B, None, expect="nothing to bench"),
     BadInput("outlets-bench-n-boot", [*_B, "--prefill-predictions", "{tmp}/p.parquet", "--n-boot", "3"], None,
              expect="--n-boot must be at least 10"),
+    BadInput("outlets-bench-n-boot-runs-away", [*_B, "--prefill-predictions", "{tmp}/p.parquet", "--n-boot", "2000000000"],
+             _eval_run, expect="--n-boot 2,000,000,000 is above the limit of 100,000"),
     BadInput("outlets-predict-out-is-a-directory", ["outlets", "predict", "--head", "{tmp}/h", "--traj", "{tmp}/traj",
                                                     "--run", "{tmp}/run", "--out", "{tmp}"], None, expect="is a directory"),
     BadInput("train-outlets-head-on-prefill-features", ["train", "--run", "{run}", "--predictor", "outlets",

@@ -136,3 +136,25 @@ CASES: list[BadInput] = [
              ["train", "--run", "{a}", "--features", "{tmp}/b-features", "--predictor", "ridge", "--out", "{tmp}/h"],
              _w, expect="another card"),
 ]
+
+
+# ---------------------------------------------------------------- issue 20
+def _head_schema_string(tmp: Path) -> dict[str, Any]:
+    w = _world(tmp)
+    meta = json.loads((w["head"] / "meta.json").read_text())
+    meta["schema_version"] = "1"
+    (w["head"] / "meta.json").write_text(json.dumps(meta))
+    return w
+
+
+CASES += [
+    BadInput("predict-roles-names-none", PREDICT + ["--run", "{a}", "--features", "{fa}", "--roles", ","], _w,
+             expect="--roles ',' names no split role"),
+    BadInput("predict-head-schema-version-a-string", PREDICT + ["--run", "{a}", "--features", "{fa}"],
+             _head_schema_string, expect="schema_version is '1', a JSON str, not an integer"),
+    BadInput("train-param-of-the-wrong-type",
+             ["train", "--run", "{a}", "--features", "{fa}", "--predictor", "ridge", "--param", "alphas=abc",
+              "--out", "{tmp}/h"], _w, expect="--param: a value of the wrong type for the ridge head"),
+    BadInput("split-pydantic-bound-names-the-fix", ["split", "{a}", "--test-share", "2"], _w,
+             expect="test_share: Input should be less than or equal to 1, got 2.0 -- fix: set test_share to a value <= 1"),
+]

@@ -105,3 +105,15 @@ CASES: list[BadInput] = [
 def _touch(p: Path) -> Path:
     p.write_text("")
     return p
+
+
+def _cfg_only(tmp: Path) -> dict[str, Path]:
+    return {"cfg": _config(tmp, _run(tmp, "run", "toy"))}
+
+
+CASES += [
+    BadInput("simulate-n-requests-runs-away", [*CONFIG, "--n-requests", "1000000000000"], _cfg_only,
+             expect="workload.n_requests 1,000,000,000,000 is above the limit of 10,000,000"),
+    BadInput("simulate-loads-nan", [*CONFIG, "--loads", "nan"], _cfg_only,
+             expect="--loads must be finite numbers, got nan"),
+]

@@ -24,11 +24,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from itertools import groupby
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from lenpred.collect.base import ENGINES, EngineOptions, EngineSetup, Job, Result, SamplingConfig
-from lenpred.errors import EngineError
+from lenpred.errors import EngineError, FieldError
 
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -46,6 +47,17 @@ class OpenAIOptions(EngineOptions):
     n_per_request: int = Field(0, ge=0, description="openai: samples per request (n); 0 = all K at once")
     timeout: float = Field(600.0, gt=0, description="openai: seconds per request")
     retries: int = Field(3, ge=0, description="openai: retries per request")
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        """A URL the client can call: http(s) and a host (a typo is not an unreachable server)."""
+        if v is None:
+            return v
+        u = urlsplit(v)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise FieldError(f"{v!r} is not an http(s) URL", "pass the server's URL, e.g. --base-url http://127.0.0.1:8000/v1")
+        return v
 
 
 def server_message(r: Any) -> str:

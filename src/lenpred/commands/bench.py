@@ -34,8 +34,9 @@ def _named(items: list[str]) -> list[tuple[str | None, str]]:
 
 
 def run(a: argparse.Namespace) -> int:
-    from lenpred.artifacts import write_artifact
+    from lenpred.artifacts import check_out, write_artifact
     from lenpred.bench import evaluate
+    from lenpred.checks import check_limit, check_threads
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import load_split
     from lenpred.predictions import read_predictions
@@ -43,7 +44,13 @@ def run(a: argparse.Namespace) -> int:
 
     if a.n_boot < 10:
         raise ConfigError(f"--n-boot must be at least 10, got {a.n_boot}")
+    check_limit("--n-boot", a.n_boot)
+    check_threads(a.threads)
     rd = RunDir.open(a.run)
+    out = Path(a.out) if a.out else Path("out") / "bench" / rd.path.name
+    check_out(out, kind="bench", card=rd.card,
+              inputs={"--run": a.run, "--predictions": [p for _, p in _named(a.predictions)],
+                      "--heads": [p for _, p in _named(a.heads)], "--features": a.features, "--split": a.split})
     split = load_split(rd, a.split, require_complete=False)
     preds, names = [], []
     feats = a.features
@@ -65,7 +72,6 @@ def run(a: argparse.Namespace) -> int:
     if not preds:
         raise ConfigError("nothing to bench", "pass --heads DIR... (with --features) and/or --predictions FILE...")
     res = evaluate(rd, preds, names=names, split=split, n_boot=a.n_boot, seed=a.seed)
-    out = Path(a.out) if a.out else Path("out") / "bench" / rd.path.name
     render_console(res, title=f"bench: {rd.path.name}, test split")
     md = render_markdown(res)
     files = {"bench.md": md.encode()}

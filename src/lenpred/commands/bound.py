@@ -41,10 +41,25 @@ def run(args: argparse.Namespace) -> int:
     config = from_arguments(BoundConfig, args)
     report = from_arguments(ReportOptions, args)
     table = from_arguments(LengthTableOptions, args)
-    t0 = time.perf_counter()
-    analysis = analyse_path(args.source, config, max_new_tokens=table.max_new_tokens)
     src = Path(args.source)
     out = Path(args.out) if args.out else Path("out/bound") / (src.stem if src.is_file() else src.resolve().name)
+    _check_out(src, out)
+    t0 = time.perf_counter()
+    analysis = analyse_path(args.source, config, max_new_tokens=table.max_new_tokens)
     art = write_bound(analysis, out, plots=report.plots, grid=report.grid)
     print_bound(analysis.summary, written_names(art), out, time.perf_counter() - t0)
     return 0
+
+
+def _check_out(src: Path, out: Path) -> None:
+    """The overwrite rule before the analysis: a run's bound may replace only that run's bound."""
+    from lenpred.artifacts import check_out
+    from lenpred.data.rundir import CARD, RunDir
+    from lenpred.stats.artifact import BOUND_JSON, KIND, LEGACY_FILES
+
+    def legacy(d: Path) -> bool:  # a bound folder of lenpred <= 0.1.0: write_bound sets it aside
+        names = {p.name for p in d.iterdir()}
+        return BOUND_JSON in names and names <= LEGACY_FILES
+
+    card = RunDir.open(src).card if (src / CARD).is_file() else None
+    check_out(out, kind=KIND, card=card, inputs={"RUN_OR_TABLE": src}, legacy=legacy)

@@ -107,7 +107,13 @@ def collect_config(a: argparse.Namespace) -> CollectConfig:
 
 
 def run(a: argparse.Namespace) -> int:
-    s = collect(collect_config(a))
+    from lenpred.artifacts import check_out
+    from lenpred.data.rundir import check_run_target
+
+    cfg = collect_config(a)
+    check_run_target(cfg.run_dir)  # a file, or somebody's non-empty directory
+    check_out(cfg.run_dir, kind="run", flag="--run", inputs={"--prompts-file": cfg.prompts.path, "--model": cfg.model})
+    s = collect(cfg)
     print(
         json.dumps(
             {

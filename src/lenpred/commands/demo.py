@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=256, help="cap for the live run (default 256)")
     p.add_argument("--engine", default=None, help="hf | llamacpp (default: llamacpp if installed, else hf)")
     p.add_argument("--run", default=None, help="keep the live run here (default: a temporary directory)")
-    p.add_argument("--reference", default=str(REFERENCE), help=f"reference run to summarise (default {REFERENCE})")
+    p.add_argument("--reference", default=None, help=f"reference run to summarise (default {REFERENCE}, skipped "
+                                                     "when it is not there)")
     p.add_argument("--features", default=str(FEATURES), help=f"its committed prefill features (default {FEATURES})")
     p.add_argument("--heads", default="constant,prompt-length,ridge",
                    help="fast heads trained on the committed features and benched (comma-separated; '' = none)")
@@ -60,6 +61,8 @@ def run(a: argparse.Namespace) -> int:
 
     console = Console()
     engine = a.engine or ("llamacpp" if importlib.util.find_spec("llama_cpp") else "hf")
+    heads = _check_inputs(a)  # before the live collection: a typo must not cost minutes
+    a.reference = a.reference or str(REFERENCE)
     ref = _reference_card(Path(a.reference))
     base = ref or SamplingConfig(temperature=1.0, top_p=1.0, min_p=0.1)
     sampling = base.replace(max_new_tokens=a.max_new_tokens)
@@ -102,12 +105,23 @@ def run(a: argparse.Namespace) -> int:
         console.print(f"(no reference run here: {e})")
         return 0
     _print_bound(console, a.reference)
-    heads = [h.strip() for h in a.heads.split(",") if h.strip()]
     if heads:
         _bench_heads(console, a.reference, a.features, heads)
     if a.length_head:
         _live_outlets(console, a.draft, a.length_head, a.live_prompt, a.live_max_new_tokens)
     return 0
+
+
+def _check_inputs(a: argparse.Namespace) -> list[str]:
+    """The names and paths the demo reads after the live run, checked before it; returns the heads."""
+    from lenpred.predictors.registry import PREDICTORS
+
+    if a.reference is not None:
+        RunDir.open(a.reference)  # an explicit reference must be a run (the default is skipped when absent)
+    heads = [h.strip() for h in a.heads.split(",") if h.strip()]
+    for h in heads:
+        PREDICTORS.get(h)  # an unknown name lists the valid ones
+    return heads
 
 
 def _live_outlets(console: Console, draft: str, length_head: str, prompt: str, max_new: int) -> None:

@@ -66,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lenpred.commands.preflight import preflight
+
+    preflight("draft", args, args.action)
     return {"train": _train, "cache": _cache, "inspect": _inspect, "convert": _convert}[args.action](args)
 
 

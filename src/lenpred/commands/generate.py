@@ -72,6 +72,9 @@ def _sampling_card(args: argparse.Namespace, head_meta: dict[str, Any] | None) -
 
 
 def run(args: argparse.Namespace) -> int:
+    from lenpred.commands.preflight import preflight
+
+    preflight("generate", args)
     if args.draft and args.k < 1:
         raise ConfigError(f"--k must be >= 1 draft tokens per cycle, got {args.k}", "pass --k 1 or more")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
@@ -89,17 +92,9 @@ def run(args: argparse.Namespace) -> int:
     if args.length_head and not args.draft:
         raise ConfigError("--length-head needs --draft: the length head reads the draft's hidden states",
                           "pass --draft HEAD (the draft head the length head was trained on)")
-    if bool(args.prompt) == bool(args.prompt_file):
-        raise ConfigError("pass exactly one of --prompt TEXT and --prompt-file FILE")
-    text = args.prompt
-    if args.prompt_file:
-        pf = Path(args.prompt_file)
-        if not pf.is_file():
-            raise ConfigError(f"prompt file {pf} does not exist")
-        try:
-            text = pf.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise ConfigError(f"prompt file {pf} is not UTF-8 text") from None
+    from lenpred.checks import check_context, model_context, prompt_text
+
+    text = prompt_text(args.prompt, args.prompt_file)
     import torch
 
     from lenpred.data.sources import PromptConfig, encode_prompt
@@ -121,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     pcfg = PromptConfig(chat_template=not args.no_chat_template and prompts_d.get("chat_template", True),
                         system_prompt=prompts_d.get("system_prompt"))
     ids = encode_prompt(lm.tokenizer, text, pcfg)
+    check_context(len(ids), model_context(lm.model.config), max_new_tokens=sampling.max_new_tokens,
+                  what="the rendered prompt")
     dec = SpeculativeDecoder(target, head.model if head else None, k=args.k if head else 0,
                              sampling=None if args.greedy else sampling, max_new_tokens=sampling.max_new_tokens,
                              eos_ids=eos_ids(lm.model, lm.tokenizer), tree=tree)

@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lenpred.commands.preflight import preflight
+
+    preflight("outlets", args, args.outlets_action)
     sc = SUBCOMMANDS[args.outlets_action]
     return int(getattr(importlib.import_module(sc.module), sc.run)(args) or 0)
 

@@ -22,9 +22,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    from lenpred.artifacts import check_out
+    from lenpred.data.rundir import RunDir
+    from lenpred.checks import parse_roles
     from lenpred.predictors.pipeline import predict_run
 
-    roles = [r.strip() for r in a.roles.split(",") if r.strip()] if a.roles else None
+    roles = parse_roles(a.roles, "--roles") if a.roles is not None else None
+    check_out(a.out, kind="predictions", file=True, card=RunDir.open(a.run).card,
+              inputs={"--head": a.head, "--run": a.run, "--features": a.features, "--split": a.split})
     preds, rep = predict_run(a.head, a.run, a.features, roles, a.split)
     path = preds.write(a.out)
     how = f"transfer from {rep.head_run}" if rep.transfer else "the run it was trained on"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,14 @@ def _list() -> int:
 def _parse_loads(text: str) -> tuple[float, ...]:
     try:
         loads = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError as e:
-        raise ConfigError(f"--loads must be comma-separated numbers, got {text!r}") from e
+    except ValueError:
+        raise ConfigError(f"--loads must be comma-separated numbers, got {text!r}", "e.g. --loads 0.5,1,2") from None
     if not loads:
-        raise ConfigError("--loads is empty")
+        raise ConfigError("--loads is empty", "e.g. --loads 0.5,1,2")
+    bad = [x for x in loads if not math.isfinite(x)]
+    if bad:  # not "a rate of 0": nan and inf are not rates at all
+        raise ConfigError(f"--loads must be finite numbers, got {bad[0]!r}",
+                          "pass arrival rates (req/s) or multiples of capacity, e.g. --loads 0.5,1,2")
     return loads
 
 
@@ -134,15 +139,17 @@ def print_table(res: Any) -> str:
 def _fit(args: argparse.Namespace) -> int:
     import json
 
+    from lenpred.artifacts import check_out
+    from lenpred.fileio import atomic_write_bytes
     from lenpred.sim.profiles import fit_profile, read_timings
 
     path = Path(args.fit_profile)
-    rows = read_timings(path)
-    prof = fit_profile(rows, name=path.stem, base=args.base_profile)
     out = Path(args.out) if args.out else Path("out") / "sim" / "profiles"
     dest = out if out.suffix == ".json" else out / f"{path.stem}.json"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(prof.describe(), indent=2) + "\n")
+    check_out(dest, kind="profile", file=True, inputs={"--fit-profile": path})
+    rows = read_timings(path)
+    prof = fit_profile(rows, name=path.stem, base=args.base_profile)
+    atomic_write_bytes(dest, (json.dumps(prof.describe(), indent=2) + "\n").encode())
     print(f"prefill t = {prof.prefill[0]:.4g} + {prof.prefill[1]:.4g} * sum(tokens) + "
           f"{prof.prefill[2]:.4g} * sum(tokens^2)  [s]")
     print(f"decode  t = {prof.decode[0]:.4g} + {prof.decode[1]:.4g} * sum(context) + "
@@ -151,29 +158,59 @@ def _fit(args: argparse.Namespace) -> int:
     return 0
 
 
+KIND = "sim"
+_LEGACY = {"results.json", "config.json", "table.md"}  # a results folder of lenpred <= 0.1.0 (and plots)
+
+
+def _legacy_output(d: Path) -> bool:
+    names = {p.name for p in d.iterdir()}
+    return "results.json" in names and all(n in _LEGACY or n.endswith(".png") for n in names)
+
+
+def _write(res: Any, md: str, out: Path) -> Any:
+    """results.json, config.json, table.md and the plots, as one artifact written atomically."""
+    import shutil
+    import tempfile
+
+    from lenpred.artifacts import write_artifact
+
+    with tempfile.TemporaryDirectory() as tmp:
+        res.write(tmp)
+        (Path(tmp) / "table.md").write_text(md + "\n")
+        if res.config.plots:
+            from lenpred.report.sim_plots import write_plots
+
+            write_plots(res, tmp)
+        files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
+    if out.is_dir() and not (out / "meta.json").exists() and _legacy_output(out):
+        shutil.rmtree(out)  # check_out let it through: the same files, written by an earlier lenpred
+    return write_artifact(out, kind=KIND, schema_version=1, config=res.config, files=files)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.list:
         return _list()
     if args.fit_profile:
         return _fit(args)
+    from lenpred.artifacts import check_out
     from lenpred.sim.sweep import replay_config, run_sweep
 
     cfg = build_config(args)
+    out = Path(args.out) if args.out else Path("out") / "sim" / cfg.name
+    check_out(out, kind=KIND, inputs={"--config": args.config, "--requests": args.requests,
+                                      "--predictions": args.predictions}, legacy=_legacy_output)
     workload = None
     if args.requests:
         # the table's own arrival times, unless --loads asks for loads explicitly
         cfg, workload = replay_config(cfg, args.requests, loads_given=args.loads is not None)
-    out = Path(args.out) if args.out else Path("out") / "sim" / cfg.name
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     res = run_sweep(cfg, progress=say, workload=workload)
-    path = res.write(out)
     md = print_table(res)
-    (out / "table.md").write_text(md + "\n")
-    if cfg.plots:
-        from lenpred.report.sim_plots import write_plots
-
-        for p in write_plots(res, out):
-            print(f"plot: {p}")
+    art = _write(res, md, out)
+    for name in art.meta["files"]:
+        if name.endswith(".png"):
+            print(f"plot: {out / name}")
+    path = out / "results.json"
     print(f"results: {path} ({res.wall_s:.1f} s)")
     first = res.runs[0].summary
     if first["n_rejected"]:

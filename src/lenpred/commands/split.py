@@ -17,10 +17,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    from lenpred.artifacts import check_out
     from lenpred.data.rundir import RunDir
 
     cfg = from_arguments(SplitConfig, a)
     rd = RunDir.open(a.run)
+    check_out(a.out or rd.path / SPLIT_FILE, kind="split", file=True, card=rd.card, allow_inside=rd.path)
     split = build_split(rd, cfg)
     path = write_split(split, rd, a.out, force=a.force)
     c = split.counts()

@@ -27,10 +27,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    from lenpred.artifacts import check_out
+    from lenpred.checks import parse_roles
+    from lenpred.data.rundir import RunDir
     from lenpred.predictors.pipeline import parse_params, train_on_run
 
-    roles = [r.strip() for r in a.roles.split(",") if r.strip()]
-    _, rep = train_on_run(a.predictor, parse_params(a.param), a.run, a.features, a.out, a.split, roles,
+    roles = list(parse_roles(a.roles))
+    params = parse_params(a.param)
+    _check_params(a.predictor, params)
+    check_out(a.out, kind="head", card=RunDir.open(a.run).card,
+              inputs={"--run": a.run, "--features": a.features, "--split": a.split})
+    _, rep = train_on_run(a.predictor, params, a.run, a.features, a.out, a.split, roles,
                           early_stopping=not a.no_early_stopping)
     val = f", early stopping on {rep.n_val} validation prompts" if rep.n_val else ""
     print(f"train: {rep.predictor} on {rep.n_train} prompts ({rep.n_train_samples} samples) of {rep.run}{val}")
@@ -45,3 +52,17 @@ def run(a: argparse.Namespace) -> int:
               f"samples of {rep.n_val} prompts")
     print(f"  head -> {rep.head}")
     return 0
+
+
+def _check_params(name: str, params: dict) -> None:
+    """A hyperparameter of the wrong type (``alphas=abc``) is refused before the run is read."""
+    from lenpred.errors import ConfigError
+    from lenpred.predictors.registry import make_predictor
+
+    head = make_predictor(name, params)
+    try:
+        head._check_params()
+    except (ValueError, TypeError) as e:
+        given = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        raise ConfigError(f"--param: a value of the wrong type for the {name} head ({given}: {e})",
+                          "pass numbers where the head expects numbers, lists as JSON (e.g. --param alphas=[1,10])") from None

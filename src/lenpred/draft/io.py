@@ -108,6 +108,9 @@ def load_draft(path: str | Path, *, dtype: torch.dtype = torch.float32) -> Draft
     sd, name = read_state_dict(p)
     dropped = _check_keys(sd, cfg, f"{p / name}")
     check_vocab_maps(sd["d2t"], sd["t2d"], cfg.vocab_size, what=f"draft head {p}")
+    from lenpred.artifacts import check_finite
+
+    check_finite(sd, what=f"draft head {p / name}")
     sd = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in sd.items() if k not in dropped}
     model = Eagle3Draft(cfg).to(dtype)
     model.load_state_dict(sd, strict=True)

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lenpred.artifacts import check_out
+from lenpred.checks import check_device
 from lenpred.errors import CardMismatchError, DataError
 from lenpred.features.prefill import (
     Extractor,
@@ -28,7 +30,7 @@ from lenpred.features.prefill import (
     resolve_layers,
     text_config,
 )
-from lenpred.features.shards import check_out, prompts_sha256, shard_label, shard_slice
+from lenpred.features.shards import prompts_sha256, shard_label, shard_slice
 from lenpred.features.store import KIND, Features, save_features, spec_key
 from lenpred.features.work import WorkDir, work_path
 
@@ -117,8 +119,9 @@ def compute_features(run: str | Path, out: str | Path, cfg: FeatureConfig | None
     cfg = cfg or FeatureConfig()
     out = Path(out)
     say = log or (lambda s: print(s, flush=True))
-    check_out(out)
     rd = RunDir.open(run)
+    check_out(out, kind=KIND, card=rd.card, inputs={"--run": run})
+    check_device(cfg.device)
     prompts = _run_prompts(rd)
     mspec, folder = _resolve_model(rd.card, model)
     mconfig = AutoConfig.from_pretrained(folder)

@@ -62,7 +62,7 @@ def prompts_sha256(prompt_ids: Sequence[str]) -> str:
 
 def merge_features(out: str | os.PathLike[str], shards: Sequence[str | os.PathLike[str]]) -> Any:
     """Merge shard artifacts of one run and spec into one features artifact at ``out`` (run order)."""
-    from lenpred.artifacts import load_artifact
+    from lenpred.artifacts import check_out, load_artifact
     from lenpred.features.store import load_features
 
     out_p = Path(out)
@@ -70,9 +70,9 @@ def merge_features(out: str | os.PathLike[str], shards: Sequence[str | os.PathLi
         raise ConfigError("--merge needs at least one shard directory", "pass the shard outputs: --merge OUT_0 OUT_1 ...")
     if any(Path(s).resolve() == out_p.resolve() for s in shards):
         raise ConfigError(f"--out {out_p} is one of the shards being merged", "write the merged artifact to a new directory")
-    check_out(out_p)
     arts = [load_artifact(s, kind=KIND, schema_versions=(SCHEMA_VERSION,), what="features shard") for s in shards]
     first = arts[0]
+    check_out(out_p, kind=KIND, card={"card_hash": first.meta.get("card_hash")}, inputs={"--merge": list(shards)})
     ref_spec = spec_key(first.meta.get("feature_spec") or {})
     ref_prompts = first.meta.get("prompts") or {}
     if not ref_prompts.get("sha256"):
@@ -123,23 +123,3 @@ def merge_features(out: str | os.PathLike[str], shards: Sequence[str | os.PathLi
         meta={"prompts": ref_prompts, "merged_from": [(a.meta.get("shard") or {}) for a in arts]},
         positions=None if pos is None else pos[order],
     )
-
-
-def check_out(out: Path) -> None:
-    """Refuse an output path that is a file, a non-artifact folder with files, or another kind of artifact."""
-    import json
-
-    if out.exists() and not out.is_dir():
-        raise DataError(f"--out {out} exists and is a file", "pass a directory path for the features")
-    if out.is_dir() and any(out.iterdir()):
-        meta = out / "meta.json"
-        if not meta.is_file():
-            raise DataError(f"--out {out} is a non-empty directory that is not a lenpred artifact",
-                            "pass a new or empty output directory")
-        try:
-            kind = json.loads(meta.read_text(encoding="utf-8")).get("kind")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            kind = None
-        if kind != KIND:
-            raise DataError(f"--out {out} holds a {kind or 'unreadable'} artifact, not features",
-                            "pass a new directory for the features")

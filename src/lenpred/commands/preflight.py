@@ -1,0 +1,111 @@
+"""What the model-side verbs check before any work: their outputs (the overwrite rule,
+:func:`lenpred.artifacts.check_out`), torch devices, thread counts and the limits of values that
+would run away. One call at the top of ``draft``, ``outlets`` and ``generate``; the table below
+says, per verb and action, what each output is and which inputs it may never land on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from lenpred.artifacts import check_out
+from lenpred.checks import check_device, check_limit, check_threads
+from lenpred.errors import ConfigError
+
+__all__ = ["preflight"]
+
+
+def _card(run: str | None) -> dict[str, Any] | None:
+    """The run's card, to tell a rerun from another run's output; None where there is no run yet
+    (the verb's own checks then say what is missing, in its words)."""
+    from lenpred.data.rundir import CARD, RunDir
+
+    return RunDir.open(run).card if run is not None and (Path(run) / CARD).is_file() else None
+
+
+def _paths(items: Sequence[str] | None) -> list[str]:
+    """Paths of ``[NAME=]PATH`` arguments."""
+    return [it.partition("=")[2] if "=" in it else it for it in items or []]
+
+
+def _draft_train(a: argparse.Namespace) -> None:
+    check_device(a.device)
+    check_threads(a.threads)
+    if not (a.step_decay > 0 and math.isfinite(a.step_decay)):
+        raise ConfigError(f"--step-decay must be a positive number, got {a.step_decay}",
+                          "the loss weight of unroll step i is step_decay**i: pass e.g. --step-decay 0.8")
+    check_out(a.out, kind="draft", card=_card(a.run), inputs={"--run": a.run, "--cache": a.cache, "--ckpt": a.ckpt})
+
+
+def _draft_cache(a: argparse.Namespace) -> None:
+    check_device(a.device)
+    check_threads(a.threads)
+
+
+def _draft_convert(a: argparse.Namespace) -> None:
+    check_out(a.out, kind="draft", inputs={"HEAD": a.head})
+
+
+def _outlets_features(a: argparse.Namespace) -> None:
+    if a.merge is not None:
+        check_out(a.out, kind="trajectory", inputs={"--merge": a.merge})
+        return
+    check_device(a.device)
+    check_threads(a.threads)
+    if a.run is not None and a.draft is not None:  # else the verb says what is missing
+        check_out(a.out, kind="trajectory", card=_card(a.run),
+                  inputs={"--run": a.run, "--draft": a.draft, "--cache": a.cache})
+
+
+def _outlets_train(a: argparse.Namespace) -> None:
+    check_out(a.out, kind="head", card=_card(a.run), inputs={"--traj": a.traj, "--run": a.run, "--split": a.split})
+
+
+def _outlets_predict(a: argparse.Namespace) -> None:
+    check_out(a.out, kind="predictions", file=True, card=_card(a.run),
+              inputs={"--head": a.head, "--traj": a.traj, "--run": a.run, "--split": a.split})
+
+
+def _outlets_bench(a: argparse.Namespace) -> None:
+    check_limit("--n-boot", a.n_boot)
+    check_out(a.out, kind="outlets-bench", card=_card(a.run),
+              inputs={"--traj": a.traj, "--run": a.run, "--heads": _paths(a.heads),
+                      "--prefill-predictions": _paths(a.prefill_predictions), "--split": a.split})
+
+
+def _generate(a: argparse.Namespace) -> None:
+    check_threads(a.threads)
+    if a.draft:
+        check_limit("--k", a.k, "pass --k 1 to 8 (draft tokens per cycle); longer chains are rarely accepted")
+    if a.tree:
+        from lenpred.draft.speculative import TreeSpec
+
+        t = TreeSpec.parse(a.tree)
+        for name, v in (("tree depth", t.depth), ("tree top-k", t.topk), ("tree nodes", t.nodes)):
+            check_limit(name, v, "e.g. --tree 5,8,48 (depth, top-k, nodes)")
+    if a.events:
+        check_out(a.events, kind="events", file=True, flag="--events",
+                  inputs={"--draft": a.draft, "--length-head": a.length_head, "--prompt-file": a.prompt_file})
+
+
+_TABLE: dict[tuple[str, str | None], Callable[[argparse.Namespace], None]] = {
+    ("draft", "train"): _draft_train,
+    ("draft", "cache"): _draft_cache,
+    ("draft", "convert"): _draft_convert,
+    ("outlets", "features"): _outlets_features,
+    ("outlets", "train"): _outlets_train,
+    ("outlets", "predict"): _outlets_predict,
+    ("outlets", "bench"): _outlets_bench,
+    ("generate", None): _generate,
+}
+
+
+def preflight(verb: str, a: argparse.Namespace, action: str | None = None) -> None:
+    """Run the checks of ``verb`` (and its ``action``) on the parsed flags; nothing when it has none."""
+    check = _TABLE.get((verb, action))
+    if check is not None:
+        check(a)
