@@ -66,6 +66,14 @@ def _features(tmp: Path) -> dict[str, Any]:
     return {"head": tmp / "feats"}
 
 
+def _outlets_head(tmp: Path) -> dict[str, Any]:
+    """The committed OUTLETS head (a head artifact of input kind 'trajectory'), copied."""
+    import shutil
+
+    src = Path(__file__).resolve().parents[2] / "data" / "outlets" / "smollm2-sharegpt" / "outlets"
+    return {"head": shutil.copytree(src, tmp / "outlets")}
+
+
 def _busy_port(tmp: Path) -> dict[str, Any]:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -86,6 +94,8 @@ CASES: list[BadInput] = [
              expect="schema version 99"),
     BadInput("serve-head-unknown-predictor", ["serve", "--head", "{head}", "--port", "0"],
              _edited_head(predictor="nonesuch"), expect="this lenpred does not know"),
+    BadInput("serve-head-is-outlets", ["serve", "--head", "{head}", "--port", "0"], _outlets_head,
+             expect="is an OUTLETS head (input kind 'trajectory')"),
     BadInput("serve-head-without-target-model", ["serve", "--head", "{head}", "--port", "0"], _head,
              expect="records no target model"),
     BadInput("serve-head-model-gone", ["serve", "--head", "{head}", "--port", "0"], _head_of_a_gone_model,

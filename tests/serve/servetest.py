@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -103,8 +105,9 @@ def fit_head(folder: Path, out: Path, params: dict[str, Any], system_prompt: str
 
 # ---------------------------------------------------------------- a runner without a model
 class FakeRunner(Runner):
-    """Prediction = 10 * (characters of the prompt); ``sleep`` seconds per call; prompt "bad" fails alone,
-    prompt "boom" fails its whole batch (a model-call failure)."""
+    """Prediction = 10 * (characters of the prompt); ``sleep`` seconds per call; prompt "bad" fails in
+    preparation, prompt "boom" fails the model call of any batch it is in (the runner then runs each
+    request of that batch alone)."""
 
     input_kind = "text"
 
@@ -126,3 +129,22 @@ class FakeRunner(Runner):
         if "boom" in texts:
             raise RuntimeError("the model fell over")
         return [RawPrediction(10.0 * len(t), 5.0 * len(t), 10.0 * len(t), 20.0 * len(t)) for t in texts]
+
+
+class GatedRunner(FakeRunner):
+    """A FakeRunner whose model calls wait for ``gate`` (a threading.Event): a test holds a call in the
+    worker thread and releases it when it has seen what it waits for; :meth:`running` waits for a call
+    to have started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    async def running(self) -> None:
+        await asyncio.wait_for(asyncio.to_thread(self.entered.wait), 60)
+
+    def _predict(self, texts: list[str]) -> list[Any]:
+        self.entered.set()
+        self.gate.wait(60)
+        return super()._predict(texts)

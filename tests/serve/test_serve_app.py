@@ -53,6 +53,13 @@ BAD = [
      "messages[0].content"),
     ("unknown-field", json.dumps({"prompt": "x", "max_tokens": 5}), 400, "unknown field 'max_tokens'", "max_tokens"),
     ("refused-by-the-head", json.dumps({"prompt": "bad"}), 400, "this prompt is bad", "prompt"),
+    # a lone surrogate is not Unicode: refused at the door (before this, it failed its whole micro-batch)
+    ("lone-surrogate-prompt", '{"prompt": "tea \\ud800"}', 400, "prompt holds a lone surrogate (\\ud800 at character 4)",
+     "prompt"),
+    ("lone-surrogate-in-a-part", '{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udfff"}]}]}',
+     400, "lone surrogate", "messages[0].content[0].text"),
+    ("lone-surrogate-ignored-key", '{"messages": [{"role": "user", "content": "hi", "name": "\\ud83d"}]}', 400,
+     "messages[0].name holds a lone surrogate", "messages[0].name"),
     ("too-large", json.dumps({"prompt": "x" * (LIMIT + 10)}), 413, f"limit of {LIMIT} bytes", None),
 ]
 
@@ -67,6 +74,25 @@ def test_bad_input_gets_an_openai_error(client, body, status, expect, param) -> 
     assert err["type"] == "invalid_request_error"
     assert err["param"] == param
     assert "Traceback" not in r.text
+
+
+def test_a_surrogate_pair_is_text(client) -> None:
+    r = _post(client, '{"prompt": "tea \\ud83c\\udf75"}')  # U+1F375, escaped as JSON escapes it
+    assert r.status_code == 200 and r.json()["predicted_tokens"] == 50.0  # 5 characters
+
+
+@pytest.mark.parametrize("ctype, expect", [
+    ("text/plain", "request body was sent as text/plain, not as JSON"),
+    ("application/x-www-form-urlencoded", "sent as application/x-www-form-urlencoded (what curl -d sends), not as JSON"),
+])
+def test_a_json_object_not_sent_as_json_names_the_content_type(client, ctype, expect) -> None:
+    r = _post(client, json.dumps({"prompt": "hello"}), **{"content-type": ctype})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert expect in err["message"] and "Content-Type: application/json" in err["message"]
+    assert "JSON string" not in err["message"] and err["code"] == "unsupported_content_type"
+    r = _post(client, '"hello"')  # sent as JSON, and a string: that is what it says
+    assert r.status_code == 400 and "got a JSON string" in r.json()["error"]["message"]
 
 
 def test_chunked_body_over_the_limit_is_refused(client) -> None:
@@ -85,6 +111,16 @@ def test_unknown_route_and_method(client) -> None:
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     r = client.get("/v1/predict")
     assert r.status_code == 405 and "not allowed" in r.json()["error"]["message"]
+
+
+def test_a_bad_request_fails_alone_in_its_micro_batch(client) -> None:
+    """30 valid requests and one the model cannot take, sent at once: the 30 get their answers."""
+    texts = ["a" * (i + 1) for i in range(30)]
+    with ThreadPoolExecutor(31) as ex:
+        out = list(ex.map(lambda t: client.post("/v1/predict", json={"prompt": t}), texts + ["boom"]))
+    assert [r.status_code for r in out] == [200] * 30 + [500]
+    assert [r.json()["predicted_tokens"] for r in out[:30]] == [10.0 * (i + 1) for i in range(30)]
+    assert "the model fell over" in out[30].json()["error"]["message"]
 
 
 def test_a_failed_model_call_is_a_500_in_openai_format_and_the_service_lives_on(client) -> None:

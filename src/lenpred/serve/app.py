@@ -31,6 +31,7 @@ from lenpred import __version__
 from lenpred.errors import LenpredError
 from lenpred.serve.errors import ServeError
 from lenpred.serve.metrics import CONTENT_TYPE, ServeMetrics
+from lenpred.serve.openai import InvalidText, error_body
 from lenpred.serve.schema import ErrorResponse, HealthResponse, PredictRequest, PredictResponse
 from lenpred.serve.service import PredictionService
 
@@ -47,7 +48,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def _error(status: int, message: str, type_: str, param: str | None = None, code: str | None = None) -> JSONResponse:
-    return JSONResponse(ErrorResponse.of(message, type_, param, code).model_dump(), status_code=status)
+    return JSONResponse(error_body(message, type_, code, param), status_code=status)
 
 
 class BodyLimit:
@@ -118,14 +119,18 @@ def _param(loc: Any) -> str | None:
     return out or None
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None, str]:
+def _validation_message(exc: RequestValidationError, content_type: str | None = None) -> tuple[str, str | None, str]:
+    """(message, param, code) of the first problem FastAPI found in a request (``content_type``: the
+    request's header; a body that is not sent as JSON reaches validation as a string)."""
     errs = exc.errors()
     if not errs:
         return "invalid request", None, "invalid_request"
     e = errs[0]
+    ctx = (e.get("ctx") or {}).get("error")
     if e.get("type") == "json_invalid":
-        ctx = (e.get("ctx") or {}).get("error")
         return f"request body is not valid JSON ({ctx or e.get('msg')})", None, "invalid_json"
+    if isinstance(ctx, InvalidText):
+        return str(ctx), ctx.param, "invalid_text"
     param = _param(e.get("loc", ()))
     msg = str(e.get("msg", "invalid value"))
     if msg.startswith("Value error, "):
@@ -133,6 +138,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None, s
     if e.get("type") == "missing" and param is None:
         msg = "request body is missing: send a JSON object with 'prompt' or 'messages'"
     elif e.get("type") == "model_attributes_type" and param is None:
+        if isinstance(e.get("input"), str | bytes) and not _is_json(content_type):
+            return _not_sent_as_json(content_type), None, "unsupported_content_type"
         got = type(e.get("input")).__name__
         msg = f"request body must be a JSON object with 'prompt' or 'messages', got a JSON {_json_kind(got)}"
     elif e.get("type") == "extra_forbidden":
@@ -147,6 +154,21 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None, s
     if more:
         msg += f" (and {more} more problem(s))"
     return msg, param, str(e.get("type", "invalid_request"))
+
+
+def _is_json(content_type: str | None) -> bool:
+    """What FastAPI parses as JSON: no content type, application/json, or application/*+json."""
+    if not content_type:
+        return True
+    main = content_type.split(";", 1)[0].strip().lower()
+    return main == "application/json" or (main.startswith("application/") and main.endswith("+json"))
+
+
+def _not_sent_as_json(content_type: str | None) -> str:
+    main = (content_type or "").split(";", 1)[0].strip().lower()
+    how = " (what curl -d sends)" if main == "application/x-www-form-urlencoded" else ""
+    return (f"request body was sent as {main}{how}, not as JSON -- fix: send it with the header "
+            "'Content-Type: application/json' (curl --json '{\"prompt\": ...}', or -H 'Content-Type: application/json')")
 
 
 def _json_kind(pytype: str) -> str:
@@ -180,7 +202,7 @@ def create_app(service: PredictionService, *, max_body_bytes: int = DEFAULT_MAX_
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        msg, param, code = _validation_message(exc)
+        msg, param, code = _validation_message(exc, request.headers.get("content-type"))
         _failed(request, 400, "invalid_request_error")
         return _error(400, msg, "invalid_request_error", param, code)
 

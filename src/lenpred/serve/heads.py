@@ -14,7 +14,7 @@ Two runners, chosen by the head's ``input_kind``:
   every request, on hardware of its own.
 
 :meth:`Runner.run` is called from one worker thread; each request succeeds or fails on its own
-(one bad request never fails its batch).
+(one bad request never fails its batch: a failed model call is repeated request by request).
 """
 
 from __future__ import annotations
@@ -75,29 +75,40 @@ class Runner:
     def run(self, reqs: Sequence[PredictRequest]) -> list[Outcome]:
         """One outcome per request, in order: a prediction, or the error that request gets."""
         self.calls += 1
-        prepared: list[Any] = []
         out: list[Outcome | None] = [None] * len(reqs)
+        prepared: list[Any] = []
         ok: list[int] = []
         for i, r in enumerate(reqs):
             try:
                 prepared.append(self._prepare(r))
                 ok.append(i)
-            except ServeError as e:
-                out[i] = e
-            except LenpredError as e:
-                out[i] = BadRequestError(e.problem, e.fix)
-        if ok:
-            try:
-                preds = self._predict(prepared)
-            except ServeError as e:
-                preds = [e] * len(ok)
-            except Exception as e:  # noqa: BLE001 - a failed model call must answer every request, not hang them
-                err = InternalError(f"the {self.predictor} head failed on this batch ({type(e).__name__}: {e})"
-                                    .splitlines()[0][:300])
-                preds = [err] * len(ok)
-            for i, p in zip(ok, preds, strict=True):
-                out[i] = p
+            except Exception as e:  # noqa: BLE001 - whatever one request raises is that request's answer
+                out[i] = self._error(e)
+        for i, p in zip(ok, self._predict_each(prepared), strict=True):
+            out[i] = p
         return [o for o in out if o is not None]
+
+    def _predict_each(self, prepared: list[Any]) -> list[Outcome]:
+        """The batch's predictions; when its model call fails, each request runs alone, so that a request
+        the model cannot take fails alone and its batch mates get their answers."""
+        if not prepared:
+            return []
+        try:
+            return self._predict(prepared)
+        except Exception as e:  # noqa: BLE001 - a failed model call must answer every request, not hang them
+            if len(prepared) == 1:
+                return [self._error(e)]
+        return [self._predict_each([p])[0] for p in prepared]
+
+    def _error(self, e: Exception) -> ServeError:
+        """The error one request gets for ``e``: its own ServeError, a LenpredError as a bad request, and
+        anything else as an internal error."""
+        if isinstance(e, ServeError):
+            return e
+        if isinstance(e, LenpredError):
+            return BadRequestError(e.problem, e.fix)
+        return InternalError(f"the {self.predictor} head failed on this request ({type(e).__name__}: {e})"
+                             .splitlines()[0][:300])
 
     def _prepare(self, req: PredictRequest) -> Any:
         raise NotImplementedError
@@ -276,5 +287,12 @@ def load_runner(path: str | os.PathLike[str], *, model: str | None = None, max_p
     head, art = read_head(p)
     if head.input_kind == "text":
         return TextRunner(head, art.meta, p)
-    return PrefillRunner(head, art.meta, p, model=model, max_prompt_tokens=max_prompt_tokens, threads=threads,
-                         batch_tokens=batch_tokens, device=device)
+    if head.input_kind == "features":
+        return PrefillRunner(head, art.meta, p, model=model, max_prompt_tokens=max_prompt_tokens, threads=threads,
+                             batch_tokens=batch_tokens, device=device)
+    what = "an OUTLETS head" if head.input_kind == "trajectory" else f"a {head.name} head"
+    raise DataError(f"head {p} is {what} (input kind {head.input_kind!r}): it reads states along a generation, which "
+                    "a request has not started when it is predicted; serve takes heads of input kind 'text' (proxy) "
+                    "or 'features' (ridge, mlp, ...: the prompt's prefill)",
+                    "serve a head written by `lenpred train`; an OUTLETS head runs inside generation "
+                    "(lenpred generate --draft DRAFT --length-head HEAD)")

@@ -4,7 +4,8 @@ These are the API (FastAPI builds the OpenAPI schema from them) and the in-proce
 router codes against. A request carries either ``prompt`` (a string, treated as one user message)
 or ``messages`` (OpenAI chat messages: ``content`` a string or a list of content parts, of which
 the ``text`` parts are read and any other kind, e.g. ``image_url``, is ignored); exactly one.
-Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``.
+Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``. A request whose text holds
+a lone surrogate is refused (:func:`lenpred.serve.openai.find_lone_surrogate`, the router's door check too).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from lenpred.serve.openai import content_text, find_lone_surrogate
 
 __all__ = [
     "ContentPart", "ChatMessage", "PredictRequest", "PredictResponse", "ErrorDetail", "ErrorResponse",
@@ -56,11 +59,7 @@ class ChatMessage(BaseModel):
     @property
     def text(self) -> str:
         """The message's text: the string, or its text parts joined by newlines."""
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "\n".join(p.text or "" for p in self.content if p.type == "text")
+        return content_text(self.content)
 
     def as_template_message(self) -> dict[str, str]:
         """``{"role", "content"}`` with string content, as chat templates expect."""
@@ -79,6 +78,16 @@ class PredictRequest(BaseModel):
     messages: list[ChatMessage] | None = Field(None, description="OpenAI-style chat messages")
     model: str | None = Field(
         None, description="the model the request is for (informational: the head decides the model)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unicode(cls, data: Any) -> Any:
+        """Every string must be Unicode: a lone surrogate fails a tokenizer (and, before this check, the
+        request's whole micro-batch)."""
+        bad = find_lone_surrogate(data) if isinstance(data, dict) else None
+        if bad is not None:
+            raise bad
+        return data
 
     @model_validator(mode="after")
     def _one_input(self) -> Self:

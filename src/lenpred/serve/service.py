@@ -15,8 +15,9 @@ themselves; alone, a request waits ``max_wait_ms`` at most.
 
 **Never a hang.** The queue is bounded (``max_queue``: a full queue answers
 :class:`~lenpred.serve.errors.OverloadedError` at once), every request has a timeout
-(``timeout_s``: :class:`~lenpred.serve.errors.PredictTimeoutError`), a failed model call fails only
-its batch's requests, and :meth:`stop` answers whatever still waits.
+(``timeout_s``: :class:`~lenpred.serve.errors.PredictTimeoutError`), a request that fails fails alone
+(a failed model call is repeated request by request, :meth:`Runner.run`), and :meth:`stop` answers
+whatever still waits.
 """
 
 from __future__ import annotations
