@@ -9,8 +9,9 @@ Plain asyncio HTTP/1.1, no framework, so that 200 concurrent streams cost it lit
   one token per event, ``usage`` at the end with ``stream_options.include_usage``) or not. Each chunk
   carries ``stub_t``, the stub's ``time.monotonic()`` when it was written (the same clock in every
   process on the machine), so a client can measure the delivery latency of each chunk.
-  ``--slots K`` serves K requests at once (the rest queue, first come first served), like an engine
-  with K sequences; 0 (the default) serves all at once.
+  ``--role-chunks 1`` frames a chat stream as llama.cpp and vLLM do: a role chunk first and a finish
+  chunk last, neither with text. ``--slots K`` serves K requests at once (the rest queue, first come
+  first served), like an engine with K sequences; 0 (the default) serves all at once.
 * ``GET /v1/models``, ``GET /health``.
 * ``POST /stub/fault {"mode": M, "count": N}``: the next N completions (all, when N is null) fail as M:
   ``500``, ``503``, ``429``, ``400`` (an HTTP error), ``garbage`` (200 with an HTML page),
@@ -42,8 +43,9 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requ
 
 class StubServer:
     def __init__(self, name: str = "stub", model: str = "stub", tokens_per_s: float = 50.0, ttft_ms: float = 20.0,
-                 default_tokens: int = 16, slots: int = 0, fault: str = "ok") -> None:
+                 default_tokens: int = 16, slots: int = 0, fault: str = "ok", role_chunks: bool = False) -> None:
         self.name, self.model = name, model
+        self.role_chunks = role_chunks
         self.interval = 1.0 / tokens_per_s
         self.ttft = ttft_ms / 1e3
         self.default_tokens = default_tokens
@@ -207,28 +209,38 @@ class StubServer:
             delay = t0 + i * self.interval - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if chat and i == 0 and self.role_chunks:  # llama.cpp and vLLM: the role alone, then the tokens
+                _chunk(writer, _event(rid, obj, model, {"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                         "finish_reason": None}))
             if chat:
                 delta: dict[str, Any] = {"content": self._text(i)}
-                if i == 0:
+                if i == 0 and not self.role_chunks:
                     delta["role"] = "assistant"
                 choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
             else:
                 choice = {"index": 0, "text": self._text(i), "finish_reason": None}
-            if i == n - 1:
+            if i == n - 1 and not (chat and self.role_chunks):
                 choice["finish_reason"] = "length"
             ev = {"id": rid, "object": obj, "created": 0, "model": model, "choices": [choice],
                   "stub_t": time.monotonic()}
             _chunk(writer, b"data: " + json.dumps(ev).encode() + b"\n\n")
             await writer.drain()
         tail = b""
+        if chat and self.role_chunks:  # the finish reason in a chunk of its own, without text
+            tail = _event(rid, obj, model, {"index": 0, "delta": {}, "finish_reason": "length"})
         if usage:
             u = {"id": rid, "object": obj, "created": 0, "model": model, "choices": [],
                  "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}}
-            tail = b"data: " + json.dumps(u).encode() + b"\n\n"
+            tail += b"data: " + json.dumps(u).encode() + b"\n\n"
         _chunk(writer, tail + b"data: [DONE]\n\n")
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True
+
+
+def _event(rid: str, obj: str, model: str, choice: dict[str, Any]) -> bytes:
+    ev = {"id": rid, "object": obj, "created": 0, "model": model, "choices": [choice], "stub_t": time.monotonic()}
+    return b"data: " + json.dumps(ev).encode() + b"\n\n"
 
 
 def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
@@ -237,7 +249,7 @@ def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
 
 async def serve(args: argparse.Namespace) -> None:
     stub = StubServer(args.name, args.model, args.tokens_per_s, args.ttft_ms, args.default_tokens, args.slots,
-                      args.fault)
+                      args.fault, bool(args.role_chunks))
     server = await asyncio.start_server(stub.handle, args.host, args.port, backlog=1024, reuse_address=True)
     port = server.sockets[0].getsockname()[1]
     print(f"stub {args.name} listening on http://{args.host}:{port}", flush=True)
@@ -260,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--default-tokens", type=int, default=16, help="tokens when the request has no max_tokens")
     p.add_argument("--slots", type=int, default=0, help="requests served at once (0: all)")
     p.add_argument("--fault", default="ok", help="initial fault mode for every request (see the module doc)")
+    p.add_argument("--role-chunks", type=int, default=0,
+                   help="1: chat streams open with a role chunk and end with a finish chunk, neither with text "
+                        "(as llama.cpp and vLLM do); 0: the first and last tokens carry them")
     args = p.parse_args(argv)
     asyncio.run(serve(args))
     return 0

@@ -80,6 +80,16 @@ def test_request_checks():
     assert q.prompt is None and q.prompt_token_ids == 3
 
 
+def test_a_lone_surrogate_anywhere_in_the_body_is_refused():
+    e = _bad(b'{"model": "m", "messages": [{"role": "user", "content": "tea \\ud800"}]}')
+    assert (e.status, e.code, e.param) == (400, "invalid_text", "messages[0].content")
+    assert "lone surrogate (\\ud800 at character 4)" in e.message and "valid UTF-8" in e.message
+    assert _bad(b'{"model": "m", "prompt": ["ok", "\\uDC00"]}', "completion").param == "prompt[1]"
+    assert _bad(b'{"model": "m", "prompt": "x", "stop": ["\\udbff"]}', "completion").param == "stop[0]"
+    _, q = parse_request(b'{"model": "m", "prompt": "tea \\ud83c\\udf75"}', "completion")  # a pair: text
+    assert q.prompt == "tea \U0001f375"
+
+
 def test_sse_counter_across_chunk_boundaries():
     ev = [b'data: {"choices": [{"text": "a"}]}\n\n', b'data: {"choices": [{"text": "b"}]}\n\n',
           b'data: {"choices": [], "usage": {"completion_tokens": 5}}\n\n', b"data: [DONE]\n\n"]
@@ -91,6 +101,27 @@ def test_sse_counter_across_chunk_boundaries():
     c2 = SSECounter()
     c2.feed(b'data: {"choices": [{"text": "a"}]}\n\ndata: {"error": {"message": "boom"}}\n\n')
     assert c2.events == 1 and c2.error == "boom" and not c2.done and c2.tokens == 1
+
+
+def test_sse_counter_counts_only_events_with_text():
+    """llama.cpp's framing of a chat stream: a role chunk, the tokens, a finish chunk; none of the first and
+    last is a token (they were counted as two, which skewed the token and prediction-error metrics)."""
+    def ev(delta: dict, finish: str | None = None) -> bytes:
+        return b"data: " + json.dumps({"object": "chat.completion.chunk", "choices": [
+            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}).encode() + b"\n\n"
+
+    stream = (ev({"role": "assistant"}) + ev({"content": " Red"}) + ev({"content": ","}) + ev({"content": "\"x"})
+              + ev({"content": ""}) + ev({"content": None}) + ev({}, "length") + b"data: [DONE]\n\n")
+    c = SSECounter()
+    assert c.feed(stream) == 3
+    assert c.tokens == 3 and c.events == 7 and c.done
+    compact = b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n' \
+              b'data: {"choices":[{"delta":{"reasoning_content":"hm"}}]}\n\n' \
+              b'data: {"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{}"}}]}}]}\n\n' \
+              b'data: {"choices":[{"text":"a","finish_reason":null}]}\n\n'
+    c = SSECounter()
+    c.feed(compact)
+    assert c.tokens == 3 and c.events == 4
 
 
 # ---------------------------------------------------------------- load model and priority
@@ -239,6 +270,8 @@ def test_remote_estimator_answers_and_falls_back():
             return web.Response(text="<html>")
         if body["prompt"] == "down":
             return web.json_response({"detail": "down"}, status=503)
+        if body["prompt"] == "refused":
+            return web.json_response({"error": {"message": "no role 'robot'"}}, status=400)
         if body["prompt"] == "slow":
             await asyncio.sleep(1.0)
         return web.json_response({"predicted_tokens": 120.0, "q10": 20.0, "q50": 100.0, "q90": 220.0,
@@ -258,12 +291,20 @@ def test_remote_estimator_answers_and_falls_back():
         assert est.tokens == 120 and est.source == "remote:proxy" and est.spread == pytest.approx(200 / (2 * 1.2815516))
         with pytest.raises(EstimateFailed, match="not a prediction"):
             await remote.estimate(_query("garbage"))
-        with pytest.raises(EstimateFailed, match="answered HTTP 503"):
+        with pytest.raises(EstimateFailed, match="answered HTTP 503: down") as e:
             await remote.estimate(_query("down"))
+        assert not e.value.this_request
+        with pytest.raises(EstimateFailed, match="answered HTTP 400: no role 'robot'") as e:
+            await remote.estimate(_query("refused"))
+        assert e.value.this_request
         with pytest.raises(EstimateFailed, match="no prediction within 0.3 s"):
             await remote.estimate(_query("slow"))
         falls: list[str] = []
         wf = WithFallback(remote, CharsEstimator(), retry_after_s=60.0, on_fallback=falls.append)
+        est = await wf.estimate(_query("refused"))  # this request's problem: the next one asks the service again
+        assert est.source == "chars+fallback" and len(falls) == 1
+        assert (await wf.estimate(_query("hello"))).source == "remote:proxy"
+        falls.clear()
         est = await wf.estimate(_query("down"))
         assert est.source == "chars+fallback" and len(falls) == 1
         n = calls["n"]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 
 from lenpred.errors import ConfigError
 
@@ -36,44 +34,14 @@ def build_config(args: argparse.Namespace):  # noqa: ANN201 - RouterConfig, impo
 def run(args: argparse.Namespace) -> int:
     import json
 
-    if args.schema:
-        from lenpred.route.config import RouterConfig
+    from lenpred.route.config import RouterConfig
+    from lenpred.route.server import route
 
+    if args.schema:
         print(json.dumps(RouterConfig.json_schema(), indent=2))
         return 0
     cfg = build_config(args)
     if args.check:
         print(cfg.to_json())
         return 0
-    try:
-        import uvicorn
-
-        from lenpred.route.app import create_app
-    except ImportError as e:
-        raise ConfigError(f"the router needs the serve extra ({e.name} is missing)",
-                          "pip install 'lenpred[serve]'") from None
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per backend call is noise
-    app = create_app(cfg)  # a bad head or estimator fails here
-    _check_port(cfg.host, cfg.port)
-    print(f"lenpred route: {cfg.mode} mode, policy {cfg.policy}, {len(cfg.backends)} backend(s), "
-          f"estimator {cfg.estimator.kind}; listening on http://{cfg.host}:{cfg.port}", file=sys.stderr, flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=args.log_level,
-                                           access_log=False, timeout_graceful_shutdown=5, backlog=2048))
-    server.run()
-    return 0 if server.started else 1
-
-
-def _check_port(host: str, port: int) -> None:
-    """Fail with one line (not uvicorn's log) when the address cannot be listened on."""
-    import socket
-
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        with socket.socket(infos[0][0], socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(infos[0][4])
-    except OSError as e:  # the port is taken, the address is not local, the name does not resolve
-        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}",
-                          "choose another --port or --host") from None
+    return route(cfg, args.log_level)

@@ -10,7 +10,8 @@ An :class:`Estimator` has ``async estimate(query) -> Estimate`` (plus ``start`` 
 
 :class:`WithFallback` wraps the first two: when the head or the service fails (down, slow, garbage)
 the request gets the cheap estimate instead, and a remote service that failed is skipped for
-``retry_after_s`` so that a dead service does not add its timeout to every request. The router
+``retry_after_s`` so that a dead service does not add its timeout to every request; a service that
+refused one request (a 4xx: a prompt it cannot read) is asked again by the next. The router
 therefore always works, degraded, without a head.
 """
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lenpred.route.config import EstimatorConfig
-from lenpred.route.openai import Query
+from lenpred.route.openai import Query, backend_message
 
 __all__ = [
     "CharsEstimator", "Estimate", "EstimateFailed", "Estimator", "HeadEstimator", "NoEstimator",
@@ -48,7 +49,12 @@ class Estimate:
 
 
 class EstimateFailed(Exception):
-    """The primary estimator could not answer (the fallback is used)."""
+    """The primary estimator could not answer (the fallback is used). ``this_request``: the estimator
+    refused this request (a 4xx from the service) and is fine for others: no pause after it."""
+
+    def __init__(self, message: str, this_request: bool = False) -> None:
+        super().__init__(message)
+        self.this_request = this_request
 
 
 class Estimator(Protocol):
@@ -199,7 +205,8 @@ class RemoteEstimator:
         except UpstreamError as e:
             raise EstimateFailed(f"{self.url}: {e}") from e
         if r.status != 200:
-            raise EstimateFailed(f"{self.url} answered HTTP {r.status}")
+            mine = 400 <= r.status < 500 and r.status != 429  # this request's problem, not the service's
+            raise EstimateFailed(f"{self.url} answered HTTP {r.status}: {backend_message(raw, 200)}", mine)
         try:
             j = json.loads(raw)
             resp = _Resp(float(j["predicted_tokens"]), j.get("q10"), j.get("q90"), str(j.get("head", "?")),
@@ -244,11 +251,13 @@ class WithFallback:
             return await self.primary.estimate(query)
         except EstimateFailed as e:
             self.failures += 1
-            self._skip_until = now + self.retry_after_s
+            if not e.this_request:  # the service is down or broken: spare the next requests its timeout
+                self._skip_until = now + self.retry_after_s
             if now - self._last_log >= 10.0:  # at most one line per 10 s, however many requests fail
                 self._last_log = now
+                pause = self.retry_after_s and not e.this_request
                 log.warning("estimator failed (%s): the %s fallback answers%s", e, type(self.fallback).__name__,
-                            f" for {self.retry_after_s:g} s" if self.retry_after_s else "")
+                            f" for {self.retry_after_s:g} s" if pause else " for this request")
             if self.on_fallback is not None:
                 self.on_fallback(str(e))
             return self._degraded(self.fallback.estimate_now(query))

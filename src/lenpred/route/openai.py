@@ -1,18 +1,23 @@
-"""What the router needs to know about the OpenAI API: request checks, the error format, SSE counting.
+"""What the router needs to know about the OpenAI API: request checks, errors, SSE counting.
 
 The router forwards bodies as they are (plus the priority field), so it checks only what it reads
 itself: the body is a JSON object, ``model`` is a string, chat requests have ``messages`` (a list of
 objects with a ``role``), completions a ``prompt`` (a string, a list of strings, or token ids),
-``stream`` / ``n`` / ``max_tokens`` have the right types. Everything else is the backend's to judge.
+``stream`` / ``n`` / ``max_tokens`` have the right types. Everything else is the backend's to judge,
+except text that is not Unicode (a lone surrogate), which no backend can read: it is refused here.
+The error body and a message's text are the prediction service's (:mod:`lenpred.serve.openai`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ApiError", "Query", "SSECounter", "error_body", "parse_request", "sse_error_event"]
+from lenpred.serve.openai import content_text, error_body, find_lone_surrogate, may_hold_surrogate
+
+__all__ = ["ApiError", "Query", "SSECounter", "parse_request", "sse_error_event"]
 
 
 class ApiError(Exception):
@@ -25,11 +30,6 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.type, self.code, self.param)
-
-
-def error_body(message: str, type_: str = "invalid_request_error", code: str | None = None,
-               param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
 def sse_error_event(message: str, type_: str = "server_error", code: str | None = "backend_failed") -> bytes:
@@ -71,13 +71,9 @@ def _content_text(content: Any, i: int) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     if isinstance(content, list):  # content parts: keep the text ones
-        parts = []
-        for p in content:
-            if not isinstance(p, dict):
-                raise ApiError(400, f"messages[{i}].content parts must be objects", param=f"messages[{i}].content")
-            if p.get("type") == "text" and isinstance(p.get("text"), str):
-                parts.append(p["text"])
-        return "\n".join(parts)
+        if not all(isinstance(p, dict) for p in content):
+            raise ApiError(400, f"messages[{i}].content parts must be objects", param=f"messages[{i}].content")
+        return content_text(content)
     raise ApiError(400, f"messages[{i}].content must be a string or a list of content parts",
                    param=f"messages[{i}].content")
 
@@ -122,6 +118,10 @@ def parse_request(raw: bytes, kind: str) -> tuple[dict[str, Any], Query]:
         raise ApiError(400, f"the request body is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     if not isinstance(body, dict):
         raise ApiError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+    if may_hold_surrogate(raw):
+        bad = find_lone_surrogate(body)
+        if bad is not None:  # no backend can read it (llama.cpp answers 500): refused here, not retried
+            raise ApiError(400, str(bad), code="invalid_text", param=bad.param)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(400, "you must provide a model parameter (a non-empty string)", param="model")
@@ -139,15 +139,22 @@ def parse_request(raw: bytes, kind: str) -> tuple[dict[str, Any], Query]:
     return body, q
 
 
-class SSECounter:
-    """Counts the data events of an SSE stream as it passes (one event ~ one token on vLLM, SGLang
-    and llama.cpp), notes ``[DONE]``, an error event, and the exact ``usage.completion_tokens`` when
-    the stream carries it. Bytes are forwarded untouched; this only reads them."""
+# a data event carries generated text: a non-empty string under one of these keys (the role chunk at the start
+# of a chat stream, the finish chunk and the usage chunk carry none, and are no token)
+_TEXT = re.compile(rb'"(?:content|reasoning_content|text|arguments)"\s*:\s*"(?!")')
 
-    __slots__ = ("events", "done", "usage_tokens", "error", "_tail")
+
+class SSECounter:
+    """Counts the data events of an SSE stream as it passes, and among them the token events (one ~ one
+    token on vLLM, SGLang and llama.cpp: those with generated text), notes ``[DONE]``, an error event, and
+    the exact ``usage.completion_tokens`` when the stream carries it. Bytes are forwarded untouched; this
+    only reads them."""
+
+    __slots__ = ("events", "token_events", "done", "usage_tokens", "error", "_tail")
 
     def __init__(self) -> None:
-        self.events = 0
+        self.events = 0  # data events other than [DONE] and errors: the backend has started answering
+        self.token_events = 0
         self.done = False
         self.usage_tokens: int | None = None
         self.error: str | None = None
@@ -168,10 +175,12 @@ class SSECounter:
             elif b'"error"' in payload and payload.startswith(b'{"error"'):
                 self.error = _error_message(payload)
             else:
-                new += 1
+                self.events += 1
+                if _TEXT.search(payload) is not None:
+                    new += 1
                 if b'"usage"' in payload and b"completion_tokens" in payload:
                     self._usage(payload)
-        self.events += new
+        self.token_events += new
         return new
 
     def _usage(self, payload: bytes) -> None:
@@ -184,7 +193,7 @@ class SSECounter:
 
     @property
     def tokens(self) -> int:
-        return self.usage_tokens if self.usage_tokens is not None else self.events
+        return self.usage_tokens if self.usage_tokens is not None else self.token_events
 
 
 def _error_message(payload: bytes) -> str:

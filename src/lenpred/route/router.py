@@ -23,7 +23,7 @@ from yarl import URL
 from lenpred.route.backends import Flight, Pool, QueueFull, QueueTimeout
 from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import make_estimator
-from lenpred.route.forward import Ctx, Forwarder, Retry, close, error_response
+from lenpred.route.forward import Ctx, Forwarder, RelayStream, Retry, close, error_response
 from lenpred.route.metrics import RouterMetrics
 from lenpred.route.openai import ApiError, parse_request
 from lenpred.route.priority import PriorityMapper
@@ -132,9 +132,10 @@ class Router(Forwarder):
                            code="model_not_found", param="model")
 
     async def _dispatch(self, ctx: Ctx) -> Response:
+        """Attempts on backends until one answers, or the failure that nothing can retry."""
         lim = self.cfg.limits
         exclude: set[int] = set()
-        last: Retry | None = None
+        last: Retry | None = None  # the failure of the last attempt; retried when another backend is found
         while ctx.attempts < lim.max_attempts:
             wait = min(lim.queue_timeout_s, max(0.001, ctx.deadline - time.monotonic()))
             try:
@@ -150,15 +151,17 @@ class Router(Forwarder):
                     raise last.error
                 raise ApiError(503, f"no healthy backend serves model '{ctx.query.model}'", "server_error",
                                code="no_backend")
+            if last is not None and ctx.backend is not None:  # the last failure is retried, on b
+                self.metrics.retries.labels(ctx.backend.label, last.reason).inc()
+                self._log(ctx.rid, f"retry backend={ctx.backend.label} reason={last.reason}: {last.error.message} "
+                                   f"(next: {b.label})", ctx)
             ctx.attempts += 1
             ctx.backend = b
             try:
                 resp = await self._attempt(ctx, b)
             except Retry as r:
                 self.pool.release(b, ctx.rid)
-                self.metrics.retries.labels(b.label, r.reason).inc()
                 ctx.reasons.append(f"{b.label}: {r.error.message}")
-                self._log(ctx.rid, f"retry backend={b.label} reason={r.reason}: {r.error.message}", ctx)
                 exclude.add(b.index)
                 last = r
                 continue
@@ -170,7 +173,6 @@ class Router(Forwarder):
             return resp
         assert last is not None
         raise last.error
-
 
     async def passthrough(self, request: Request) -> Response:
         """Annotate mode: forward any other request to the one upstream, unchanged (GET or POST)."""

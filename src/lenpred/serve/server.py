@@ -4,7 +4,8 @@ The socket is bound first (a busy port fails before a model is loaded), the head
 head fails before anything listens), and only then does uvicorn start listening: each fails at once
 with a one-line :class:`~lenpred.errors.LenpredError` (exit code 1). Until the head is loaded the
 port refuses connections, so "connection refused" means "not ready yet". ``--port 0`` binds any free
-port; the ``listening on`` line names it.
+port; the ``listening on`` line names it. :func:`bind` and :func:`run_app` (uvicorn on a bound socket, a
+requested stop drains and exits 0) start the router too (:mod:`lenpred.route.server`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 import signal
 import socket
 import sys
+from typing import Any
 
 from lenpred.errors import ConfigError
 from lenpred.serve.config import ServeConfig
 
-__all__ = ["bind", "serve"]
+__all__ = ["bind", "run_app", "serve"]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -40,8 +42,6 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(cfg: ServeConfig) -> int:
-    import uvicorn
-
     from lenpred.serve.app import create_app
     from lenpred.serve.service import PredictionService
 
@@ -61,8 +61,18 @@ def serve(cfg: ServeConfig) -> int:
           f"max wait {cfg.max_wait_ms:g} ms", flush=True)
     print(f"serve: listening on http://{host}:{port}  (POST /v1/predict, GET /healthz, GET /metrics, /docs)",
           flush=True)
-    ucfg = uvicorn.Config(app, log_level=cfg.log_level, access_log=cfg.access_log, lifespan="on")
-    server = uvicorn.Server(ucfg)
+    run_app(app, sock, log_level=cfg.log_level, access_log=cfg.access_log)
+    print("serve: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def run_app(app: Any, sock: socket.socket, **options: Any) -> bool:
+    """Serve the ASGI ``app`` on the bound ``sock`` under uvicorn (``options``: uvicorn.Config's) until
+    SIGINT or SIGTERM, then shut down gracefully (requests in flight finish) and return; True when the
+    server had started. ``sock`` is closed on return."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **options))
     # uvicorn shuts down gracefully on SIGINT / SIGTERM, then re-raises the signal to the handler that
     # was there before; a quiet one here makes a requested stop exit 0 (not 143, nor a KeyboardInterrupt)
     before = {s: _quiet(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -73,8 +83,7 @@ def serve(cfg: ServeConfig) -> int:
         for s, h in before.items():
             if h is not None:
                 signal.signal(s, h)
-    print("serve: stopped", file=sys.stderr, flush=True)
-    return 0
+    return bool(server.started)
 
 
 def _quiet(sig: signal.Signals) -> object:
