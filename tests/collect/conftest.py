@@ -1,9 +1,11 @@
-"""Fixtures of the collect tests: the fake engine, registered for one test."""
+"""Fixtures of the collect tests: the fake engine, registered for one test, and a prompt file."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from collect_testing import FakeEngine
+from collect_testing import PROMPTS, FakeEngine, write_prompts
 
 from lenpred.collect.base import ENGINES
 
@@ -17,3 +19,9 @@ def fake_engine(monkeypatch: pytest.MonkeyPatch) -> type[FakeEngine]:
     monkeypatch.setattr(FakeEngine, "created", 0)
     monkeypatch.setattr(FakeEngine, "jobs", [])
     return FakeEngine
+
+
+@pytest.fixture()
+def prompt_file(tmp_path: Path) -> Path:
+    """:data:`collect_testing.PROMPTS` as a JSONL prompt file."""
+    return write_prompts(tmp_path / "prompts.jsonl", PROMPTS)

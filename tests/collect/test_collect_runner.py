@@ -1,5 +1,7 @@
 """The collect runner with a fake engine (collect_testing.FakeEngine): resume and extension bookkeeping,
-corrupt shards set aside and regenerated, nothing written when the engine fails before a sample.
+corrupt shards set aside and regenerated, nothing written when the engine fails before a sample, a
+collector stopped by SIGKILL or SIGTERM in a child process (held by the engine until it is stopped,
+so the tests wait on evidence, never on the machine's speed).
 
 The fake engine is deterministic (sample (p, k) has ``seed % 7`` tokens), so a regenerated sample
 must equal the one it replaces. The real tokenizer builds the prompt table (as in every run).
@@ -8,24 +10,23 @@ must equal the one it replaces. The real tokenizer builds the prompt table (as i
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from collect_testing import HOLDING, run_keys
 
 from lenpred.cli import main
 from lenpred.collect.base import sample_seed
 from lenpred.collect.runner import CollectConfig, prepare
 from lenpred.data.rundir import RunDir
-
-PROMPTS = ["Name a color.", "What is 3 + 4?", "Say hello in French.", "Name a planet."]
-
-
-@pytest.fixture()
-def prompt_file(tmp_path: Path) -> Path:
-    p = tmp_path / "prompts.jsonl"
-    p.write_text("".join(json.dumps({"id": f"q{i}", "prompt": t}) + "\n" for i, t in enumerate(PROMPTS)))
-    return p
 
 
 def _args(run: Path, prompts: Path, n: int, k: int, *extra: str) -> list[str]:
@@ -156,3 +157,68 @@ def test_the_run_lock_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the lock file and the folders made for it are gone
     with run_lock(run):  # and it can be taken again
         pass
+
+
+@contextmanager
+def _collector(args: list[str], errlog: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``lenpred collect`` with the fake engine in a child process, killed on the way out if it is
+    still running; stderr goes to a file (a full pipe would block the child)."""
+    script = Path(__file__).resolve().parent / "collect_testing.py"
+    with open(errlog, "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_until(proc: subprocess.Popen[bytes], errlog: Path, ready: Callable[[], bool], what: str) -> None:
+    """Poll for evidence; the generous deadline only turns a broken collector into a failure, and a
+    collector held by its engine cannot finish first."""
+    deadline = time.monotonic() + 300
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"collect ended (exit {proc.returncode}) before {what}: {errlog.read_text()[-800:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no sign of {what} in 300 s: {errlog.read_text()[-800:]}")
+        time.sleep(0.05)
+
+
+def test_sigkill_then_resume_loses_and_duplicates_nothing(tmp_path, prompt_file, fake_engine):
+    """Killed at an arbitrary moment (here: after 3 to 8 one-sample shards, mid-write on a slow machine,
+    held on a fast one), a run keeps its whole shards, and a rerun generates exactly the rest."""
+    run, errlog = tmp_path / "run", tmp_path / "collect.err"
+    args = _args(run, prompt_file, 4, 3, "--shard-size", "1")
+    with _collector([*args, "--hold-after", "8"], errlog) as proc:
+        _wait_until(proc, errlog, lambda: len(list(run.glob("samples.parquet/part-*.parquet"))) >= 3, "3 shards")
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=120) == -signal.SIGKILL
+    partial = run_keys(run)
+    assert 3 <= len(partial) <= 8 and len(set(partial)) == len(partial)
+    assert main(args) == 0  # the same arguments again
+    keys = run_keys(run)
+    expected = {(pid, k) for pid in RunDir.open(run).prompts().prompt_id[:4] for k in range(3)}
+    assert len(keys) == 12 and set(keys) == expected and set(partial) <= set(keys)
+    assert sorted((j.prompt_id, j.sample_idx) for j in fake_engine.jobs) == sorted(expected - set(partial))
+    assert not list(run.rglob("*.tmp"))
+
+
+def test_sigterm_flushes_the_buffer(tmp_path, prompt_file, fake_engine):
+    """A polite stop (SIGTERM, Ctrl-C) writes what was generated since the last shard, then exits 130."""
+    run, errlog = tmp_path / "run", tmp_path / "collect.err"
+    args = _args(run, prompt_file, 3, 2, "--shard-size", "100", "--flush-seconds", "1000")
+    with _collector([*args, "--hold-after", "4"], errlog) as proc:
+        _wait_until(proc, errlog, lambda: HOLDING in errlog.read_text(), "the engine holding after 4 samples")
+        assert not list(run.glob("samples.parquet/part-*"))  # the 4 samples are in the buffer only
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130, errlog.read_text()[-800:]
+    assert "interrupted (written shards are kept; rerun to resume)" in errlog.read_text()
+    assert [p.name for p in RunDir.open(run).shard_paths()] == ["part-00000.parquet"]  # one flush on the way out
+    written = run_keys(run)
+    assert len(written) == len(set(written)) == 4
+    assert main(args) == 0
+    keys = run_keys(run)
+    assert len(keys) == len(set(keys)) == 6 and set(written) <= set(keys)
+    assert len(fake_engine.jobs) == 2  # only the two samples the stop left out

@@ -8,9 +8,9 @@ last-token pass) would change the continuation or its length.
 from __future__ import annotations
 
 import pytest
-from model_testing import needs_llama
 
 from lenpred.collect.base import Job, SamplingConfig
+from model_testing import needs_llama
 
 
 def _jobs(tok, prompts: list[str], k: int) -> list[Job]:

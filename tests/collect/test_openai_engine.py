@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from model_testing import WordTokenizer, needs_llama
+from collect_testing import write_prompts
 
 from lenpred.cli import main
 from lenpred.collect.base import Job, SamplingConfig
@@ -24,6 +24,7 @@ from lenpred.collect.openai import OpenAIEngine, server_message
 from lenpred.data.rundir import RunDir
 from lenpred.errors import EngineError
 from lenpred.models import resolve
+from model_testing import WordTokenizer, needs_llama
 
 
 def _free_port() -> int:
@@ -161,7 +162,8 @@ def server(tmp_path_factory):
             if httpx.get(f"{url}/models", timeout=1).status_code == 200:
                 break
         except httpx.HTTPError:
-            time.sleep(0.3)
+            pass  # not listening yet
+        time.sleep(0.3)  # also after a non-200 answer (still loading): no busy loop
     else:
         proc.kill()
         pytest.fail("server did not come up in 120 s")
@@ -172,9 +174,7 @@ def server(tmp_path_factory):
 
 
 def _prompts(tmp_path: Path) -> Path:
-    p = tmp_path / "p.jsonl"
-    p.write_text("".join(json.dumps({"id": f"q{i}", "prompt": t}) + "\n" for i, t in enumerate(["Name a color.", "What is 2 + 5?", "Name a fruit."])))
-    return p
+    return write_prompts(tmp_path / "p.jsonl", ["Name a color.", "What is 2 + 5?", "Name a fruit."])
 
 
 def _args(run: Path, prompts: Path, url: str, *extra: str) -> list[str]:

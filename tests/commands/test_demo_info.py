@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from model_testing import needs_llama
-
 from lenpred.cli import main
+from model_testing import needs_llama
 
 
 @needs_llama
