@@ -25,7 +25,7 @@ def test_synthetic_heads_json(tmp_path, capsys):
     assert [r["head"] for r in d["heads"]] == ["constant", "ridge"]
     for r in d["heads"]:
         assert r["n_train"] == 60 and r["batch"] == 64 and r["train_s"] >= 0
-        assert 0 < r["batch64_us"] and 0 < r["batch1_us"] < 1e6
+        assert 0 < r["batch64_us"] < float("inf") and 0 < r["batch1_us"] < float("inf")  # measured, no band: speed varies
     assert d["decode_step_us"] == {} and d["data"] == "synthetic" and d["machine"]["cpus"] >= 1
     assert len(d["machine"]["load_average"]) == 3 and "load_average_end" in d["machine"]
     assert "constant" in capsys.readouterr().out
