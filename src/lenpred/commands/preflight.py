@@ -38,7 +38,10 @@ def _draft_train(a: argparse.Namespace) -> None:
     if not (a.step_decay > 0 and math.isfinite(a.step_decay)):
         raise ConfigError(f"--step-decay must be a positive number, got {a.step_decay}",
                           "the loss weight of unroll step i is step_decay**i: pass e.g. --step-decay 0.8")
-    check_out(a.out, kind="draft", card=_card(a.run), inputs={"--run": a.run, "--cache": a.cache, "--ckpt": a.ckpt})
+    from lenpred.data.rundir import RunDir
+
+    card = RunDir.open(a.run).card  # not a run: said first, in the run's words
+    check_out(a.out, kind="draft", card=card, inputs={"--run": a.run, "--cache": a.cache, "--ckpt": a.ckpt})
 
 
 def _draft_cache(a: argparse.Namespace) -> None:
