@@ -1,0 +1,91 @@
+"""The report ``lenpred demo`` ends with: the reference run's inputs made by the verbs, then the page.
+
+:func:`demo_report` runs ``lenpred bound``, ``lenpred predict`` (each committed head of the run, on
+its test prompts) and ``lenpred bench`` on the reference run -- and on a second committed run under
+the same card when there is one (transfer) -- into ``out/report/<run>/``, adds the committed OUTLETS
+bench and policy table where they match, and writes ``report.html`` beside them. The verbs are run
+through the CLI entry point (their output goes to ``log.txt``) so the page shows, for each section,
+the exact command that made its input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from lenpred.errors import DataError, LenpredError
+from lenpred.report.page.inputs import ReportInputs, command_line
+from lenpred.report.page.render import write_report
+
+__all__ = ["demo_report"]
+
+REFERENCE = Path("data/runs/smollm2-sharegpt")
+TRANSFER = Path("data/runs/smollm2-alpaca-eval")
+HEADS = Path("data/heads")
+FEATURES = Path("data/features")
+OUTLETS = Path("docs/outlets_real")
+POLICIES = Path("docs/policies/policies.json")
+
+
+def _verb(argv: list[str], log: Path) -> None:
+    """Run one lenpred verb in-process, its console output appended to ``log``."""
+    import io
+
+    from lenpred.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(argv)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"$ {command_line(['lenpred', *argv])}\n{buf.getvalue()}\n")
+    if rc != 0:
+        raise DataError(f"`{command_line(['lenpred', *argv])}` failed (exit {rc})", f"see the message above and {log}")
+
+
+def _bench(run: Path, head_run: str, out: Path, log: Path) -> Path | None:
+    """Predict the test prompts of ``run`` with every committed head trained on ``head_run``, then bench them."""
+    feats = FEATURES / run.name
+    heads = sorted(HEADS.glob(f"*-{head_run}"))
+    if not heads or not feats.is_dir() or not (run / "split.json").is_file():
+        return None
+    preds = []
+    for h in heads:
+        name = h.name[: -len(head_run) - 1]
+        dest = out / "preds" / run.name / f"{name}.parquet"
+        _verb(["predict", "--head", str(h), "--run", str(run), "--features", str(feats), "--roles", "test",
+               "--out", str(dest)], log)
+        preds.append(f"{name}={dest}")
+    bench = out / f"bench-{run.name}"
+    _verb(["bench", "--run", str(run), "--predictions", *preds, "--n-boot", "500", "--out", str(bench)], log)
+    return bench
+
+
+def _matches(path: Path, run: Path) -> bool:
+    """A committed input is added only where it is of this run (checked as the report checks it)."""
+    from lenpred.report.page.inputs import load_inputs
+
+    try:
+        load_inputs(ReportInputs(run, outlets=path if path.is_dir() else None,
+                                 policies=path if path.is_file() else None))
+    except LenpredError:
+        return False
+    return path.exists()
+
+
+def demo_report(reference: str | os.PathLike[str] = REFERENCE, out_dir: str | os.PathLike[str] = "out/report") -> Path:
+    """Make the reference run's report inputs with the verbs and write its page; returns the page's path."""
+    run = Path(reference)
+    out = Path(out_dir) / run.name
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "log.txt"
+    log.write_text("")
+    _verb(["bound", str(run), "--out", str(out / "bound")], log)
+    benches = [b for b in (_bench(run, run.name, out, log),) if b is not None]
+    if benches and TRANSFER.is_dir() and TRANSFER.resolve() != run.resolve():
+        other = _bench(TRANSFER, run.name, out, log)
+        benches += [other] if other is not None else []
+    inputs = ReportInputs(run, bound=out / "bound", bench=tuple(benches),
+                          outlets=OUTLETS if _matches(OUTLETS, run) else None,
+                          policies=POLICIES if _matches(POLICIES, run) else None)
+    return write_report(inputs, out / "report.html").path

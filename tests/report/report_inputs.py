@@ -1,0 +1,105 @@
+"""Inputs of the report tests, made with the verbs on the committed runs (the fixtures are in conftest.py).
+
+The reference run (data/runs/smollm2-sharegpt) and the AlpacaEval run under the same card are
+committed, and so is an OUTLETS bench of the reference run (docs/outlets_real). The bound, the two
+benches (two hand-made predictors whose figures a test can check), a small simulation and a policy
+table are made here, with few bootstrap replicates to stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lenpred.cli import main
+from lenpred.data.lengths import sample_lengths
+from lenpred.data.rundir import RunDir
+from lenpred.data.split import load_split
+from lenpred.predictions import Predictions
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "data" / "runs" / "smollm2-sharegpt"
+ALPACA = ROOT / "data" / "runs" / "smollm2-alpaca-eval"
+OUTLETS = ROOT / "docs" / "outlets_real"
+CONSTANT = 150.0  # the constant predictor's prediction (tokens)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    run: Path
+    bound: Path
+    bench: Path
+    transfer: Path
+    outlets: Path
+    sim: Path
+    policies: Path
+
+
+def _verb(*argv: object) -> None:
+    assert main([str(a) for a in argv]) == 0, argv
+
+
+def _predictions(run: Path, out: Path) -> list[str]:
+    """Two predictors of the run's test prompts: a constant, and each prompt's own mean length."""
+    rd = RunDir.open(run)
+    split = load_split(rd, require_complete=False)
+    s = sample_lengths(rd, with_prompts=False)
+    test = s[s["prompt_id"].isin(split.test)]
+    means = test.groupby("prompt_id")["n_tokens"].mean()
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+    for name, pred in (("constant", np.full(len(means), CONSTANT)), ("prompt-mean", means.to_numpy(float))):
+        df = pd.DataFrame({"prompt_id": means.index.astype(str), "sample_idx": -1, "pred_tokens": pred})
+        if name == "prompt-mean":  # an 80% interval, so that the coverage plot is drawn
+            df = df.assign(q10=0.5 * pred, q50=pred, q90=1.6 * pred)
+        path = out / f"{name}.parquet"
+        Predictions.from_frame(df, made_by=name, card=rd.card).write(path)
+        made.append(f"{name}={path}")
+    return made
+
+
+def _sim_config(path: Path) -> Path:
+    cfg = {
+        "name": "tiny", "seed": 0,
+        "cluster": {"n_prefill": 1, "n_decode": 2, "profile": "llama8b-h100"},
+        "workload": {"n_requests": 300, "lengths": {"source": "rundir", "path": str(REFERENCE), "roles": ["test"]}},
+        "prediction": {"model": "oracle"},
+        "policies": [{"name": "fcfs+rr", "queue": "fcfs", "dispatch": "round-robin"},
+                     {"name": "sjf+lpt", "queue": "sjf", "dispatch": "least-predicted-tokens"}],
+        "sweep": {"loads": [0.8, 1.2], "load_unit": "capacity", "probe_requests": 200},
+        "plots": False,
+    }
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def _policies(path: Path) -> Path:
+    rows = [{"policy": pol, "predictor": pred, "arrival": "poisson", "workload": "test", "seed": seed, "load": load,
+             "short_p99_s": base * load * (1.0 if pol == "fcfs" else 0.7) + 0.01 * seed}
+            for pol in ("fcfs", "sjf") for pred, base in (("ridge", 2.0), ("oracle", 1.5))
+            for load in (0.9, 1.0, 1.1) for seed in (0, 1)]
+    path.write_text(json.dumps({"rows": rows, "command": "python benchmarks/policies.py --tiny"}))
+    return path
+
+
+def make_inputs(d: Path) -> Inputs:
+    _verb("bound", REFERENCE, "--out", d / "bound", "--n-boot", 50, "--n-boot-robust", 10, "--n-imputations", 2,
+          "--n-normal-reference", 2, "--grid", 4)
+    _verb("bench", "--run", REFERENCE, "--predictions", *_predictions(REFERENCE, d / "preds-ref"), "--n-boot", 20,
+          "--out", d / "bench")
+    _verb("bench", "--run", ALPACA, "--predictions", *_predictions(ALPACA, d / "preds-alpaca"), "--n-boot", 20,
+          "--out", d / "bench-alpaca")
+    _verb("simulate", "--config", _sim_config(d / "tiny.json"), "--out", d / "sim", "--quiet")
+    return Inputs(REFERENCE, d / "bound", d / "bench", d / "bench-alpaca", OUTLETS, d / "sim",
+                  _policies(d / "policies.json"))
+
+
+def make_page(inputs: Inputs, out: Path) -> Path:
+    """The page with every section."""
+    _verb("report", "--run", inputs.run, "--bound", inputs.bound, "--bench", inputs.bench, inputs.transfer,
+          "--outlets", inputs.outlets, "--sim", inputs.sim, "--policies", inputs.policies, "--out", out)
+    return out

@@ -1,0 +1,286 @@
+"""`lenpred report`: the page's sections, its figures against the inputs, self-containment, and the
+one-line refusals that write nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from lenpred.bench.evaluate import BenchResult
+from lenpred.cli import main
+from lenpred.data.lengths import sample_lengths
+from lenpred.data.rundir import RunDir
+from lenpred.data.split import load_split
+from lenpred.report.page import ReportInputs, write_report
+from lenpred.report.page.sections import TITLES
+from report.report_inputs import ALPACA, CONSTANT, Inputs
+
+
+class _Page(HTMLParser):
+    """Section ids and headings, images, tables (title -> rows of cell text), and every URL referenced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: list[str] = []
+        self.headings: list[str] = []
+        self.images: list[str] = []
+        self.urls: list[str] = []
+        self.tags: set[str] = set()
+        self.tables: dict[str, list[list[str]]] = {}
+        self._h: str | None = None
+        self._text = ""
+        self._last_h3 = ""
+        self._row: list[str] | None = None
+        self._cell: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.tags.add(tag)
+        if tag == "section":
+            self.sections.append(str(a.get("id")))
+        if tag in ("h2", "h3"):
+            self._h, self._text = tag, ""
+        if tag == "img":
+            self.images.append(str(a.get("src")))
+        for k in ("src", "href"):
+            if a.get(k) and tag != "img":
+                self.urls.append(str(a[k]))
+        if tag == "table":
+            self.tables[self._last_h3] = []
+        if tag == "tr":
+            self._row = []
+        if tag in ("td", "th"):
+            self._cell = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == self._h:
+            if tag == "h2":
+                self.headings.append(self._text)
+            else:
+                self._last_h3 = self._text
+            self._h = None
+        if tag in ("td", "th") and self._row is not None and self._cell is not None:
+            self._row.append(self._cell)
+            self._cell = None
+        if tag == "tr" and self._row is not None:
+            self.tables[self._last_h3].append(self._row)
+            self._row = None
+
+    def handle_data(self, data: str) -> None:
+        if self._h:
+            self._text += data
+        if self._cell is not None:
+            self._cell += data
+
+
+def parse(path: Path) -> _Page:
+    p = _Page()
+    p.feed(path.read_text(encoding="utf-8"))
+    return p
+
+
+def _row(page: _Page, title_start: str, first: str) -> list[str]:
+    title = next(t for t in page.tables if t.startswith(title_start))
+    return next(r for r in page.tables[title] if r[0] == first)
+
+
+# ------------------------------------------------------------------------------------------ the page
+def test_every_section_in_order_and_self_contained(full_page: Path) -> None:
+    page = parse(full_page)
+    assert page.sections == list(TITLES)
+    assert page.headings == list(TITLES.values())
+    # 4 bound plots, 3 bench plots (coverage: prompt-mean has an interval; pred vs true: both tables are
+    # readable), transfer, 3 OUTLETS, sim, policies
+    assert len(page.images) == 4 + 3 + 1 + 3 + 1 + 1
+    assert all(src.startswith("data:image/png;base64,") for src in page.images)
+    assert not page.tags & {"script", "link", "iframe", "object", "embed"}
+    assert all(u.startswith("#") for u in page.urls), page.urls  # only links to its own sections
+    text = full_page.read_text()
+    assert "http://" not in text and "https://" not in text and "@import" not in text
+
+
+def test_bench_figures_are_the_known_answers(full_page: Path, inputs: Inputs) -> None:
+    """The constant predictor's MAE, computed here from the samples, is the figure on the page."""
+    rd = RunDir.open(inputs.run)
+    test_ids = set(load_split(rd, require_complete=False).test)
+    s = sample_lengths(rd, with_prompts=False)
+    t = s[s["prompt_id"].isin(test_ids)]
+    per_prompt = t.assign(err=(t["n_tokens"] - CONSTANT).abs()).groupby("prompt_id")["err"].mean()
+    page = parse(full_page)
+    row = _row(page, "Bench on smollm2-sharegpt", "constant")
+    assert row[1] == "all" and row[2] == str(len(t))
+    assert row[3] == f"{per_prompt.mean():.1f}"
+    res = BenchResult.from_dict(json.loads((inputs.bench / "bench.json").read_text()))
+    bound = _row(page, "Bench on smollm2-sharegpt", "oracle bound")
+    assert bound[3] == f"{res.bound.oracle_mae:.1f}"
+    assert f"{res.row('constant').mae_over_bound:.3f}" in row
+    # every subset is in the page's table (the console's is narrower)
+    title = next(x for x in page.tables if x.startswith("Bench on smollm2-sharegpt"))
+    assert {r[1] for r in page.tables[title][1:]} == {"all", "eos", "truncated"}
+    assert len(page.tables[title][0]) == 13
+
+
+def test_transfer_sets_each_run_against_its_own_bound(full_page: Path, inputs: Inputs) -> None:
+    home = BenchResult.from_dict(json.loads((inputs.bench / "bench.json").read_text()))
+    other = BenchResult.from_dict(json.loads((inputs.transfer / "bench.json").read_text()))
+    page = parse(full_page)
+    assert _row(page, "MAE and MAE / bound", "oracle bound")[1:] == [
+        f"{home.bound.oracle_mae:.1f}", "1.000", f"{other.bound.oracle_mae:.1f}", "1.000"]
+    r = _row(page, "MAE and MAE / bound", "prompt-mean")
+    assert r[2] == f"{home.row('prompt-mean').mae_over_bound:.3f}"
+    assert r[4] == f"{other.row('prompt-mean').mae_over_bound:.3f}"
+
+
+def test_bound_verdicts_and_commands(full_page: Path, inputs: Inputs) -> None:
+    text = full_page.read_text()
+    bound = json.loads((inputs.bound / "bound.json").read_text())
+    for claim, verdict in bound["verdicts"].items():
+        assert claim.replace("_", " ") in text
+        assert verdict.split(": ")[0] in text
+    assert f"lenpred bound {inputs.run} --out {inputs.bound}" in text
+    assert f"lenpred bench --run {inputs.run} --predictions constant=" in text
+    assert "lenpred outlets bench --traj out/traj-test" in text
+    assert "python benchmarks/policies.py --tiny" in text  # the command the policies file records
+
+
+def test_policies_median_over_seeds(full_page: Path) -> None:
+    page = parse(full_page)
+    # rows of the hand-made table: fcfs (ridge) at load 1.0 is 2.0 * 1.0 + 0.01 * seed, seeds 0 and 1
+    assert _row(page, "test / poisson", "fcfs (ridge)")[1:] == ["1.805", "2.005", "2.205"]
+    assert _row(page, "test / poisson", "sjf (oracle)")[1:] == [f"{1.5 * x * 0.7 + 0.005:.3f}" for x in (0.9, 1.0, 1.1)]
+
+
+def test_only_the_run_gives_one_section_and_names_the_rest(tmp_path: Path, inputs: Inputs) -> None:
+    res = write_report(ReportInputs(inputs.run), tmp_path / "r.html")
+    assert res.sections == ("run",)
+    page = parse(res.path)
+    assert page.sections == ["run"]
+    text = res.path.read_text()
+    assert "Not in this report" in text and "--bound" in text and "--outlets" in text
+    assert res.size == len(res.path.read_bytes())
+
+
+# ------------------------------------------------------------------------------------------ refusals
+def _bad(tmp_path: Path, *argv: object, capsys: pytest.CaptureFixture[str]) -> str:
+    out = tmp_path / "r.html"
+    rc = main(["report", *[str(a) for a in argv], "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1
+    assert not out.exists(), "nothing is written on a refusal"
+    assert len(err.splitlines()) == 1 and err.startswith("lenpred report: error: ")
+    return err
+
+
+def test_refuses_a_result_of_another_kind(tmp_path: Path, inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _bad(tmp_path, "--run", inputs.run, "--bound", inputs.bench, capsys=capsys)
+    assert "is a bench artifact, expected bound" in err
+
+
+def test_refuses_another_schema_version(tmp_path: Path, inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = tmp_path / "bench"
+    shutil.copytree(inputs.bench, bench)
+    meta = json.loads((bench / "meta.json").read_text())
+    (bench / "meta.json").write_text(json.dumps({**meta, "schema_version": 2}))
+    err = _bad(tmp_path, "--run", inputs.run, "--bench", bench, capsys=capsys)
+    assert "schema version 2" in err
+
+
+def test_refuses_an_outlets_bench_of_another_card(tmp_path: Path, inputs: Inputs,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "outlets"
+    shutil.copytree(inputs.outlets, other)
+    meta = json.loads((other / "meta.json").read_text())
+    (other / "meta.json").write_text(json.dumps({**meta, "card": {"card_hash": "0123456789abcdef"}}))
+    err = _bad(tmp_path, "--run", inputs.run, "--outlets", other, capsys=capsys)
+    assert "another card" in err and "0123456789abcdef" in err
+
+
+def test_refuses_a_bound_of_another_run(tmp_path: Path, inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _bad(tmp_path, "--run", ALPACA, "--bound", inputs.bound, capsys=capsys)
+    assert "another card" in err
+
+
+def test_transfer_needs_the_runs_own_bench(tmp_path: Path, inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _bad(tmp_path, "--run", inputs.run, "--bench", inputs.transfer, capsys=capsys)
+    assert "pass the bench of this run too" in err
+    err = _bad(tmp_path, "--run", inputs.run, "--bench", inputs.bench, inputs.bench, capsys=capsys)
+    assert "two --bench reports" in err
+
+
+def test_refuses_a_transfer_under_another_sampling_card(tmp_path: Path, inputs: Inputs,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    bench = tmp_path / "bench"
+    shutil.copytree(inputs.transfer, bench)
+    d = json.loads((bench / "bench.json").read_text())
+    d["protocol"]["sampling"]["temperature"] = 0.7
+    (bench / "bench.json").write_text(json.dumps(d))  # also breaks its sha256: rewrite meta's record of it
+    from lenpred.fileio import file_sha256
+
+    meta = json.loads((bench / "meta.json").read_text())
+    meta["files"]["bench.json"] = file_sha256(bench / "bench.json")
+    (bench / "meta.json").write_text(json.dumps(meta))
+    err = _bad(tmp_path, "--run", inputs.run, "--bench", inputs.bench, bench, capsys=capsys)
+    assert "another sampling card (temperature: 0.7 != 1.0)" in err
+
+
+def test_refuses_bad_policy_rows_and_missing_paths(tmp_path: Path, inputs: Inputs,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps([{"policy": "fcfs", "load": 1.0}]))
+    assert "row 0 lacks short_p99_s" in _bad(tmp_path, "--run", inputs.run, "--policies", bad, capsys=capsys)
+    assert "does not exist" in _bad(tmp_path, "--run", inputs.run, "--sim", tmp_path / "nope", capsys=capsys)
+    assert "not a lenpred run directory" in _bad(tmp_path, "--run", tmp_path / "nope", capsys=capsys)
+
+
+def test_refuses_to_overwrite_a_file_that_is_not_a_report(tmp_path: Path, inputs: Inputs,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    mine = tmp_path / "notes.html"
+    mine.write_text("<html>my own notes</html>")
+    rc = main(["report", "--run", str(inputs.run), "--out", str(mine)])
+    assert rc == 1 and "is not a lenpred report" in capsys.readouterr().err
+    assert mine.read_text() == "<html>my own notes</html>"
+    rc = main(["report", "--run", str(inputs.run), "--out", str(tmp_path / "r.txt")])
+    assert rc == 1 and "not an .html file" in capsys.readouterr().err
+
+
+def test_replaces_its_own_report(tmp_path: Path, inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.html"
+    assert main(["report", "--run", str(inputs.run), "--out", str(out)]) == 0
+    assert main(["report", "--run", str(inputs.run), "--bound", str(inputs.bound), "--out", str(out)]) == 0
+    assert parse(out).sections == ["run", "bound"]
+    assert f"report: {out}" in capsys.readouterr().out
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary file left behind"
+
+
+def test_sim_of_another_run_is_refused(tmp_path: Path, inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:
+    sim = tmp_path / "sim"
+    shutil.copytree(inputs.sim, sim)
+    d = json.loads((sim / "results.json").read_text())
+    d["config"]["workload"]["lengths"]["path"] = str(ALPACA)
+    (sim / "results.json").write_text(json.dumps(d))
+    err = _bad(tmp_path, "--run", inputs.run, "--sim", sim, capsys=capsys)
+    assert "replays run" in err and str(ALPACA) in err
+
+
+def test_bench_console_fits_100_columns(inputs: Inputs) -> None:
+    """Part 4 of issue 23: the console table fits a 100-column terminal; a wide one keeps every column."""
+    from rich.console import Console
+
+    from lenpred.report.bench import COLUMNS, render_console
+
+    res = BenchResult.from_dict(json.loads((inputs.bench / "bench.json").read_text()))
+    narrow = Console(width=100, record=True, file=io.StringIO())
+    render_console(res, console=narrow)
+    text = narrow.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert f"{res.bound.oracle_mae:.1f}" in text and "MAE / bound" in text and "left out to fit 100" in text
+    wide = Console(width=200, record=True, file=io.StringIO())
+    render_console(res, console=wide)
+    header = next(line for line in wide.export_text().splitlines() if "predictor" in line)
+    assert all(c in header for c in COLUMNS)
+    assert "left out" not in wide.export_text()
