@@ -98,6 +98,7 @@ VERBS: dict[str, tuple[str, str, str]] = {
         "OUTLETS: trajectory features from the draft backbone, remaining-length heads, their bench",
         "lenpred outlets features --run data/runs/smollm2-sharegpt --draft data/draft/smollm2-135m --out out/traj",
     ),
+    "report": ("lenpred.commands.report", "one self-contained HTML page of a run's results (card, bound, bench, transfer, OUTLETS, P99 vs load)", "lenpred report --run data/runs/smollm2-sharegpt --bound out/bound/smollm2-sharegpt --out report.html"),
 }
 
 
