@@ -181,7 +181,7 @@ def run_bench(a: argparse.Namespace) -> int:
 
     from lenpred.artifacts import write_artifact
     from lenpred.outlets.evaluate import OutletsBench, run_bench
-    from lenpred.outlets.report import render_markdown, write_plots
+    from lenpred.report.outlets import render_markdown, write_plots
 
     out = Path(a.out)
     _check_out(out)
