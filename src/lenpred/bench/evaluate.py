@@ -28,7 +28,7 @@ from lenpred.data.split import Split, load_split
 from lenpred.errors import DataError
 from lenpred.predictions import Predictions
 
-__all__ = ["BenchResult", "BenchRow", "BoundRow", "ProtocolCard", "evaluate", "SUBSETS"]
+__all__ = ["BenchResult", "BenchRow", "BoundRow", "ProtocolCard", "evaluate", "oracle_bound", "SUBSETS"]
 
 SCHEMA_VERSION = 1
 SUBSETS = ("all", "eos", "truncated")
@@ -116,22 +116,38 @@ class BenchResult:
         return cls(ProtocolCard(**d["protocol"]), BoundRow(**b), rows)
 
 
-def _bound(test: pd.DataFrame, n_boot: int, ci: float, seed: int) -> BoundRow:
+def oracle_bound(lengths: pd.DataFrame, n_boot: int, ci: float, seed: int, *, drop_single: bool = False) -> BoundRow:
+    """The per-prompt oracle bound (:func:`lenpred.stats.oracle.mae_estimates`) on the prompts of
+    ``lengths`` (columns prompt_id, n_tokens: the lengths as served), averaged over prompts, with a
+    bootstrap interval over prompts (``default_rng(seed)``).
+
+    The bound needs 2+ samples of a prompt. ``drop_single=False`` (the prefill bench): every prompt
+    counts, and a prompt with one sample is an error (the split gives every test prompt K >= 8).
+    ``drop_single=True`` (the OUTLETS bench): such prompts are left out, their samples not counted.
+    Where no prompt has one sample the two give the same figures.
+    """
     from lenpred.stats.bootstrap import mean_ci
     from lenpred.stats.oracle import mae_estimates
 
+    k = lengths.groupby("prompt_id")["n_tokens"].transform("size")
+    if not drop_single and (k < 2).any():
+        raise DataError(f"{int(lengths.loc[k < 2, 'prompt_id'].nunique())} test prompt(s) have a single sample: "
+                        "the oracle bound needs 2+ samples per prompt", "re-run `lenpred split` (test prompts get K >= 8)")
+    keep, kk = lengths[k >= 2], k[k >= 2]
     per_prompt = []
-    for _k, g in test.groupby(test.groupby("prompt_id")["n_tokens"].transform("size")):
+    for _, g in keep.groupby(kk):
         ids = g["prompt_id"].unique()
         x = np.stack([g.loc[g["prompt_id"] == p, "n_tokens"].to_numpy(float) for p in ids])[None]  # (1, P, K)
         est = mae_estimates(x)
         per_prompt.append(pd.DataFrame({"prompt_id": ids, "oracle": est["mae_oracle"],
                                         "ins": est["mae_insample"], "loo": est["mae_loo"],
                                         "mean": x[0].mean(-1)}))
+    if not per_prompt:
+        raise DataError("no test prompt has 2+ samples: the bound is undefined", "use a run whose test prompts have K >= 8")
     pp = pd.concat(per_prompt, ignore_index=True)
     rng = np.random.default_rng(seed)
     return BoundRow(
-        n_prompts=len(pp), n_samples=len(test), oracle_mae=float(pp["oracle"].mean()),
+        n_prompts=len(pp), n_samples=len(keep), oracle_mae=float(pp["oracle"].mean()),
         oracle_mae_ci=mean_ci(pp["oracle"].to_numpy(), n_boot, ci, rng),
         oracle_mae_insample=float(pp["ins"].mean()), oracle_mae_loo=float(pp["loo"].mean()),
         mean_length=float(pp["mean"].mean()),
@@ -173,7 +189,7 @@ def evaluate(
     test = s[s["prompt_id"].isin(split.test)].reset_index(drop=True)
     if test.empty:
         raise DataError(f"{rd.path}: the split has no test prompt with samples", f"run `lenpred split {rd.path}`")
-    res = BenchResult(_protocol(rd, split, test), _bound(test, n_boot, ci, seed))
+    res = BenchResult(_protocol(rd, split, test), oracle_bound(test, n_boot, ci, seed))
     tables: list[tuple[str, str, pd.DataFrame]] = []
     names = list(names) if names is not None else [p.made_by for p in predictions]
     if len(set(names)) != len(names):

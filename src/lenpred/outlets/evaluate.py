@@ -247,23 +247,14 @@ def _family(name: str) -> str:
 
 
 def bound_on(lengths: pd.DataFrame, n_boot: int, ci: float, seed: int) -> BoundInfo:
-    """The oracle bound of :mod:`lenpred.stats.oracle` on the prompts of ``lengths`` (K >= 2)."""
-    from lenpred.stats.bootstrap import mean_ci
-    from lenpred.stats.oracle import mae_estimates
+    """The prefill oracle bound on the prompts of ``lengths`` with 2+ samples
+    (:func:`lenpred.bench.evaluate.oracle_bound`, prompts with one sample left out)."""
+    from lenpred.bench.evaluate import oracle_bound
 
-    rows = []
-    k = lengths.groupby("prompt_id")["n_tokens"].transform("size")
-    for _, g in lengths[k >= 2].groupby(k[k >= 2]):
-        ids = g["prompt_id"].unique()
-        x = np.stack([g.loc[g["prompt_id"] == p, "n_tokens"].to_numpy(float) for p in ids])[None]  # (1, P, K)
-        est = mae_estimates(x)
-        rows.append(pd.DataFrame({"o": est["mae_oracle"], "i": est["mae_insample"], "l": est["mae_loo"]}))
-    if not rows:
-        raise DataError("no test prompt has 2+ samples: the bound is undefined", "use a run whose test prompts have K >= 8")
-    pp = pd.concat(rows, ignore_index=True)
-    return BoundInfo(n_prompts=len(pp), n_samples=int((k >= 2).sum()), oracle_mae=float(pp["o"].mean()),
-                     oracle_mae_ci=_ci(mean_ci(pp["o"].to_numpy(), n_boot, ci, np.random.default_rng(seed))),
-                     oracle_mae_insample=float(pp["i"].mean()), oracle_mae_loo=float(pp["l"].mean()))
+    b = oracle_bound(lengths, n_boot, ci, seed, drop_single=True)
+    return BoundInfo(n_prompts=b.n_prompts, n_samples=b.n_samples, oracle_mae=b.oracle_mae,
+                     oracle_mae_ci=_ci(b.oracle_mae_ci), oracle_mae_insample=b.oracle_mae_insample,
+                     oracle_mae_loo=b.oracle_mae_loo)
 
 
 def _per_prompt(values: np.ndarray, pids: np.ndarray) -> pd.Series:
