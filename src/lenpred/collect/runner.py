@@ -45,6 +45,7 @@ from lenpred.data.rundir import CARD, RunDir, card_hash, check_run_target
 from lenpred.data.sources import PromptConfig, build_prompt_table, load_raw, text_sha256
 from lenpred.errors import ConfigError, DataError, EngineError
 from lenpred.models.loading import EMBEDDED, ModelSpec
+from lenpred.progress import Progress
 
 __all__ = ["CollectConfig", "CollectPlan", "CollectSummary", "build_card", "collect", "open_run", "prepare", "run_card"]
 
@@ -376,54 +377,27 @@ def _eta(done: int, total: int, seconds: float) -> str:
 
 
 class _Progress:
-    """A rich progress bar over prompts (a prompt is done when all its samples are), with tokens/s."""
+    """Progress over prompts (a prompt is done when all its samples are), with samples, tokens/s and
+    the ETA from the sample rate; drawn by :class:`lenpred.progress.Progress`."""
 
     def __init__(self, enabled: bool, n_jobs: int, prompts: pd.DataFrame, samples: int, done: set[tuple[str, int]]) -> None:
-        self.enabled = enabled
         self.left = {pid: samples - sum((pid, k) in done for k in range(samples)) for pid in prompts["prompt_id"]}
-        self.n_prompts = len(self.left)
         self.n_jobs = n_jobs
+        self.samples = 0
+        self.bar = Progress("collect", len(self.left), initial=sum(v <= 0 for v in self.left.values()),
+                            unit="prompts", enabled=enabled, eta=False)  # prompts finish late: the ETA is the samples'
 
     def __enter__(self) -> _Progress:
-        if self.enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self.p = Progress(
-                TextColumn("[bold]collect"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("prompts"),
-                TextColumn("{task.fields[samples]} samples  {task.fields[tps]:.1f} tok/s"),
-                TimeElapsedColumn(),
-                TextColumn("ETA {task.fields[eta]}"),
-            )
-            self.p.__enter__()
-            done_prompts = sum(v <= 0 for v in self.left.values())
-            self.task = self.p.add_task(
-                "collect", total=self.n_prompts, completed=done_prompts, samples=0, tps=0.0, eta=_eta(0, self.n_jobs, 0.0)
-            )
-            self.samples = 0
         return self
 
     def advance(self, r: Result, tokens: int, seconds: float) -> None:
-        if not self.enabled:
+        if not self.bar.enabled:
             return
         self.samples += 1
         self.left[r.prompt_id] -= 1
-        self.p.update(
-            self.task,
-            advance=1 if self.left[r.prompt_id] == 0 else 0,
-            samples=f"{self.samples}/{self.n_jobs}",
-            tps=tokens / max(seconds, 1e-9),
-            eta=_eta(self.samples, self.n_jobs, seconds),
-        )
+        self.bar.update(1 if self.left[r.prompt_id] == 0 else 0,
+                        info=f"{self.samples}/{self.n_jobs} samples  {tokens / max(seconds, 1e-9):.1f} tok/s  "
+                             f"ETA {_eta(self.samples, self.n_jobs, seconds)}")
 
     def __exit__(self, *exc: Any) -> None:
-        if self.enabled:
-            self.p.__exit__(*exc)
+        self.bar.close()

@@ -9,7 +9,6 @@ the tokens the target saw when the samples were drawn.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from lenpred.features.prefill import (
 from lenpred.features.shards import prompts_sha256, shard_label, shard_slice
 from lenpred.features.store import KIND, Features, save_features, spec_key
 from lenpred.features.work import WorkDir, work_path
+from lenpred.progress import Progress
 
 __all__ = ["compute_features", "FeatureRun"]
 
@@ -182,8 +182,10 @@ def _compute(ext: Extractor, todo: pd.DataFrame, work: WorkDir, cfg: FeatureConf
     seqs = todo["prompt_token_ids"].map(lambda s: [int(x) for x in s]).tolist()
     pids = todo["prompt_id"].astype(str).tolist()
     total_tokens = int(sum(min(len(s), ext.max_tokens) for s in seqs))
-    bar = _Progress(len(pids), total_tokens, progress, say)
+    # a rich bar on a terminal; into a log, one line per saved chunk (below) instead of the bar's
+    bar = Progress("features", len(pids), unit="prompts", enabled=progress, log_every=None)
     tokens = 0
+    t0 = time.perf_counter()
     try:
         for c0 in range(0, len(pids), cfg.chunk_prompts):
             cseqs = seqs[c0 : c0 + cfg.chunk_prompts]
@@ -196,7 +198,7 @@ def _compute(ext: Extractor, todo: pd.DataFrame, work: WorkDir, cfg: FeatureConf
                 parts_s.append(s)
                 n_tok = sum(lens[i] for i in batch)
                 tokens += n_tok
-                bar.advance(len(batch), n_tok)
+                bar.update(len(batch), info=f"{tokens / max(time.perf_counter() - t0, 1e-9):.0f} tok/s")
             cids = pids[c0 : c0 + cfg.chunk_prompts]
             blocks = {k: np.concatenate([p[k] for p in parts_b]) for k in parts_b[0]}
             side = np.concatenate(parts_s)
@@ -204,7 +206,8 @@ def _compute(ext: Extractor, todo: pd.DataFrame, work: WorkDir, cfg: FeatureConf
             work.write_chunk(cids, blocks, side)
             for j, pid in enumerate(cids):
                 done[pid] = ({k: v[j] for k, v in blocks.items()}, side[j])
-            bar.chunk_done(len(done))
+            if progress and not bar.live:
+                say(_chunk_line(bar.done, len(pids), tokens, total_tokens, time.perf_counter() - t0, len(done)))
     finally:
         bar.close()
     return tokens
@@ -219,39 +222,10 @@ def _check_storable(blocks: dict[str, np.ndarray], dtype: str) -> None:
                             "store the features as float32 (--dtype float32; delete the work folder first)")
 
 
-class _Progress:
-    """A rich progress bar on a terminal; otherwise one log line per chunk (nohup logs stay readable)."""
-
-    def __init__(self, n: int, tokens: int, enabled: bool, say: Callable[[str], None]) -> None:
-        self.n, self.tokens, self.say = n, tokens, say
-        self.done_p = self.done_t = 0
-        self.t0 = time.perf_counter()
-        self.live = None
-        if enabled and sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.live = Progress(TextColumn("features"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), transient=False)
-            self.task = self.live.add_task("features", total=n, rate="")
-            self.live.start()
-        self.enabled = enabled
-
-    def advance(self, prompts: int, tokens: int) -> None:
-        self.done_p += prompts
-        self.done_t += tokens
-        if self.live is not None:
-            dt = max(time.perf_counter() - self.t0, 1e-9)
-            self.live.update(self.task, advance=prompts, rate=f"{self.done_t / dt:.0f} tok/s")
-
-    def chunk_done(self, total_done: int) -> None:
-        if self.live is None and self.enabled:
-            dt = max(time.perf_counter() - self.t0, 1e-9)
-            left = (self.tokens - self.done_t) / (self.done_t / dt) if self.done_t else float("nan")
-            self.say(f"features: {self.done_p}/{self.n} prompts, {self.done_t}/{self.tokens} tokens, "
-                     f"{self.done_p / dt:.2f} prompts/s, {self.done_t / dt:.0f} tokens/s, ~{left / 60:.1f} min left "
-                     f"(chunk saved; {total_done} rows done)")
-
-    def close(self) -> None:
-        if self.live is not None:
-            self.live.stop()
+def _chunk_line(prompts: int, n: int, tokens: int, total_tokens: int, seconds: float, rows_done: int) -> str:
+    """The log line of a saved chunk: how far, how fast, how long still."""
+    dt = max(seconds, 1e-9)
+    left = (total_tokens - tokens) / (tokens / dt) if tokens else float("nan")
+    return (f"features: {prompts}/{n} prompts, {tokens}/{total_tokens} tokens, {prompts / dt:.2f} prompts/s, "
+            f"{tokens / dt:.0f} tokens/s, ~{left / 60:.1f} min left (chunk saved; {rows_done} rows done)")
 
