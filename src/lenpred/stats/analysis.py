@@ -139,19 +139,10 @@ def _nothing_ends(lengths: RunLengths) -> DataError:
     )
 
 
-def analyse(lengths: RunLengths, config: BoundConfig | None = None) -> BoundAnalysis:
-    """Compute every figure of the bound analysis from the lengths of one run."""
-    config = config or BoundConfig()
-    # one generator for the whole analysis: the order of the draws below is part of the figures
-    rng = np.random.default_rng(config.seed)
-
-    tail = tail_check(
-        [
-            (g["length"].to_numpy(float), g["censored"].to_numpy(bool))
-            for _, g in lengths.samples.groupby("prompt_id")
-        ],
-        lengths.cap,
-    )
+def _variant_bounds(
+    lengths: RunLengths, config: BoundConfig, rng: np.random.Generator
+) -> tuple[dict[str, VariantBound | VariantUnavailable], dict[str, pd.DataFrame], dict[str, DataError]]:
+    """Every variant's bound (or why it is unavailable), its per-prompt table, and its error."""
     variants: dict[str, VariantBound | VariantUnavailable] = {}
     per_variant: dict[str, pd.DataFrame] = {}
     errors: dict[str, DataError] = {}
@@ -173,6 +164,23 @@ def analyse(lengths: RunLengths, config: BoundConfig | None = None) -> BoundAnal
             dropped=v.dropped,
             imputed=int(pp["n_truncated"].sum()) if name == "censored" else 0,
         )
+    return variants, per_variant, errors
+
+
+def analyse(lengths: RunLengths, config: BoundConfig | None = None) -> BoundAnalysis:
+    """Compute every figure of the bound analysis from the lengths of one run."""
+    config = config or BoundConfig()
+    # one generator for the whole analysis: the order of the draws below is part of the figures
+    rng = np.random.default_rng(config.seed)
+
+    tail = tail_check(
+        [
+            (g["length"].to_numpy(float), g["censored"].to_numpy(bool))
+            for _, g in lengths.samples.groupby("prompt_id")
+        ],
+        lengths.cap,
+    )
+    variants, per_variant, errors = _variant_bounds(lengths, config, rng)
     headline, theory, reason = choose_variants(config, tail, per_variant, errors, lengths)
 
     pp = per_variant[theory]
