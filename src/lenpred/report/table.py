@@ -7,10 +7,11 @@ so the console and ``summary.md`` can never disagree on a figure or a label.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Column", "Table", "fmt", "fmt_ci"]
+__all__ = ["Column", "Table", "columns_that_fit", "fmt", "fmt_ci"]
 
 
 def fmt(x: Any, spec: str) -> str:
@@ -82,6 +83,24 @@ class Table:
         for note in self.notes:
             lines += [note, ""]
         return lines
+
+
+def columns_that_fit(build: Callable[[list[int]], Any], n_columns: int, width: int,
+                     drop_order: Sequence[int]) -> list[int]:
+    """Indices of the columns to keep so that ``build(kept)`` (a rich renderable) fits ``width`` console
+    columns unwrapped: columns leave in ``drop_order``, as few as needed (all kept when it fits)."""
+    import io
+
+    from rich.console import Console
+
+    con = Console(file=io.StringIO(), width=100_000)  # measured unconstrained: a table shrinks to any width
+    keep = list(range(n_columns))
+    for i in [None, *drop_order]:
+        if i is not None and i in keep:
+            keep.remove(i)
+        if con.measure(build(keep)).maximum <= width:
+            break
+    return keep
 
 
 def _md(text: str) -> str:
