@@ -64,19 +64,41 @@ def protocol_lines(res: BenchResult) -> list[str]:
     ]
 
 
-def render_console(res: BenchResult, subsets: tuple[str, ...] = ("all",), title: str = "bench") -> None:
+# columns the console leaves out first when the table is wider than the terminal (bench.md keeps all)
+# (a single subset's column says the same on every row: it leaves first)
+CONSOLE_DROP = ("subset", "pinball", "RMSE", "R2", "excess", "samples", "rel. MAE", "95% CI")
+
+
+def render_console(res: BenchResult, subsets: tuple[str, ...] = ("all",), title: str = "bench",
+                   console: Any = None) -> None:
+    """The bench table on the console, narrowed to its width (100 columns when not a terminal)."""
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(width=200)
+    from lenpred.report.table import columns_that_fit
+
+    con = console or Console()
+    if console is None and not con.is_terminal:  # piped or captured: rich would assume 80 columns
+        con = Console(width=100)
+    rows = bench_table(res, subsets)
+
+    def build(keep: list[int]) -> Table:
+        t = Table(title=title, title_justify="left")
+        for i in keep:
+            t.add_column(COLUMNS[i], justify="left" if COLUMNS[i] in ("predictor", "subset") else "right", no_wrap=True)
+        for r in rows:
+            t.add_row(*(r.cells[i] for i in keep), style="bold" if r.is_bound else None)
+        return t
+
+    drop = [COLUMNS.index(c) for c in CONSOLE_DROP if c != "subset" or len(subsets) == 1]
+    keep = columns_that_fit(build, len(COLUMNS), con.width, drop)
     for line in protocol_lines(res):
         con.print(line, highlight=False)
-    t = Table(title=title, title_justify="left")
-    for c in COLUMNS:
-        t.add_column(c, justify="left" if c in ("predictor", "subset") else "right")
-    for r in bench_table(res, subsets):
-        t.add_row(*r.cells, style="bold" if r.is_bound else None)
-    con.print(t)
+    con.print(build(keep))
+    left_out = [c for i, c in enumerate(COLUMNS) if i not in keep]
+    if left_out:
+        con.print(f"(left out to fit {con.width} columns: {', '.join(left_out)}; bench.md and the report show all)",
+                  highlight=False)
 
 
 def render_markdown(res: BenchResult, subsets: tuple[str, ...] = ("all", "eos", "truncated")) -> str:
