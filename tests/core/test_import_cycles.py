@@ -1,8 +1,10 @@
-"""No import cycles between lenpred's modules.
+"""No import cycles between lenpred's modules, counting every import wherever it is written.
 
-Module-level imports count, and so do ``if TYPE_CHECKING:`` imports: a module that needs another's
-types to describe what it receives from it is coupled to it both ways (sim/instances.py calling back
-into the simulator was such a cycle). Function-local imports don't count (lazy by design).
+Module-level imports count, ``if TYPE_CHECKING:`` imports count (a module that needs another's types
+to describe what it receives from it is coupled to it both ways), and imports inside functions count
+too: a lazy import keeps start-up cheap, it does not make two modules independent. The one exception
+is an explicit allow-list of lazy imports through which a registry loads a plug-in by its name
+(:data:`LAZY_BY_NAME`): such an edge may close a cycle, and nothing else may.
 """
 
 from __future__ import annotations
@@ -14,55 +16,70 @@ import lenpred
 
 ROOT = Path(lenpred.__file__).parent
 
+# (importer, imported): function-level imports that load a plug-in by its registry name
+LAZY_BY_NAME = {
+    # a saved head names its class by registry key; loading one looks the key up in the registry,
+    # which imports every head (a head that loads other heads must not make that a cycle)
+    ("lenpred.predictors.io", "lenpred.predictors.registry"),
+}
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
+
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _top_level_imports(tree: ast.Module, name: str, is_pkg: bool) -> set[str]:
-    out: set[str] = set()
+def _imports(tree: ast.Module, name: str, is_pkg: bool, package: str) -> dict[str, bool]:
+    """Modules of ``package`` that the module ``name`` imports -> True when every import of it is
+    inside a function (lazy), False when one is at module level (or under ``if`` / ``try`` there)."""
+    out: dict[str, bool] = {}
 
-    def visit(stmts: list[ast.stmt]) -> None:
-        for node in stmts:
-            if isinstance(node, ast.Import):
-                out.update(a.name for a in node.names if a.name.startswith("lenpred"))
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:  # relative import
-                    base = name.split(".") if is_pkg else name.split(".")[:-1]
-                    base = base[: len(base) - node.level + 1]
-                    mod = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    mod = node.module or ""
-                if mod.startswith("lenpred"):
-                    out.add(mod)
-                    out.update(f"{mod}.{a.name}" for a in node.names)
-            elif isinstance(node, ast.If | ast.Try):
-                visit(node.body)
-                visit(getattr(node, "orelse", []))
-                for h in getattr(node, "handlers", []):
-                    visit(h.body)
+    def add(mods: set[str], lazy: bool) -> None:
+        for m in mods:
+            out[m] = out.get(m, True) and lazy
 
-    visit(tree.body)
+    def targets(node: ast.Import | ast.ImportFrom) -> set[str]:
+        if isinstance(node, ast.Import):
+            return {a.name for a in node.names if a.name.split(".")[0] == package}
+        if node.level:  # relative import
+            base = name.split(".") if is_pkg else name.split(".")[:-1]
+            base = base[: len(base) - node.level + 1]
+            mod = ".".join(base + ([node.module] if node.module else []))
+        else:
+            mod = node.module or ""
+        if mod.split(".")[0] != package:
+            return set()
+        return {mod} | {f"{mod}.{a.name}" for a in node.names}
+
+    def visit(node: ast.AST, lazy: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                add(targets(child), lazy)
+            else:
+                inner = lazy or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+                visit(child, inner)
+
+    visit(tree, False)
     return out
 
 
-def _graph() -> dict[str, set[str]]:
-    mods = {}
-    for p in ROOT.rglob("*.py"):
-        mods[_module_name(p)] = p
+def _graph(root: Path = ROOT, allowed: set[tuple[str, str]] = LAZY_BY_NAME) -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports (anywhere), less the allow-listed lazy edges."""
+    mods = {_module_name(p, root): p for p in root.rglob("*.py")}
     g: dict[str, set[str]] = {}
     for name, p in mods.items():
-        deps = _top_level_imports(ast.parse(p.read_text()), name, p.name == "__init__.py")
+        deps = _imports(ast.parse(p.read_text(encoding="utf-8")), name, p.name == "__init__.py", root.name)
         # an import of a package's member may be a submodule or a name in its __init__
-        g[name] = {d for d in deps if d in mods and d != name and not name.startswith(d + ".")}
+        g[name] = {d for d, lazy in deps.items() if d in mods and d != name and not name.startswith(d + ".")
+                   and not (lazy and (name, d) in allowed)}
     return g
 
 
 def _cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -98,9 +115,53 @@ def _cycles(g: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def _package(tmp: Path, files: dict[str, str]) -> Path:
+    root = tmp / "planted"
+    for rel, text in {"__init__.py": "", **files}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
 def test_cycle_finder_finds_a_planted_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_a_cycle_through_an_import_inside_a_function_is_caught(tmp_path):
+    root = _package(tmp_path, {
+        "base.py": "def save():\n    from planted.io import write\n    return write()\n",
+        "io.py": "from planted.base import save\n\ndef write():\n    return 1\n",
+        "sub/__init__.py": "",
+        "sub/leaf.py": "from . import helper\n",
+        "sub/helper.py": "import planted.io\n",
+    })
+    assert _cycles(_graph(root, set())) == [["planted.base", "planted.io"]]
+
+
+def test_type_checking_and_method_imports_count_too(tmp_path):
+    root = _package(tmp_path, {
+        "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from planted.b import B\n",
+        "b.py": "class B:\n    def go(self):\n        import planted.c\n",
+        "c.py": "import planted.a\n",
+    })
+    assert _cycles(_graph(root, set())) == [["planted.a", "planted.b", "planted.c"]]
+
+
+def test_only_a_lazy_allow_listed_edge_is_excused(tmp_path):
+    lazy = {"reg.py": "from planted.head import Head\n",
+            "head.py": "def load(name):\n    from planted.reg import Head\n"}
+    root = _package(tmp_path, lazy)
+    assert _cycles(_graph(root, set())) == [["planted.head", "planted.reg"]]
+    assert _cycles(_graph(root, {("planted.head", "planted.reg")})) == []
+    eager = _package(tmp_path / "eager", {"reg.py": "from planted.head import Head\n",
+                                           "head.py": "from planted.reg import Head\n"})
+    assert _cycles(_graph(eager, {("planted.head", "planted.reg")})) == [["planted.head", "planted.reg"]]
+
+
 def test_no_import_cycles():
     assert _cycles(_graph()) == []
+
+
+def test_the_allow_list_names_real_lazy_imports():
+    g = _graph(allowed=set())
+    assert all(b in g.get(a, set()) for a, b in LAZY_BY_NAME)

@@ -24,3 +24,18 @@ def test_import_is_lazy():
     code = "import sys, lenpred; print('torch' in sys.modules, 'pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_data_names_its_public_objects():
+    import lenpred.data
+
+    assert [n for n in lenpred.data.__all__ if getattr(lenpred.data, n, None) is None] == []
+
+
+def test_report_lists_every_module():
+    """report/ exports its modules (they share verbs such as ``write_plots``): every one, and no other."""
+    import pkgutil
+
+    import lenpred.report
+
+    assert sorted(lenpred.report.__all__) == sorted(m.name for m in pkgutil.iter_modules(lenpred.report.__path__))
