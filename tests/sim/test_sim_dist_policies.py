@@ -77,10 +77,14 @@ def test_quantile_fit_reproduces_a_normal_and_a_clipped_q10() -> None:
 
     d = from_quantiles(100 - 1.2816 * 40, 100, 100 + 1.2816 * 40, cap=1024)
     lv = (np.arange(16) + 0.5) / 16
-    assert d.x == pytest.approx(100 + 40 * norm.ppf(lv), abs=0.01)
+    u0 = norm.cdf((1 - 100) / 40)  # N(100, 40) given L >= 1
+    assert d.x == pytest.approx(100 + 40 * norm.ppf(u0 + lv * (1 - u0)), abs=0.01)
     lo = from_quantiles(0.0, 50.0, 150.0, cap=120)  # q10 clipped at 0: the upper scale is used both ways
-    assert lo.x.min() >= 1.0 and lo.x.max() == 120.0
-    assert 50 - lo.x[0] == pytest.approx(min(49.0, (150 - 50) / 1.2816 * -norm.ppf(lv[0])), abs=0.01)
+    sd = 100 / 1.2816
+    u1 = norm.cdf((1 - 50) / sd)  # the mass below 1 token is conditioned away, not piled on 1
+    want = np.minimum(50 + sd * norm.ppf(u1 + lv * (1 - u1)), 120)
+    assert lo.x == pytest.approx(want, abs=0.01)
+    assert lo.x.min() > 1.0 and lo.x.max() == 120.0
 
 
 def test_a_repredicted_distribution_keeps_its_shape_from_where_it_was_made() -> None:

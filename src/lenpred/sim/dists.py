@@ -8,8 +8,9 @@ points of equal weight 1/n (:class:`LengthDist`). That one form holds both sourc
   predictions table);
 * a parametric fit to a head's ``q10 / q50 / q90`` (or ``pred`` and ``spread``): a two-piece normal
   through the three quantiles (left scale from q50 - q10, right scale from q90 - q50; a q10 clipped at
-  0 borrows the right scale), read at the levels (i + 1/2) / n and clipped to [1, cap]
-  (:func:`from_quantiles`). For the heads' clipped-normal quantiles this is that same normal.
+  0 borrows the right scale), conditioned on L >= 1, read at the levels (i + 1/2) / n of that and
+  clipped at the cap (:func:`from_quantiles`). For the heads' clipped-normal quantiles this is that
+  same normal.
 
 What a policy asks of it, at attained service ``a`` (tokens generated), always conditioned on
 survival (L > a), never by subtracting ``a`` from a point:
@@ -124,21 +125,34 @@ def levels(n: int = GRID) -> np.ndarray:
 
 
 def from_quantiles(q10: float, q50: float, q90: float, cap: float | None, n: int = GRID) -> LengthDist:
-    """A two-piece normal through (q10, q50, q90), read at :func:`levels` and clipped to [1, cap].
-    A q10 of 0 (a clipped lower quantile says only that the mass below 0 is >= 10%) borrows the
-    upper half's scale."""
+    """A two-piece normal through (q10, q50, q90) conditioned on L >= 1, read at :func:`levels` of that
+    conditional distribution and clipped at ``cap`` (the cap holds real mass: answers cut at
+    max_new_tokens; mass below 1 token is the normal's artefact, so it is conditioned away, not piled
+    on 1). A q10 of 0 (a clipped lower quantile says only that >= 10% lies below 0) borrows the upper
+    half's scale."""
     hi = max(q90 - q50, 0.0) / Z90
     lo = max(q50 - q10, 0.0) / Z90 if q10 > 0.0 else hi
-    z = special.ndtri(levels(n))
-    pts = q50 + np.where(z < 0, lo, hi) * z
-    return LengthDist(_clip(pts, cap), cap)
+    return LengthDist(_two_piece(q50, lo, hi, cap, n), cap)
 
 
 def from_spread(mean: float, spread: float, cap: float | None, n: int = GRID) -> LengthDist:
-    """A normal N(mean, spread) read at :func:`levels`, clipped to [1, cap] (a table with a spread
-    and no quantiles)."""
-    pts = mean + max(spread, 0.0) * special.ndtri(levels(n))
-    return LengthDist(_clip(pts, cap), cap)
+    """A normal N(mean, spread) read the same way (a table with a spread and no quantiles)."""
+    sd = max(spread, 0.0)
+    return LengthDist(_two_piece(mean, sd, sd, cap, n), cap)
+
+
+def _two_piece(mid: float, lo: float, hi: float, cap: float | None, n: int) -> np.ndarray:
+    """(n,) points of a two-piece normal (scale lo below ``mid``, hi above) given L >= 1, at levels
+    (i + 1/2) / n of that conditional distribution, clipped to [1, cap]."""
+    if lo <= 0.0 and hi <= 0.0:
+        return _clip(np.full(n, mid), cap)
+    below = 1.0 - mid
+    s = lo if below < 0 else hi
+    u1 = float(special.ndtr(below / s)) if s > 0 else (0.0 if below < 0 else 1.0)
+    if u1 >= 1.0 - 1e-12:  # (almost) all the mass below 1 token: the shortest possible answer
+        return np.ones(n)
+    z = special.ndtri(u1 + levels(n) * (1.0 - u1))
+    return _clip(mid + np.where(z < 0, lo, hi) * z, cap)
 
 
 def _clip(pts: np.ndarray, cap: float | None) -> np.ndarray:

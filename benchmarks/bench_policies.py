@@ -1,0 +1,554 @@
+"""Scheduling that never backfires: every queue policy, with every predictor, at every load (issue 21's study).
+
+The cluster is the reproduction's (4 prefill + 8 decode instances, ``llama8b-h100``, batch 256,
+recompute preemption, 25 GB/s KV link). Per cell -- (policy, predictor, arrival, workload, seed,
+load) -- one simulation, and one JSON row appended to ``WORK/cells.jsonl`` at once: a killed run
+continues where it stopped (cells already in the file are skipped). Then the report: ``OUT/policies.json``
+(every row), ``OUT/policies.md`` (the headline tables, the "never worse than FCFS" matrix, the
+recommended default), ``OUT/p99_vs_load_{arrival}.png`` and ``OUT/pareto.png``.
+
+Workloads (requests drawn with replacement from a run's samples; loads are multiples of the
+capacity a burst probe measures on each workload):
+
+* ``sharegpt``: the reference run's test prompts (no head trained on them);
+* ``outlets``: the test samples the OUTLETS trajectory holds (``--outlets``: a predictions table with
+  re-predictions, ``lenpred outlets predict``; default: made here from ``--outlets-head`` on ``--traj``);
+* ``alpaca``: the shifted workload: heads trained on ShareGPT, requests from the AlpacaEval run.
+
+Predictors: the committed ``mlp`` and ``proxy`` heads (predicted here on each workload's prompts, as
+``lenpred predict`` does), ``outlets``, ``prompt-median`` (the median of the prompt's other samples),
+``samples`` (the oracle distribution: the prompt's other K-1 samples as ``dist_tokens``) and ``true``.
+Prediction-free arms use round-robin dispatch, the others least-predicted-tokens (the reproduction's).
+
+    taskset -c 0 nice -n 10 .venv/bin/python benchmarks/bench_policies.py --out docs/policies --work out/policies
+    .venv/bin/python benchmarks/bench_policies.py --report-only --out docs/policies --work out/policies
+    # sizing: --seeds 0 --arrivals poisson --loads 1.2 --workloads sharegpt --n-requests 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LOADS = (0.8, 0.9, 1.0, 1.05, 1.1, 1.2, 1.3)
+ARRIVALS = {"poisson": {"process": "poisson"}, "bursty": {"process": "gamma", "cv": 3.0}}
+SEEDS = (0, 1, 2)
+AGING = 100.0  # tokens per second of waiting, the compromise docs/sim_real.md measured
+BASELINE = ("fcfs+rr", "-")
+KEY = ("policy", "predictor", "arrival", "workload", "seed", "load")
+
+
+@dataclass(frozen=True)
+class Arm:
+    policy: str  # the row's policy label
+    predictor: str  # the row's predictor label ("-": none)
+    queue: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def config(self, prediction: Any) -> Any:
+        from lenpred.sim.config import PolicyConfig
+
+        dispatch = "round-robin" if self.predictor == "-" else "least-predicted-tokens"
+        return PolicyConfig(name=f"{self.policy} {self.predictor}", queue=self.queue, dispatch=dispatch,
+                            prediction=prediction, **dict(self.params))
+
+
+POINT = [("sjf", "sjf", ()), (f"sjf aging{AGING:g}", "sjf", (("aging", AGING),)), ("hrrn", "hrrn", ()),
+         ("trail", "trail", ())]
+DIST = [("gittins", "gittins", ()), (f"gittins aging{AGING:g}", "gittins", (("aging", AGING),)), ("risk", "risk", ())]
+NO_PREEMPT = ("gittins np", "gittins", (("preempt", False),))  # the rank orders the queues only
+OUTLETS = [("srpt", "srpt", ()), (f"srpt aging{AGING:g}", "srpt", (("aging", AGING),)), *POINT[2:], *DIST]
+FREE = [Arm("fcfs+rr", "-", "fcfs"), Arm("las", "-", "las"), Arm("mlfq", "-", "mlfq")]
+
+
+def arms(workload: str) -> list[Arm]:
+    """Every arm a workload runs (the baseline first). The outlets workload compares OUTLETS'
+    re-predictions with the prefill head's SJF and the truth; the shifted one runs proxy's point keys
+    only where they differ from its SJF."""
+    out = list(FREE)
+    if workload == "outlets":
+        out += [Arm(p, "outlets", q, prm) for p, q, prm in OUTLETS]
+        out += [Arm(p, "mlp", q, prm) for p, q, prm in POINT[:2]]
+    else:
+        for h in ("mlp", "proxy"):
+            pol = POINT + DIST + [NO_PREEMPT] if h == "mlp" or workload == "sharegpt" else POINT[:2] + DIST[:2]
+            out += [Arm(p, h, q, prm) for p, q, prm in pol]
+        out += [Arm(p, "prompt-median", q, prm) for p, q, prm in POINT]
+        out += [Arm(p, "samples", q, prm) for p, q, prm in DIST + [NO_PREEMPT]]
+    out += [Arm(p, "true", q, prm) for p, q, prm in POINT[:2] + POINT[3:]]
+    return out
+
+
+# ---------------------------------------------------------------- workloads and predictions
+@dataclass
+class Source:
+    name: str
+    run: str
+    features: str
+    roles: tuple[str, ...] | None
+    keys_from: str | None = None  # predictor whose table's samples restrict the workload (outlets)
+
+
+def sim_config(src: Source, n: int, seed: int, arrival: str) -> Any:
+    from lenpred.sim.config import (
+        ArrivalConfig,
+        ClusterConfig,
+        LengthConfig,
+        MetricsConfig,
+        SimConfig,
+        SweepConfig,
+        WorkloadConfig,
+    )
+
+    lengths = LengthConfig(source="rundir", path=src.run, roles=src.roles, include_truncated=True, min_tokens=1,
+                           max_prompt_tokens=1024, max_total_tokens=2048)
+    return SimConfig(
+        name=f"policies-{src.name}", seed=seed,
+        cluster=ClusterConfig(n_prefill=4, n_decode=8, profile="llama8b-h100", max_batch=256, preemption="recompute",
+                              link_gbps=25.0),
+        workload=WorkloadConfig(n_requests=n, arrival=ArrivalConfig(**ARRIVALS[arrival]), lengths=lengths),
+        sweep=SweepConfig(load_unit="capacity", probe_requests=20000), metrics=MetricsConfig(), plots=False)
+
+
+def build(src: Source, cfg: Any, tables: dict[str, str]) -> Any:
+    """The workload of one (source, seed, arrival)."""
+    from lenpred.sim.workload import build_workload
+
+    if src.keys_from is None:
+        return build_workload(cfg.workload, cfg.seed)
+    from lenpred.outlets.schedule import sample_workload
+    from lenpred.predictions import read_predictions
+
+    f = read_predictions(tables[src.keys_from]).frame
+    return sample_workload(cfg.workload, src.run, f[f["sample_idx"] >= 0][["prompt_id", "sample_idx"]], cfg.seed)
+
+
+def make_tables(src: Source, work: Path, outlets: str | None, outlets_head: str, traj: str,
+                say: Any) -> dict[str, str]:
+    """Predictions tables of a workload's prompts under WORK/tables/<workload>/ (made once)."""
+    from lenpred.predictors.pipeline import predict_run
+
+    d = work / "tables" / src.name
+    d.mkdir(parents=True, exist_ok=True)
+    out: dict[str, str] = {}
+    for name in ("mlp", "proxy"):
+        dest = d / f"{name}.parquet"
+        if not dest.is_file():
+            say(f"predicting {src.name} with {name}")
+            preds, _ = predict_run(ROOT / "data" / "heads" / f"{name}-smollm2-sharegpt", src.run, src.features,
+                                   src.roles, None)
+            preds.write(dest)
+        out[name] = str(dest)
+    if src.name == "outlets":
+        dest = d / "outlets.parquet"
+        if outlets is not None:
+            out["outlets"] = outlets
+        else:
+            if not dest.is_file():
+                from lenpred.outlets.pipeline import predict_table
+
+                say("predicting the outlets re-predictions")
+                predict_table(outlets_head, traj, src.run, roles=("test",), split=None).write(dest)
+            out["outlets"] = str(dest)
+    return out
+
+
+def prediction(name: str, tables: dict[str, str], samples: str | None) -> Any:
+    from lenpred.sim.config import PredictionConfig
+
+    if name == "-" or name == "true":
+        return PredictionConfig(model="oracle")
+    if name == "prompt-median":
+        return PredictionConfig(model="prompt-median")
+    if name == "samples":
+        return PredictionConfig(model="table", path=samples)
+    return PredictionConfig(model="table", path=tables[name])
+
+
+def samples_table(wl: Any, dest: Path) -> str:
+    """The oracle distribution of the workload's prompts (each sample: its prompt's other samples)."""
+    from lenpred.sim.dists import other_samples_table
+
+    if not dest.is_file():
+        pids = set(wl.keys["prompt_id"])
+        pop = wl.population[wl.population["prompt_id"].isin(pids)]
+        other_samples_table(pop, wl.card, source=str(dest)).write(dest)
+    return str(dest)
+
+
+# ---------------------------------------------------------------- one cell
+def cell_metrics(res: Any, thr: float) -> dict[str, Any]:
+    """The issue's per-cell figures (seconds): short-request P99 / P50, overall P99, mean E2E, TTFT P99,
+    the longest wait (queues + preempted), preemptions per request, starved requests (waited more
+    than 10x their own service time, i.e. E2E minus waiting)."""
+    from lenpred.sim.metrics import latency_arrays
+
+    lat = latency_arrays(res)
+    done = np.isfinite(res.t_finish)
+    e2e = lat["e2e"][done]
+    short = (res.output < thr)[done]
+    wait = (lat["queue"] + (res.waited if res.waited is not None else 0.0))[done]
+    service = e2e - wait
+    return {
+        "short_p99_s": float(np.percentile(e2e[short], 99)), "short_p50_s": float(np.percentile(e2e[short], 50)),
+        "p99_s": float(np.percentile(e2e, 99)), "mean_e2e_s": float(e2e.mean()),
+        "ttft_p99_s": float(np.percentile(lat["ttft"][done], 99)), "max_wait_s": float(wait.max()),
+        "preemptions_per_req": float(res.n_preempt.sum() / res.n), "starved": int((wait > 10.0 * service).sum()),
+    }
+
+
+def done_keys(path: Path) -> set[tuple[Any, ...]]:
+    if not path.is_file():
+        return set()
+    return {tuple(r[k] for k in KEY) for r in read_rows(path)}
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill: the cell runs again
+            continue
+    return [r for r in rows if "policy" in r]
+
+
+ORDER = (("sharegpt", "poisson"), ("sharegpt", "bursty"), ("alpaca", "poisson"), ("outlets", "poisson"),
+         ("alpaca", "bursty"), ("outlets", "bursty"))  # the headline first: a run cut short still has it
+
+
+def cells(workloads: Sequence[str], seeds: Sequence[int], arrivals: Sequence[str]) -> Iterator[tuple[str, int, str]]:
+    for w, a in ORDER:
+        if w in workloads and a in arrivals:
+            for s in seeds:
+                yield w, s, a
+
+
+def run_study(a: argparse.Namespace, say: Any) -> None:
+    from lenpred.errors import LenpredError
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    jl = work / "cells.jsonl"
+    have = done_keys(jl)
+    srcs = sources(a)
+    caps: dict[str, float] = json.loads((work / "capacity.json").read_text()) if (work / "capacity.json").is_file() else {}
+    for w, seed, arrival in cells(a.workloads, a.seeds, a.arrivals):
+        todo = [(x, load) for load in a.loads for x in arms(w)
+                if (x.policy, x.predictor, arrival, w, seed, load) not in have]
+        if not todo:
+            continue
+        try:
+            run_block(a, srcs[w], seed, arrival, todo, caps, jl, say)
+        except LenpredError as e:  # one workload's inputs failing must not cost the others' cells
+            say(f"{w} s{seed} {arrival}: skipped: {e}")
+
+
+def run_block(a: argparse.Namespace, src: Source, seed: int, arrival: str, todo: list[tuple[Arm, float]],
+              caps: dict[str, float], jl: Path, say: Any) -> None:
+    """The cells of one (workload, seed, arrival): one workload, its tables, then every arm and load."""
+    from lenpred.sim.sweep import PredictionCache, measure_capacity, run_one
+
+    w, work = src.name, Path(a.work)
+    tables = make_tables(src, work, a.outlets, a.outlets_head, a.traj, say)
+    cfg = sim_config(src, a.n_requests, seed, arrival)
+    wl = build(src, cfg, tables)
+    samples = samples_table(wl, work / "tables" / w / f"samples-s{seed}.parquet") if w != "outlets" else None
+    if w not in caps:
+        from lenpred.sim.config import PolicyConfig
+
+        caps[w] = measure_capacity(sim_config(src, a.n_requests, 0, "poisson"), build(src, sim_config(
+            src, a.n_requests, 0, "poisson"), tables), PolicyConfig())
+        (work / "capacity.json").write_text(json.dumps(caps, indent=2) + "\n")
+        say(f"{w}: capacity {caps[w]:.1f} requests/s")
+    thr = float(np.median(wl.output))
+    cache = PredictionCache(wl, seed)
+    for x, load in todo:
+        t0, c0 = time.perf_counter(), time.process_time()
+        pol = x.config(prediction(x.predictor, tables, samples))
+        res = run_one(cfg, wl, pol, load * caps[w], cache=cache)
+        row = {"policy": x.policy, "predictor": x.predictor, "arrival": arrival, "workload": w, "seed": seed,
+               "load": load, **cell_metrics(res, thr), "dispatch": pol.dispatch, "n_requests": wl.n,
+               "rate_rps": load * caps[w], "short_threshold_tokens": thr, "wall_s": time.perf_counter() - t0,
+               "cpu_s": time.process_time() - c0}
+        with jl.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        say(f"{w} s{seed} {arrival} {load:g}x {x.policy} / {x.predictor}: short P99 {row['short_p99_s']:.2f} s, "
+            f"P99 {row['p99_s']:.2f} s, {row['preemptions_per_req']:.3f} preempt/req ({row['cpu_s']:.1f} s CPU)")
+
+
+def sources(a: argparse.Namespace) -> dict[str, Source]:
+    share, feats = str(ROOT / "data/runs/smollm2-sharegpt"), str(ROOT / "data/features/smollm2-sharegpt")
+    return {
+        "sharegpt": Source("sharegpt", share, feats, ("test",)),
+        "outlets": Source("outlets", share, feats, ("test",), keys_from="outlets"),
+        "alpaca": Source("alpaca", str(ROOT / "data/runs/smollm2-alpaca-eval"),
+                         str(ROOT / "data/features/smollm2-alpaca-eval"), a.alpaca_roles),
+    }
+
+
+# ---------------------------------------------------------------- the report
+SCHEMA = ("policy", "predictor", "arrival", "workload", "seed", "load", "short_p99_s", "short_p50_s", "p99_s",
+          "mean_e2e_s", "ttft_p99_s", "max_wait_s", "preemptions_per_req", "starved")
+GOAL_LOADS = (1.1, 1.2)
+
+
+def verdict(row: dict[str, Any], base: dict[str, Any]) -> str:
+    """'' when a cell meets "never backfires" against its FCFS + RR cell, else the first failed test:
+    s (short P99 > 1.02x), o (overall P99 > 1.10x up to 1.0x load, > 1.25x above), w (longest wait > 2x)."""
+    if row["short_p99_s"] > 1.02 * base["short_p99_s"]:
+        return "s"
+    if row["p99_s"] > (1.10 if row["load"] <= 1.0 else 1.25) * base["p99_s"]:
+        return "o"
+    if row["max_wait_s"] > 2.0 * base["max_wait_s"]:
+        return "w"
+    return ""
+
+
+def with_baseline(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    base = {(r["arrival"], r["workload"], r["seed"], r["load"]): r for r in rows
+            if (r["policy"], r["predictor"]) == BASELINE}
+    out = []
+    for r in rows:
+        b = base.get((r["arrival"], r["workload"], r["seed"], r["load"]))
+        if b is not None:
+            out.append((r, b))
+    return out
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per arm: failed cells (and which), mean changes at each (workload, arrival, load) over seeds."""
+    arms_: dict[tuple[str, str], dict[str, Any]] = {}
+    for r, b in with_baseline(rows):
+        a = arms_.setdefault((r["policy"], r["predictor"]), {"cells": 0, "fails": {}, "by": {}})
+        a["cells"] += 1
+        v = verdict(r, b)
+        cell = (r["workload"], r["arrival"], r["load"])
+        if v:
+            a["fails"].setdefault(cell, set()).add(v)
+        acc = a["by"].setdefault(cell, [])
+        acc.append((r["short_p99_s"] / b["short_p99_s"] - 1, r["p99_s"] / b["p99_s"] - 1,
+                    r["max_wait_s"] / b["max_wait_s"], r["preemptions_per_req"]))
+    for a in arms_.values():
+        a["mean"] = {c: tuple(float(np.mean([x[i] for x in v])) for i in range(4)) for c, v in a["by"].items()}
+    return arms_
+
+
+def gain(a: dict[str, Any], workload: str = "sharegpt", arrival: str = "poisson") -> float | None:
+    """Mean short-P99 change at the goal loads (1.1x and 1.2x) on one workload and arrival process."""
+    v = [a["mean"][(workload, arrival, x)][0] for x in GOAL_LOADS if (workload, arrival, x) in a["mean"]]
+    return float(np.mean(v)) if v else None
+
+
+def recommend(sm: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    """The policy to use when predictions are present: among policies run with both prefill heads, the
+    one whose cells with every head (and on every workload) never backfire, best by its mean short-P99
+    gain with the best head at 1.1-1.2x (Poisson, ShareGPT); else the one with the fewest failed cells."""
+    pols = sorted({p for p, h in sm if h in ("mlp", "proxy")})
+    cand = []
+    for p in pols:
+        mine = [v for (q, h), v in sm.items() if q == p and h in ("mlp", "proxy")]
+        fails = sum(len(v["fails"]) for v in mine)
+        best = min((g for v in mine if (g := gain(v)) is not None), default=0.0)
+        cand.append({"policy": p, "failed_cells": fails, "cells": sum(v["cells"] for v in mine), "gain": best})
+    cand.sort(key=lambda c: (c["failed_cells"] > 0, c["failed_cells"] if c["failed_cells"] else 0, c["gain"]))
+    return {"choice": cand[0] if cand else None, "candidates": cand}
+
+
+def fmt(x: float | None, pct: bool = True) -> str:
+    return "-" if x is None else (f"{100 * x:+.1f}%" if pct else f"{x:.2f}")
+
+
+def md_report(rows: list[dict[str, Any]], sm: dict[tuple[str, str], dict[str, Any]], rec: dict[str, Any]) -> str:
+    loads = sorted({r["load"] for r in rows})
+    wls = [w for w in ("sharegpt", "outlets", "alpaca") if any(r["workload"] == w for r in rows)]
+    arrs = [x for x in ARRIVALS if any(r["arrival"] == x for r in rows)]
+    seeds = sorted({r["seed"] for r in rows})
+    out = ["# Scheduling that never backfires: the policy study", "",
+           f"{len(rows)} cells: workloads {', '.join(wls)}; arrivals {', '.join(arrs)}; seeds "
+           f"{', '.join(map(str, seeds))}; loads {', '.join(f'{x:g}' for x in loads)} x measured capacity. "
+           "Changes are against FCFS + round robin in the same cell, averaged over seeds.", ""]
+    for w in wls:
+        for arr in arrs:
+            out += [f"## {w}, {arr}: short-request P99 change (overall P99 change) by load", "",
+                    "| policy | predictor | " + " | ".join(f"{x:g}x" for x in loads) + " | failed cells |",
+                    "|---|---|" + "---:|" * (len(loads) + 1)]
+            for (p, h), a in sm.items():
+                if not any(c[0] == w and c[1] == arr for c in a["mean"]):
+                    continue
+                cells_ = [f"{fmt(m[0])} ({fmt(m[1])})" if (m := a["mean"].get((w, arr, x))) else "-" for x in loads]
+                nf = sum(1 for c in a["fails"] if c[0] == w and c[1] == arr)
+                out.append(f"| {p} | {h} | " + " | ".join(cells_) + f" | {nf} |")
+            out.append("")
+    out += matrix_md(sm, wls, arrs, loads)
+    out += goals_md(sm, rec)
+    return "\n".join(out) + "\n"
+
+
+def matrix_md(sm: dict[tuple[str, str], dict[str, Any]], wls: list[str], arrs: list[str], loads: list[float]
+              ) -> list[str]:
+    cols = [(w, a) for w in wls for a in arrs]
+    out = ["## Never worse than FCFS + RR (every seed)", "",
+           "One character per load (" + ", ".join(f"{x:g}x" for x in loads) + "): `.` meets all three tests in "
+           "every seed; `s` short-request P99 above 1.02x FCFS's, `o` overall P99 above 1.10x (<= 1.0x load) or "
+           "1.25x (above), `w` a wait longer than 2x FCFS's longest, in some seed; blank: not run.", "",
+           "| policy | predictor | " + " | ".join(f"{w} {a}" for w, a in cols) + " |",
+           "|---|---|" + "---|" * len(cols)]
+    for (p, h), a in sm.items():
+        if (p, h) == BASELINE:
+            continue
+        cells_ = []
+        for w, arr in cols:
+            chars = []
+            for x in loads:
+                c = (w, arr, x)
+                chars.append(" " if c not in a["mean"] else (sorted(a["fails"][c])[0] if c in a["fails"] else "."))
+            cells_.append("`" + "".join(chars) + "`")
+        out.append(f"| {p} | {h} | " + " | ".join(cells_) + " |")
+    return out + [""]
+
+
+def goals_md(sm: dict[tuple[str, str], dict[str, Any]], rec: dict[str, Any]) -> list[str]:
+    free = {p: gain(a) for (p, h), a in sm.items() if h == "-" and (p, h) != BASELINE}
+    never = sorted(f"{p} / {h}" for (p, h), a in sm.items() if not a["fails"] and (p, h) != BASELINE)
+    out = ["## Goals", "", "Mean short-request P99 change at 1.1x and 1.2x (Poisson, ShareGPT, over seeds):", "",
+           "| policy | predictor | gain | failed cells |", "|---|---|---:|---:|"]
+    for (p, h), a in sorted(sm.items(), key=lambda kv: (gain(kv[1]) if gain(kv[1]) is not None else 9.0)):
+        if gain(a) is not None:
+            out.append(f"| {p} | {h} | {fmt(gain(a))} | {len(a['fails'])} of {a['cells']} |")
+    c = rec["choice"]
+    out += ["", f"Never backfire in every cell they ran: {', '.join(never) or 'none'}.", "",
+            "Best prediction-free: " + ", ".join(f"{p} {fmt(g)}" for p, g in free.items()) + ".", ""]
+    if c:
+        out += [f"**Recommended default: `{c['policy']}`** ({c['failed_cells']} failed cells of {c['cells']} with "
+                f"the prefill heads; best head's gain {fmt(c['gain'])})."]
+    return out + [""]
+
+
+def figures(rows: list[dict[str, Any]], sm: dict[tuple[str, str], dict[str, Any]], out: Path, pick: list[tuple[str, str]]
+            ) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    loads = sorted({r["load"] for r in rows})
+    for arr in ARRIVALS:
+        sel = [r for r in rows if r["arrival"] == arr and r["workload"] == "sharegpt"]
+        if not sel:
+            continue
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+        for arm in [BASELINE, *pick]:
+            for ax, m in zip(axes, ("short_p99_s", "p99_s"), strict=True):
+                ys = [np.mean([r[m] for r in sel if (r["policy"], r["predictor"]) == arm and r["load"] == x] or [np.nan])
+                      for x in loads]
+                ax.plot(loads, ys, marker="o", label=f"{arm[0]} / {arm[1]}", lw=2.5 if arm == BASELINE else 1.2)
+        for ax, t in zip(axes, ("short requests", "all requests"), strict=True):
+            ax.set_xlabel("load (x measured capacity)")
+            ax.set_ylabel("P99 end-to-end latency (s)")
+            ax.set_yscale("log")
+            ax.set_title(f"{t}, ShareGPT test prompts, {arr} arrivals (mean of seeds)")
+            ax.grid(alpha=0.3)
+        axes[1].legend(fontsize=7, loc="upper left")
+        fig.tight_layout()
+        paths.append(out / f"p99_vs_load_{arr}.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    fig, axes = plt.subplots(1, len(GOAL_LOADS), figsize=(13, 5))
+    for ax, x in zip(np.atleast_1d(axes), GOAL_LOADS, strict=True):
+        for (p, h), a in sm.items():
+            m = a["mean"].get(("sharegpt", "poisson", x))
+            if m is None or (p, h) == BASELINE:
+                continue
+            ax.scatter(100 * m[1], 100 * m[0], s=18, color="tab:green" if not a["fails"] else "tab:red")
+            ax.annotate(f"{p}/{h}", (100 * m[1], 100 * m[0]), fontsize=6)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_xlabel("overall P99 change vs FCFS+RR (%)")
+        ax.set_ylabel("short-request P99 change vs FCFS+RR (%)")
+        ax.set_title(f"{x:g}x, Poisson, ShareGPT (green: never backfires anywhere)")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths.append(out / "pareto.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def write_report(jl: Path, out: Path) -> list[Path]:
+    from lenpred.errors import DataError
+
+    if not jl.is_file():
+        raise DataError(f"no study results at {jl}", "run the study first (without --report-only)")
+    rows = read_rows(jl)
+    out.mkdir(parents=True, exist_ok=True)
+    rows.sort(key=lambda r: tuple(str(r[k]) if isinstance(r[k], str) else r[k] for k in ("workload", "arrival", "seed",
+                                                                                        "load", "policy", "predictor")))
+    sm = summary(rows)
+    rec = recommend(sm)
+    (out / "policies.json").write_text(json.dumps(
+        {"schema": list(SCHEMA), "recommended": rec, "rows": [{k: r[k] for k in SCHEMA} | {
+            "dispatch": r.get("dispatch"), "n_requests": r.get("n_requests"), "rate_rps": r.get("rate_rps")}
+            for r in rows]}, indent=1) + "\n")
+    (out / "policies.md").write_text(md_report(rows, sm, rec))
+    ranked = sorted((k for k in sm if k[1] == "mlp" or k[1] == "-" or k[1] == "samples"),
+                    key=lambda k: gain(sm[k]) if gain(sm[k]) is not None else 9.0)
+    pick = [k for k in ranked if k != BASELINE][:8]
+    return [out / "policies.json", out / "policies.md", *figures(rows, sm, out, pick)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="docs/policies", help="report folder (policies.json, policies.md, figures)")
+    ap.add_argument("--work", default="out/policies", help="cells.jsonl, capacity.json, predictions tables")
+    ap.add_argument("--n-requests", type=int, default=10000)
+    ap.add_argument("--workloads", default="sharegpt,outlets,alpaca")
+    ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
+    ap.add_argument("--arrivals", default=",".join(ARRIVALS))
+    ap.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS))
+    ap.add_argument("--outlets", default=None, metavar="TABLE",
+                    help="OUTLETS predictions with re-predictions (lenpred outlets predict); default: made from "
+                         "--outlets-head on --traj")
+    ap.add_argument("--outlets-head", default=str(ROOT / "data/outlets/smollm2-sharegpt/outlets"))
+    ap.add_argument("--traj", default=str(ROOT / "data/outlets/traj-test-smollm2-sharegpt"))
+    ap.add_argument("--alpaca-roles", default=None, help="roles of the AlpacaEval run's split (default: every prompt)")
+    ap.add_argument("--report-only", action="store_true", help="write the report from WORK/cells.jsonl, run nothing")
+    a = ap.parse_args(argv)
+    a.workloads = [w for w in a.workloads.split(",") if w]
+    a.seeds = [int(x) for x in a.seeds.split(",") if x]
+    a.arrivals = [x for x in a.arrivals.split(",") if x]
+    a.loads = [float(x) for x in a.loads.split(",") if x]
+    a.alpaca_roles = tuple(a.alpaca_roles.split(",")) if a.alpaca_roles else None
+    bad = [w for w in a.workloads if w not in ("sharegpt", "outlets", "alpaca")] + \
+        [x for x in a.arrivals if x not in ARRIVALS]
+    if bad:
+        print(f"error: unknown workload or arrival {bad} -- fix: workloads sharegpt, outlets, alpaca; arrivals "
+              f"{', '.join(ARRIVALS)}", file=sys.stderr)
+        return 1
+    from lenpred.errors import LenpredError
+
+    say = lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        if not a.report_only:
+            run_study(a, say)
+        for p in write_report(Path(a.work) / "cells.jsonl", Path(a.out)):
+            print(f"wrote {p}")
+    except LenpredError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
