@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lenpred.errors import CardMismatchError, ConfigError, DataError
+from lenpred.errors import ConfigError, DataError
 from lenpred.features.store import INDEX, KIND, SCHEMA_VERSION, Features, save_features, spec_diff, spec_key
 
 __all__ = ["parse_shard", "shard_slice", "prompts_sha256", "merge_features", "shard_label"]
@@ -62,15 +62,12 @@ def prompts_sha256(prompt_ids: Sequence[str]) -> str:
 
 def merge_features(out: str | os.PathLike[str], shards: Sequence[str | os.PathLike[str]]) -> Any:
     """Merge shard artifacts of one run and spec into one features artifact at ``out`` (run order)."""
-    from lenpred.artifacts import check_out, load_artifact
+    from lenpred.artifacts import check_out
     from lenpred.features.store import load_features
+    from lenpred.features.work import open_shards
 
     out_p = Path(out)
-    if not shards:
-        raise ConfigError("--merge needs at least one shard directory", "pass the shard outputs: --merge OUT_0 OUT_1 ...")
-    if any(Path(s).resolve() == out_p.resolve() for s in shards):
-        raise ConfigError(f"--out {out_p} is one of the shards being merged", "write the merged artifact to a new directory")
-    arts = [load_artifact(s, kind=KIND, schema_versions=(SCHEMA_VERSION,), what="features shard") for s in shards]
+    arts = open_shards(out_p, shards, kind=KIND, schema_version=SCHEMA_VERSION, what="features")
     first = arts[0]
     check_out(out_p, kind=KIND, card={"card_hash": first.meta.get("card_hash")}, inputs={"--merge": list(shards)})
     ref_spec = spec_key(first.meta.get("feature_spec") or {})
@@ -78,10 +75,6 @@ def merge_features(out: str | os.PathLike[str], shards: Sequence[str | os.PathLi
     if not ref_prompts.get("sha256"):
         raise DataError(f"{first.path} records no prompt list", "merge shards written by lenpred features --shard I/N")
     for a in arts[1:]:
-        if a.meta.get("card_hash") != first.meta.get("card_hash"):
-            raise CardMismatchError(
-                f"shard {a.path} is of another run than {first.path} (card {a.meta.get('card_hash')} != {first.meta.get('card_hash')})",
-                "merge only shards computed from the same run directory")
         s = spec_key(a.meta.get("feature_spec") or {})
         if s != ref_spec:
             raise DataError(f"shard {a.path} has another feature spec than {first.path} ({spec_diff(s, ref_spec)})",
