@@ -73,20 +73,18 @@ FREE = [Arm("fcfs+rr", "-", "fcfs"), Arm("las", "-", "las"), Arm("mlfq", "-", "m
 
 def arms(workload: str) -> list[Arm]:
     """Every arm a workload runs (the baseline first). The outlets workload compares OUTLETS'
-    re-predictions with the prefill head's SJF and the truth; the shifted one runs proxy's point keys
-    only where they differ from its SJF."""
+    re-predictions with the prefill head's SJF and the truth. risk and hrrn order like sjf wherever a
+    table's spread is a monotone function of its prediction (the affine law), so they run with mlp only."""
     out = list(FREE)
     if workload == "outlets":
         out += [Arm(p, "outlets", q, prm) for p, q, prm in OUTLETS]
         out += [Arm(p, "mlp", q, prm) for p, q, prm in POINT[:2]]
-    else:
-        for h in ("mlp", "proxy"):
-            pol = POINT + DIST + [NO_PREEMPT] if h == "mlp" or workload == "sharegpt" else POINT[:2] + DIST[:2]
-            out += [Arm(p, h, q, prm) for p, q, prm in pol]
-        out += [Arm(p, "prompt-median", q, prm) for p, q, prm in POINT]
-        out += [Arm(p, "samples", q, prm) for p, q, prm in DIST + [NO_PREEMPT]]
-    out += [Arm(p, "true", q, prm) for p, q, prm in POINT[:2] + POINT[3:]]
-    return out
+        return out + [Arm(p, "true", q, prm) for p, q, prm in POINT[:2]]
+    out += [Arm(p, "mlp", q, prm) for p, q, prm in POINT + DIST + [NO_PREEMPT]]
+    out += [Arm(p, "proxy", q, prm) for p, q, prm in POINT[:2] + DIST[:2]]
+    out += [Arm(p, "prompt-median", q, prm) for p, q, prm in POINT[:2]]
+    out += [Arm(p, "samples", q, prm) for p, q, prm in DIST[:2] + [NO_PREEMPT]]
+    return out + [Arm(p, "true", q, prm) for p, q, prm in POINT[:2] + POINT[3:]]
 
 
 # ---------------------------------------------------------------- workloads and predictions
@@ -207,10 +205,11 @@ def cell_metrics(res: Any, thr: float) -> dict[str, Any]:
     }
 
 
-def done_keys(path: Path) -> set[tuple[Any, ...]]:
+def done_keys(path: Path, n: int) -> set[tuple[Any, ...]]:
+    """Cells already in the file (at this workload size)."""
     if not path.is_file():
         return set()
-    return {tuple(r[k] for k in KEY) for r in read_rows(path)}
+    return {tuple(r[k] for k in KEY) for r in read_rows(path) if r.get("n_requests") == n}
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -223,15 +222,20 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [r for r in rows if "policy" in r]
 
 
-ORDER = (("sharegpt", "poisson"), ("sharegpt", "bursty"), ("alpaca", "poisson"), ("outlets", "poisson"),
-         ("alpaca", "bursty"), ("outlets", "bursty"))  # the headline first: a run cut short still has it
+# the headline (ShareGPT, Poisson, every seed) first, then one seed of every other (workload, arrival),
+# then their other seeds: a run cut short still has the headline and every cell's first seed
+ORDER = (("sharegpt", "poisson", (0, 1, 2)), ("sharegpt", "bursty", (0,)), ("alpaca", "poisson", (0,)),
+         ("outlets", "poisson", (0,)), ("alpaca", "bursty", (0,)), ("outlets", "bursty", (0,)),
+         ("sharegpt", "bursty", (1, 2)), ("alpaca", "poisson", (1, 2)), ("outlets", "poisson", (1, 2)),
+         ("alpaca", "bursty", (1, 2)), ("outlets", "bursty", (1, 2)))
 
 
 def cells(workloads: Sequence[str], seeds: Sequence[int], arrivals: Sequence[str]) -> Iterator[tuple[str, int, str]]:
-    for w, a in ORDER:
+    for w, a, ss in ORDER:
         if w in workloads and a in arrivals:
-            for s in seeds:
-                yield w, s, a
+            for s in ss:
+                if s in seeds:
+                    yield w, s, a
 
 
 def run_study(a: argparse.Namespace, say: Any) -> None:
@@ -240,7 +244,7 @@ def run_study(a: argparse.Namespace, say: Any) -> None:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     jl = work / "cells.jsonl"
-    have = done_keys(jl)
+    have = done_keys(jl, a.n_requests)
     srcs = sources(a)
     caps: dict[str, float] = json.loads((work / "capacity.json").read_text()) if (work / "capacity.json").is_file() else {}
     for w, seed, arrival in cells(a.workloads, a.seeds, a.arrivals):
@@ -512,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="docs/policies", help="report folder (policies.json, policies.md, figures)")
     ap.add_argument("--work", default="out/policies", help="cells.jsonl, capacity.json, predictions tables")
-    ap.add_argument("--n-requests", type=int, default=10000)
+    ap.add_argument("--n-requests", type=int, default=6000)
     ap.add_argument("--workloads", default="sharegpt,outlets,alpaca")
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     ap.add_argument("--arrivals", default=",".join(ARRIVALS))
