@@ -150,6 +150,11 @@ def test_cli_overrides_and_requests_file(tmp_path: Path, capsys: pytest.CaptureF
     data = json.loads((tmp_path / "o3" / "results.json").read_text())
     assert data["runs"][0]["summary"]["n_completed"] == n
     assert data["config"]["prediction"]["model"] == "input"
+    # predictions present and no policy named: the recommended policy runs beside FCFS, the baseline
+    from lenpred.sim.config import RECOMMENDED
+
+    assert [p["name"] for p in data["config"]["policies"]] == ["fcfs-rr", RECOMMENDED["name"]]
+    assert data["config"]["policies"][1]["queue"] == RECOMMENDED["queue"] and data["baseline"] == "fcfs-rr"
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

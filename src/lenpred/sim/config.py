@@ -165,6 +165,16 @@ class PolicyConfig(Config):
         return self
 
 
+# The policy `lenpred simulate` (and the router) runs when predictions are present and no policy is
+# named: chosen by the policy study against issue 21's goals (docs/policies/README.md).
+RECOMMENDED = {"name": "sjf+lpt aging100", "queue": "sjf", "dispatch": "least-predicted-tokens", "aging": 100.0}
+
+
+def recommended_policy() -> PolicyConfig:
+    """The recommended policy's arm (:data:`RECOMMENDED`)."""
+    return PolicyConfig(**RECOMMENDED)
+
+
 class ArrivalConfig(Config):
     """When requests arrive. A trace keeps its own timestamps unless a rate (or a sweep load) is
     asked for explicitly; then they are compressed or stretched to that mean rate."""
@@ -316,5 +326,5 @@ class SimConfig(Config):
 
 __all__ = [
     "ArrivalConfig", "ClusterConfig", "LengthConfig", "MetricsConfig", "PolicyConfig", "PredictionConfig",
-    "SimConfig", "SweepConfig", "WorkloadConfig", "prediction_models",
+    "RECOMMENDED", "SimConfig", "SweepConfig", "WorkloadConfig", "prediction_models", "recommended_policy",
 ]

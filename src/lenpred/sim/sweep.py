@@ -173,6 +173,17 @@ def measure_capacity(cfg: SimConfig, workload: Workload, policy: PolicyConfig) -
     return steady_throughput(res, lo=0.1, hi=1.0 - slots / n)
 
 
+def with_default_policy(cfg: SimConfig, has_predictions: bool) -> SimConfig:
+    """A config that names no policy (only the default FCFS arm) runs the recommended policy
+    (:func:`lenpred.sim.config.recommended_policy`) beside FCFS when predictions are present."""
+    from lenpred.sim.config import recommended_policy
+
+    if not has_predictions or cfg.policies != (PolicyConfig(),):
+        return cfg
+    return cfg.replace(policies=(PolicyConfig(), recommended_policy()),
+                       sweep=cfg.sweep.replace(baseline=PolicyConfig().name))
+
+
 def replay_config(cfg: SimConfig, path: str | Path, *, loads_given: bool = False) -> tuple[SimConfig, Workload]:
     """The config and workload that replay a request table instead of ``cfg``'s workload.
 
@@ -191,7 +202,8 @@ def replay_config(cfg: SimConfig, path: str | Path, *, loads_given: bool = False
         pred = PredictionConfig(model="input")
     sweep = cfg.sweep if loads_given else cfg.sweep.replace(loads=(), load_unit="req/s")
     workload = cfg.workload.replace(n_requests=wl.n, arrival=ArrivalConfig(process="trace"))
-    return cfg.replace(workload=workload, prediction=pred, sweep=sweep), wl
+    out = cfg.replace(workload=workload, prediction=pred, sweep=sweep)
+    return with_default_policy(out, pred.model in ("table", "input")), wl
 
 
 def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Workload | None = None
