@@ -91,8 +91,9 @@ def build_config(args: argparse.Namespace) -> Any:
         cfg = cfg.nested("sweep", loads=_parse_loads(args.loads))
     if args.predictions is not None:
         from lenpred.sim.config import PredictionConfig
+        from lenpred.sim.sweep import with_default_policy
 
-        cfg = cfg.replace(prediction=PredictionConfig(model="table", path=args.predictions))
+        cfg = with_default_policy(cfg.replace(prediction=PredictionConfig(model="table", path=args.predictions)), True)
     return cfg
 
 
