@@ -39,8 +39,9 @@ def _cfg(stubs, **kw) -> RouterConfig:
     base = {
         "backends": [{"url": s.url, "name": s.name} for s in stubs],
         "policy": "round-robin",
-        "health": {"interval_s": 0.2, "fail_after": 1, "timeout_s": 1.0},
-        "timeouts": {"connect_s": 1.0, "read_s": 1.0, "total_s": 8.0},
+        # timeouts far above what a busy machine needs for a stub's answer: only a scripted hang reaches them
+        "health": {"interval_s": 0.2, "fail_after": 1, "timeout_s": 5.0},
+        "timeouts": {"connect_s": 5.0, "read_s": 3.0, "total_s": 30.0},
         "log_requests": False,
     }
     for k, v in kw.items():
@@ -121,7 +122,7 @@ def test_failures_before_the_first_token_are_retried_elsewhere(two):
         for mode, stream in [("500", False), ("500", True), ("429", False), ("429", True), ("garbage", False),
                              ("garbage", True), ("empty", True), ("hang", True)]:
             a.fault(mode, count=1)
-            resp = _post(r.url, _chat(3, stream=stream))  # a hang costs read_s (1 s), then b answers
+            resp = _post(r.url, _chat(3, stream=stream))  # a hang costs read_s (3 s), then b answers
             assert resp.status_code == 200, (mode, stream, resp.text)
             assert _text(resp) == " t0 t1 t2"
             assert (resp.headers["x-lenpred-attempts"], resp.headers["x-lenpred-backend"]) == ("2", "b"), mode
@@ -184,7 +185,7 @@ def test_mid_stream_failure_ends_with_a_clean_error_event(two):
     with RouterThread(_cfg(two, policy="least-requests")) as r:
         for mode in ("close-after:3", "hang-after:3"):
             a.fault(mode, count=1)
-            resp = _post(r.url, _chat(8, stream=True))  # a hang ends after read_s (1 s), not never
+            resp = _post(r.url, _chat(8, stream=True))  # a hang ends after read_s (3 s), not never
             evs = sse_data(resp.text)
             assert resp.status_code == 200 and resp.headers["x-lenpred-backend"] == "a"
             tokens = [e for e in evs if isinstance(e, dict) and "choices" in e]

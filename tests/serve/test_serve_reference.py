@@ -33,7 +33,7 @@ def test_served_ridge_head_matches_the_committed_features(tmp_path: Path) -> Non
     feats = load_features(FEATS)
     p = rd.prompts().set_index("prompt_id").loc[feats.prompt_ids[:400]]
     p = p.sort_values("n_prompt_tokens").iloc[np.linspace(0, len(p) - 1, 6).astype(int)]  # short to long
-    svc = PredictionService.from_head(tmp_path / "ridge", max_wait_ms=50)
+    svc = PredictionService.from_head(tmp_path / "ridge", max_wait_ms=50, timeout_s=3600)  # a busy CPU is slow
 
     async def go():
         async with svc:
