@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
     tree = None
     if args.tree:
-        from lenpred.draft.speculative import TreeSpec
+        from lenpred.draft.tree import TreeSpec
 
         tree = TreeSpec.parse(args.tree)
         if not args.draft:

@@ -85,7 +85,7 @@ def _generate(a: argparse.Namespace) -> None:
     if a.draft:
         check_limit("--k", a.k, "pass --k 1 to 8 (draft tokens per cycle); longer chains are rarely accepted")
     if a.tree:
-        from lenpred.draft.speculative import TreeSpec
+        from lenpred.draft.tree import TreeSpec
 
         t = TreeSpec.parse(a.tree)
         for name, v in (("tree depth", t.depth), ("tree top-k", t.topk), ("tree nodes", t.nodes)):
