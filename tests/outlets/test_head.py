@@ -14,9 +14,10 @@ import pytest
 
 from lenpred.errors import CardMismatchError, ConfigError, DataError, NotFittedError
 from lenpred.outlets.baselines import CarriedConstant, carried_oracle
+from lenpred.outlets.head import OutletsHead
+from lenpred.outlets.spec import VARIANTS, row_weights, two_piece_moments
 from lenpred.outlets.store import Trajectory
 from lenpred.predictors.io import load_head
-from lenpred.outlets.head import VARIANTS, OutletsHead, row_weights, two_piece_moments
 from lenpred.predictors.registry import make_predictor
 from outlets.eval_synth import CAP, CARD, parts
 
@@ -271,7 +272,7 @@ def test_refinement_folds_checkpoints_only(data, heads):
     stride grid (48 in the synthetic spec); a fraction row is one step from the latest checkpoint, and
     its evidence is not carried on (dropping it changes no other row)."""
     from lenpred.outlets.baselines import transition_matrix
-    from lenpred.outlets.head import refine_checkpoints
+    from lenpred.outlets.rownet import refine_checkpoints
 
     h = heads["probe"]
     assert refine_checkpoints(h.feature_spec_) == (48, (32, 64, 128, 256, 512))

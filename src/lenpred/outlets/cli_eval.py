@@ -1,7 +1,7 @@
 """``lenpred outlets train | predict | bench``: the remaining-length heads, their re-predictions, their bench.
 
 * ``lenpred outlets train --traj TRAJ --run RUN --variant NAME --out HEAD``: fit an ``outlets`` head
-  variant (:data:`lenpred.outlets.head.VARIANTS`, ``--param k=v`` to change one) on the rows of
+  variant (:data:`lenpred.outlets.spec.VARIANTS`, ``--param k=v`` to change one) on the rows of
   the split's ``train`` prompts, early stopping and interval calibration on its ``val`` prompts; test
   prompts are never read. The head is saved with the run's model and sampling card and the
   trajectory spec (draft head, target).
@@ -47,7 +47,7 @@ def _check_out(out: Path, what: str = "--out") -> None:
 
 # ---------------------------------------------------------------- train
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    from lenpred.outlets.head import VARIANTS
+    from lenpred.outlets.spec import VARIANTS
 
     p.add_argument("--traj", required=True, help="trajectory features (lenpred outlets features) of --run")
     p.add_argument("--run", required=True, help="run directory (its split.json says which prompts are train / val)")
@@ -66,7 +66,7 @@ def train_variant(traj_path: str, run: str, variant: str, params: dict[str, Any]
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import load_split
     from lenpred.outlets.store import load_trajectory
-    from lenpred.outlets.head import VARIANTS, row_weights
+    from lenpred.outlets.spec import VARIANTS, row_weights
     from lenpred.predictors.pipeline import run_cap
     from lenpred.predictors.registry import make_predictor
 

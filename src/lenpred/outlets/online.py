@@ -9,7 +9,7 @@ what the cycle computed anyway). The row at the newest position, t = the tokens 
 this cycle (see :func:`lenpred.outlets.features.state_position`), goes to the head.
 
 **Two paths.** A head with an ``online()`` method (the ``outlets`` predictor:
-:class:`lenpred.outlets.head.OnlineOutlets`) gets one per generation and is fed the row's
+:class:`lenpred.outlets.rownet.OnlineOutlets`) gets one per generation and is fed the row's
 blocks as arrays (:meth:`~lenpred.outlets.features.RowBuilder.row`, views, no copies; the builder
 keeps only the blocks the head reads) -- no pandas, no spec check, no mode switch per cycle; the
 object also carries a refining head's posterior from cycle to cycle. Any other head gets the row as a one-row :class:`~lenpred.outlets.store.Trajectory`
