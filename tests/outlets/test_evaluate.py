@@ -167,7 +167,7 @@ def test_train_reads_only_train_rows(bench):
 
 # ---------------------------------------------------------------- part 6: re-predictions and the simulator
 def test_outlets_predictions_carry_repredictions(bench):
-    from lenpred.outlets.cli_eval import predict_table
+    from lenpred.outlets.pipeline import predict_table
     from lenpred.outlets.store import load_trajectory
     from lenpred.predictors.io import load_head
 
@@ -197,7 +197,7 @@ def _tiny_config(path: str) -> dict:
 
 
 def test_schedule_experiment_runs_on_test_samples(bench):
-    from lenpred.outlets.cli_eval import predict_table
+    from lenpred.outlets.pipeline import predict_table
     from lenpred.outlets.schedule import run_schedule, sample_workload
     from lenpred.sim.config import SimConfig
 
@@ -221,3 +221,54 @@ def test_schedule_experiment_runs_on_test_samples(bench):
     reqs = wl.requests(1.0, read_predictions(table))
     assert sum(bool(r.repred) for r in reqs) > 0.9 * len(reqs)
     assert res.baseline == "fcfs+rr"
+
+
+def test_schedule_through_the_cli_makes_the_outlets_table_from_the_head(bench, tmp_path, capsys):
+    """`lenpred outlets schedule` (the one entry; no `python -m`): with --outlets-head and --traj it
+    writes the re-predictions table into --out first, then the same files as run_schedule."""
+    from lenpred.cli import main
+    from lenpred.predictions import read_predictions
+
+    root, p = bench["root"], bench["paths"]
+    cfg = tmp_path / "schedule.json"
+    cfg.write_text(json.dumps(_tiny_config("experiments/outlets/schedule.json")))
+    out = tmp_path / "sched"
+    assert main(["outlets", "schedule", "--config", str(cfg), "--run", str(p["run"]), "--traj", str(p["traj"]),
+                 "--outlets-head", str(root / "outlets"), "--prefill-predictions", str(root / "pre.parquet"),
+                 "--out", str(out)]) == 0
+    table = read_predictions(out / "outlets_predictions.parquet")
+    assert table.made_by == "outlets" and len(table) == 240
+    rows = json.loads((out / "schedule.json").read_text())
+    assert [r["arm"] for r in rows][0] == "fcfs+rr"
+    assert "| load | arm | short P99 E2E (s)" in capsys.readouterr().out  # schedule.md, printed
+    # neither a head nor a table: one line, exit 1, nothing written
+    assert main(["outlets", "schedule", "--config", str(cfg), "--run", str(p["run"]), "--prefill-predictions",
+                 str(root / "pre.parquet"), "--out", str(tmp_path / "s2")]) == 1
+    assert "--outlets-predictions" in capsys.readouterr().err and not (tmp_path / "s2").exists()
+
+
+def test_one_oracle_bound_for_both_benches_with_its_single_sample_rule():
+    """lenpred.bench.evaluate.oracle_bound serves the prefill bench (every prompt counts: one with a
+    single sample is refused) and the OUTLETS bench (drop_single: such prompts are left out); on
+    prompts that all have 2+ samples the two are the same figures."""
+    from lenpred.bench.evaluate import oracle_bound
+    from lenpred.errors import DataError
+    from lenpred.outlets.evaluate import bound_on
+    from lenpred.stats.oracle import mae_estimates
+
+    rng = np.random.default_rng(3)
+    k = [8, 8, 3, 24]
+    two = pd.DataFrame({"prompt_id": np.repeat([f"p{i}" for i in range(4)], k),
+                        "n_tokens": rng.integers(1, 400, sum(k))})
+    a = oracle_bound(two, 200, 0.95, 0)
+    b = oracle_bound(two, 200, 0.95, 0, drop_single=True)
+    c = bound_on(two, 200, 0.95, 0)
+    assert a == b and (c.oracle_mae, c.n_prompts, c.n_samples) == (a.oracle_mae, 4, sum(k))
+    per = [float(mae_estimates(g["n_tokens"].to_numpy(float)[None, None])["mae_oracle"][0])
+           for _, g in two.groupby("prompt_id")]
+    assert a.oracle_mae == pytest.approx(np.mean(per), rel=1e-12)  # the mean over prompts of each prompt's bound
+    one = pd.concat([two, pd.DataFrame({"prompt_id": ["lone"], "n_tokens": [50]})], ignore_index=True)
+    with pytest.raises(DataError, match="1 test prompt"):
+        oracle_bound(one, 200, 0.95, 0)
+    d = oracle_bound(one, 200, 0.95, 0, drop_single=True)
+    assert (d.n_prompts, d.n_samples, d.oracle_mae) == (4, sum(k), a.oracle_mae)

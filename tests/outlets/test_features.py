@@ -14,9 +14,9 @@ from lenpred.draft.speculative import teacher_forced_draft_states
 from lenpred.draft.target import Target
 from lenpred.errors import ConfigError, DataError
 from lenpred.fileio import file_sha256
-from lenpred.outlets.extract import compute_trajectory, merge_trajectories, parse_roles
+from lenpred.outlets.extract import compute_trajectory, parse_roles
 from lenpred.outlets.features import TrajectoryConfig, fixed_positions, positions, sample_rows, state_position
-from lenpred.outlets.store import Trajectory, load_trajectory
+from lenpred.outlets.store import Trajectory, load_trajectory, merge_trajectories
 
 LAYERS = (2, 4, 5)  # default_layers(8) of the tiny target
 

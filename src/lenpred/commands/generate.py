@@ -12,6 +12,9 @@ predicted remaining tokens with an 80% interval and the predicted total: as JSON
 with ``--json`` (one per cycle, then a final ``done`` line; no plain text), otherwise as a live line
 on stderr (on a terminal) with the text printed at the end. A head trained on the states of another
 draft head or target is refused before the target is loaded.
+
+The generation itself is :func:`lenpred.outlets.live.open_generation` (the same as ``lenpred demo``'s
+live part); this module parses the flags and prints the stream.
 """
 
 from __future__ import annotations
@@ -19,11 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
-from lenpred.errors import ConfigError, DataError
+from lenpred.errors import ConfigError
 
 HELP = "generate with the target, optionally with an EAGLE-3 draft (speculative decoding)"
 EXAMPLE = "lenpred generate --draft out/draft/smollm2 --prompt 'Write a haiku about tea.'"
@@ -50,31 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="print only the generated text")
 
 
-def _sampling_card(args: argparse.Namespace, head_meta: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], str]:
-    """(sampling section, prompts section, where it came from)."""
-    if args.card:
-        p = Path(args.card)
-        f = p / "card.json" if p.is_dir() else p
-        if not f.is_file():
-            raise DataError(f"{p} has no card.json" if p.is_dir() else f"card {p} does not exist",
-                            "pass a run directory or its card.json")
-        try:
-            card = json.loads(f.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DataError(f"{f} is not valid JSON ({e})") from None
-        if not isinstance(card, dict) or not isinstance(card.get("sampling"), dict):
-            raise DataError(f"{f} has no sampling section", "pass a lenpred run card")
-        return card["sampling"], card.get("prompts") or {}, str(f)
-    train = ((head_meta or {}).get("training") or {}).get("run_card") or {}
-    if isinstance(train.get("sampling"), dict):
-        return train["sampling"], train.get("prompts") or {}, "the head's training run"
-    return {}, {}, "lenpred's defaults"
-
-
-def run(args: argparse.Namespace) -> int:
-    from lenpred.commands.preflight import preflight
-
-    preflight("generate", args)
+def _check_args(args: argparse.Namespace) -> Any:
+    """The flags' own checks (before anything loads); returns the tree spec or None."""
     if args.draft and args.k < 1:
         raise ConfigError(f"--k must be >= 1 draft tokens per cycle, got {args.k}", "pass --k 1 or more")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
@@ -92,102 +70,96 @@ def run(args: argparse.Namespace) -> int:
     if args.length_head and not args.draft:
         raise ConfigError("--length-head needs --draft: the length head reads the draft's hidden states",
                           "pass --draft HEAD (the draft head the length head was trained on)")
-    from lenpred.checks import check_context, model_context, prompt_text
+    return tree
 
-    text = prompt_text(args.prompt, args.prompt_file)
-    import torch
 
-    from lenpred.data.sources import PromptConfig, encode_prompt
-    from lenpred.draft.sampling import sampling_from_card
-    from lenpred.draft.speculative import SpeculativeDecoder
-    from lenpred.draft.target import Target
-    from lenpred.models import load
-    from lenpred.models.loading import eos_ids
-    from lenpred.outlets.online import open_heads
+class _Printer:
+    """The stream: text on stdout as cycles commit it, or JSON lines (``--json``); with a length head
+    on a terminal, a live line on stderr; ``--events FILE``: one JSON line per cycle."""
 
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    heads = open_heads(args.draft, args.length_head, model=args.model)
-    head, layers, length_head, lh_spec = heads.draft, heads.layers, heads.length_head, heads.length_spec
-    sampling_d, prompts_d, where = _sampling_card(args, head.meta if head else None)
-    sampling = sampling_from_card(sampling_d, max_new_tokens=args.max_new_tokens, seed=args.seed)
-    lm = load(heads.model)
-    target = Target(lm.model, layers)
-    pcfg = PromptConfig(chat_template=not args.no_chat_template and prompts_d.get("chat_template", True),
-                        system_prompt=prompts_d.get("system_prompt"))
-    ids = encode_prompt(lm.tokenizer, text, pcfg)
-    check_context(len(ids), model_context(lm.model.config), max_new_tokens=sampling.max_new_tokens,
-                  what="the rendered prompt")
-    dec = SpeculativeDecoder(target, head.model if head else None, k=args.k if head else 0,
-                             sampling=None if args.greedy else sampling, max_new_tokens=sampling.max_new_tokens,
-                             eos_ids=eos_ids(lm.model, lm.tokenizer), tree=tree)
-    events = open(args.events, "w", encoding="utf-8") if args.events else None  # noqa: SIM115
-    printed = ""
-    live = not args.json and args.length_head is not None and sys.stderr.isatty()
-    stream_text = not args.json and args.length_head is None
-    online = None
-    if args.length_head:
-        from lenpred.outlets.online import OnlineLengthHead
+    def __init__(self, args: argparse.Namespace, tokenizer: Any, events: Any) -> None:
+        self.args, self.tokenizer, self.events = args, tokenizer, events
+        self.printed = ""
+        self.live = not args.json and args.length_head is not None and sys.stderr.isatty()
+        self.stream_text = not args.json and args.length_head is None
 
-        online = OnlineLengthHead(length_head, len(ids), layers, spec=lh_spec)
-
-    def on_cycle(c: Any) -> None:
-        nonlocal printed
-        now = lm.tokenizer.decode(c.generated, skip_special_tokens=True)
-        delta = now[len(printed):]
-        printed = now
-        ev = online(c) if online is not None else None
+    def __call__(self, c: Any, ev: Any) -> None:
+        now = self.tokenizer.decode(c.generated, skip_special_tokens=True)
+        delta = now[len(self.printed):]
+        self.printed = now
         pred = ev.to_json() if ev is not None else {}
         for k in ("cycle", "committed", "n_generated"):
             pred.pop(k, None)
-        if stream_text:
+        if self.stream_text:
             sys.stdout.write(delta)
             sys.stdout.flush()
-        if args.json:
+        if self.args.json:
             sys.stdout.write(json.dumps({"event": "cycle", "cycle": c.index, "tokens": c.committed, "text": delta,
                                          "n_generated": c.n_generated, **pred}) + "\n")
             sys.stdout.flush()
-        if live and ev is not None:
+        if self.live and ev is not None:
             tail = now[-40:].replace("\n", " ")
             sys.stderr.write(f"\r\033[K{c.n_generated} tokens | ~{ev.remaining_now:.0f} left "
                              f"[{ev.remaining_q10:.0f}-{ev.remaining_q90:.0f} after t={ev.t}] | total ~{ev.total:.0f} "
                              f"[{ev.total_q10:.0f}-{ev.total_q90:.0f}] | ...{tail}")
             sys.stderr.flush()
-        if events is not None:
-            events.write(json.dumps({"cycle": c.index, "proposed": c.proposed, "accepted": c.accepted,
-                                     "committed": c.committed, "n_generated": c.n_generated,
-                                     "state_positions": [c.positions[0], c.positions[-1]] if c.positions else [],
-                                     "seconds": round(c.seconds, 6), **pred}) + "\n")
+        if self.events is not None:
+            self.events.write(json.dumps({"cycle": c.index, "proposed": c.proposed, "accepted": c.accepted,
+                                          "committed": c.committed, "n_generated": c.n_generated,
+                                          "state_positions": [c.positions[0], c.positions[-1]] if c.positions else [],
+                                          "seconds": round(c.seconds, 6), **pred}) + "\n")
 
-    gen = torch.Generator().manual_seed(int(sampling.seed))
-    t0 = time.perf_counter()
+
+def run(args: argparse.Namespace) -> int:
+    from lenpred.commands.preflight import preflight
+
+    preflight("generate", args)
+    tree = _check_args(args)
+    from lenpred.checks import check_context, model_context, prompt_text
+
+    text = prompt_text(args.prompt, args.prompt_file)
+    import torch
+
+    from lenpred.outlets.live import open_generation
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    session = open_generation(text, draft=args.draft, length_head=args.length_head, model=args.model, card=args.card,
+                              greedy=args.greedy, k=args.k, tree=tree, max_new_tokens=args.max_new_tokens,
+                              seed=args.seed, chat_template=not args.no_chat_template)
+    check_context(len(session.ids), model_context(session.lm.model.config),
+                  max_new_tokens=session.sampling.max_new_tokens, what="the rendered prompt")
+    events = open(args.events, "w", encoding="utf-8") if args.events else None  # noqa: SIM115
+    printer = _Printer(args, session.lm.tokenizer, events)
     try:
-        g = dec.generate(ids, generator=gen, on_cycle=on_cycle)
+        res = session.run(printer)
     finally:
         if events is not None:
             events.close()
-    dt = time.perf_counter() - t0
-    final = lm.tokenizer.decode(g.tokens, skip_special_tokens=True)
-    if live:
+    _finish(args, session, res, printer, tree)
+    return 0
+
+
+def _finish(args: argparse.Namespace, session: Any, res: Any, printer: _Printer, tree: Any) -> None:
+    """The end of the stream: the text (or the JSON ``done`` line) and the summary lines on stderr."""
+    g, online = res.gen, session.online
+    if printer.live:
         sys.stderr.write("\n")
     if args.json:
         last = online.events[-1].to_json() if online is not None and online.events else {}
         sys.stdout.write(json.dumps({"event": "done", "n_generated": len(g.tokens), "stop_reason": g.stop_reason,
-                                     "tau": round(g.tau, 4), "seconds": round(dt, 3), "text": final,
+                                     "tau": round(g.tau, 4), "seconds": round(res.seconds, 3), "text": res.text,
                                      "last_prediction": last}) + "\n")
     else:
-        sys.stdout.write((final if not stream_text else final[len(printed):]) + "\n")
-    if online is not None and online.head_seconds and not args.quiet:
-        import numpy as np
-
-        per = float(np.median(np.add(online.row_seconds, online.head_seconds)))
-        fwd = g.target_seconds / max(g.target_forwards, 1)
-        print(f"lenpred generate: length head {1e3 * per:.2f} ms per cycle (median over {len(online.head_seconds)} "
-              f"cycles) = {100 * per / fwd:.2f}% of the loop's mean target pass ({1e3 * fwd:.1f} ms)", file=sys.stderr)
+        sys.stdout.write((res.text if not printer.stream_text else res.text[len(printer.printed):]) + "\n")
+    if res.head_seconds and not args.quiet:
+        per, fwd = res.head_ms_per_cycle, res.loop_pass_ms
+        print(f"lenpred generate: length head {per:.2f} ms per cycle (median over {len(res.head_seconds)} "
+              f"cycles) = {100 * per / fwd:.2f}% of the loop's mean target pass ({fwd:.1f} ms)", file=sys.stderr)
     if not args.quiet:
-        mode = "greedy" if args.greedy else f"sampling ({where})"
+        mode = "greedy" if args.greedy else f"sampling ({session.card_source})"
         shape = f"tree {args.tree}" if tree is not None else f"k={args.k}"
-        spec_s = f"{shape}, tau={g.tau:.2f}, " if head else "plain, "
+        spec_s = f"{shape}, tau={g.tau:.2f}, " if session.heads.draft else "plain, "
+        dt = res.seconds
         print(f"lenpred generate: {len(g.tokens)} tokens in {dt:.1f}s ({len(g.tokens) / max(dt, 1e-9):.1f} tok/s), "
               f"{spec_s}{g.target_forwards} target forwards, {mode}, stop={g.stop_reason}", file=sys.stderr)
-    return 0

@@ -1,62 +1,40 @@
 """``lenpred outlets``: OUTLETS -- trajectory features from the draft backbone, remaining-length heads, their bench.
 
-Subcommands are listed in :data:`SUBCOMMANDS`, one entry each: the module that holds its code and
-the names of its two functions there (``add(parser)`` adds the flags, ``run(args) -> int`` runs it).
-Each subcommand's code lives in its own functions (``features`` here; ``train`` / ``bench`` in
-:mod:`lenpred.outlets.cli_eval`), so the table is the only shared line.
+The flags of each subcommand and the call into :mod:`lenpred.outlets.pipeline` (the library half):
 
 * ``lenpred outlets features --run RUN --draft HEAD --out TRAJ``: teacher-force the run's samples
   (roles of the split) through the target and the draft head and keep rows at sampled decoding
-  positions (docs/outlets.md); resumable, ``--shard I/N`` and ``--merge``.
+  positions (docs/outlets.md); resumable, ``--shard I/N`` and ``--merge``;
+* ``lenpred outlets train --traj TRAJ --run RUN --variant NAME --out HEAD``: a head variant on the
+  split's train rows (val: early stopping);
+* ``lenpred outlets predict --head HEAD --traj TRAJ --run RUN --out FILE.parquet``: a predictions table
+  with trajectory re-predictions (for the simulator);
+* ``lenpred outlets bench --traj TRAJ --run RUN --heads [NAME=]HEAD... --prefill-predictions
+  [NAME=]FILE... --out DIR``: every method along the trajectory on the test prompts;
+* ``lenpred outlets schedule --run RUN --traj TRAJ --outlets-head HEAD --prefill-predictions FILE
+  --out DIR``: the simulator's value-for-scheduling experiment (experiments/outlets/schedule.json).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from lenpred.errors import ConfigError
+from lenpred.errors import DataError
 
 HELP = "OUTLETS: trajectory features from the draft backbone, remaining-length heads, their bench"
 EXAMPLE = ("lenpred outlets features --run data/runs/smollm2-sharegpt --draft data/draft/smollm2-135m "
            "--out out/traj")
 
 
-@dataclass(frozen=True)
-class Subcommand:
-    module: str  # where the code lives
-    add: str  # name of ``add(parser) -> None`` in that module
-    run: str  # name of ``run(args) -> int`` in that module
-    help: str
+def _say(action: str) -> Callable[[str], None]:
+    def say(msg: str) -> None:
+        print(f"lenpred outlets {action}: {msg}", file=sys.stderr, flush=True)
 
-
-# name -> subcommand. outlets-eval registers "train" and "bench" (lenpred.outlets.cli_eval) here.
-SUBCOMMANDS: dict[str, Subcommand] = {
-    "features": Subcommand(__name__, "add_features_arguments", "run_features",
-                           "trajectory features: draft / fused / target states at sampled decoding positions"),
-    "train": Subcommand("lenpred.outlets.cli_eval", "add_train_arguments", "run_train",
-                        "train a remaining-length head variant on the split's train rows (val: early stopping)"),
-    "predict": Subcommand("lenpred.outlets.cli_eval", "add_predict_arguments", "run_predict",
-                          "a predictions table with trajectory re-predictions (for the simulator)"),
-    "bench": Subcommand("lenpred.outlets.cli_eval", "add_bench_arguments", "run_bench",
-                        "remaining-length MAE along the trajectory: heads, carried prefill heads, oracle, probe"),
-}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="outlets_action", metavar="ACTION", required=True)
-    for name, sc in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=sc.help, description=sc.help)
-        getattr(importlib.import_module(sc.module), sc.add)(p)
-
-
-def run(args: argparse.Namespace) -> int:
-    from lenpred.commands.preflight import preflight
-
-    preflight("outlets", args, args.outlets_action)
-    sc = SUBCOMMANDS[args.outlets_action]
-    return int(getattr(importlib.import_module(sc.module), sc.run)(args) or 0)
+    return say
 
 
 # ------------------------------------------------------------------------------------------ features
@@ -86,42 +64,160 @@ def add_features_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_features(a: argparse.Namespace) -> int:
-    import sys
-
     from lenpred.config import from_arguments
-    from lenpred.outlets.extract import compute_trajectory, merge_trajectories, parse_roles
     from lenpred.outlets.features import TrajectoryConfig
+    from lenpred.outlets.pipeline import features
 
-    def say(msg: str) -> None:
-        print(f"lenpred outlets features: {msg}", file=sys.stderr, flush=True)
+    cfg = None
+    if a.merge is None and a.run is not None and a.draft is not None:
+        cfg = from_arguments(TrajectoryConfig, a, where="outlets features")
+        if a.threads > 0:
+            import torch
 
-    if a.merge is not None:
-        if a.run is not None or a.shard is not None or a.draft is not None:
-            raise ConfigError("--merge combines finished shards; it takes no --run, --draft or --shard",
-                              "lenpred outlets features --merge SHARD_OUT... --out TRAJ")
-        traj = merge_trajectories(a.out, a.merge)
-        say(f"merged {len(a.merge)} shard(s): {traj.n} rows -> {a.out}")
-        return 0
-    if a.run is None or a.draft is None:
-        raise ConfigError("lenpred outlets features needs --run RUN and --draft HEAD (or --merge SHARD...)",
-                          "lenpred outlets features --run data/runs/NAME --draft HEAD --out TRAJ")
-    if a.cache is not None and a.no_cache:
-        raise ConfigError("--cache and --no-cache contradict each other", "pass one of them")
-    for flag, v in (("--max-prompts", a.max_prompts), ("--max-samples-per-prompt", a.max_samples_per_prompt)):
-        if v is not None and v < 1:
-            raise ConfigError(f"{flag} must be >= 1, got {v}")
-    from lenpred.features.shards import parse_shard
-
-    shard = parse_shard(a.shard)
-    roles = parse_roles(a.roles)
-    cfg = from_arguments(TrajectoryConfig, a, where="outlets features")
-    if a.threads > 0:
-        import torch
-
-        torch.set_num_threads(a.threads)
-    res = compute_trajectory(a.run, a.draft, a.out, cfg, roles=roles, shard=shard, model=a.model,
-                             cache=False if a.no_cache else a.cache, max_prompts=a.max_prompts,
-                             max_samples_per_prompt=a.max_samples_per_prompt, device=a.device,
-                             progress=not a.no_progress, log=say)
-    say(res.summary())
+            torch.set_num_threads(a.threads)
+    say = _say("features")
+    say(features(a.out, run=a.run, draft=a.draft, merge=a.merge, cfg=cfg, roles=a.roles, shard=a.shard,
+                 model=a.model, cache=a.cache, no_cache=a.no_cache, max_prompts=a.max_prompts,
+                 max_samples_per_prompt=a.max_samples_per_prompt, device=a.device, progress=not a.no_progress,
+                 log=say))
     return 0
+
+
+# ------------------------------------------------------------------------------------------ train
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    from lenpred.outlets.spec import VARIANTS
+
+    p.add_argument("--traj", required=True, help="trajectory features (lenpred outlets features) of --run")
+    p.add_argument("--run", required=True, help="run directory (its split.json says which prompts are train / val)")
+    p.add_argument("--variant", default="outlets", help=f"head variant: {', '.join(VARIANTS)} (default %(default)s)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="override a hyperparameter")
+    p.add_argument("--out", required=True, help="head directory to write")
+    p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
+    p.add_argument("--no-early-stopping", action="store_true", help="train all epochs; read no validation prompt")
+
+
+def run_train(a: argparse.Namespace) -> int:
+    from lenpred.outlets.pipeline import train_variant
+    from lenpred.predictors.pipeline import parse_params
+
+    head, info = train_variant(a.traj, a.run, a.variant, parse_params(a.param), a.out, a.split,
+                               early_stopping=not a.no_early_stopping)
+    vm = "-" if info["val_mae"] is None else f"{info['val_mae']:.1f}"
+    print(f"outlets train: {a.variant} on {head.n_train_} prompts ({info['n_rows']} rows) in {info['seconds']:.1f} s; "
+          f"validation MAE {vm} tokens (remaining, weighted by prompt) -> {a.out}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ predict
+def add_predict_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--head", required=True, help="outlets head (lenpred outlets train)")
+    p.add_argument("--traj", required=True, help="trajectory features of --run")
+    p.add_argument("--run", required=True, help="run directory")
+    p.add_argument("--out", required=True, help="predictions file to write (.parquet)")
+    p.add_argument("--roles", default="test", help="split roles whose samples to predict (default %(default)s)")
+    p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
+
+
+def run_predict(a: argparse.Namespace) -> int:
+    from lenpred.outlets.pipeline import predict_table
+
+    out = Path(a.out)
+    if out.is_dir():
+        raise DataError(f"{out} is a directory", "pass a file path ending in .parquet")
+    roles = [r.strip() for r in a.roles.split(",") if r.strip()]
+    preds = predict_table(a.head, a.traj, a.run, roles, a.split)
+    path = preds.write(out)
+    n_rep = int(preds.frame["repred_gen"].map(len).sum())
+    print(f"outlets predict: {len(preds)} samples, {n_rep} re-predictions -> {path}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ bench
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--traj", required=True, help="trajectory features of --run (its test prompts are scored)")
+    p.add_argument("--run", required=True, help="run directory (split, lengths for the oracle and the bound)")
+    p.add_argument("--heads", nargs="*", default=[], metavar="[NAME=]HEAD",
+                   help="outlets heads, the probe variant included (name default: the variant trained)")
+    p.add_argument("--prefill-predictions", nargs="*", default=[], metavar="[NAME=]FILE",
+                   help="prefill predictions tables (lenpred predict), carried along the trajectory")
+    p.add_argument("--reference", default=None, help="method the ratios use (default: best carried prefill head at t=0)")
+    p.add_argument("--out", required=True, help="report folder (an artifact directory)")
+    p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of prompts for intervals")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-plots", action="store_true")
+
+
+def run_bench(a: argparse.Namespace) -> int:
+    from lenpred.outlets.pipeline import bench
+
+    _, art, md = bench(a.traj, a.run, a.out, heads=a.heads, prefill_predictions=a.prefill_predictions,
+                       reference=a.reference, split=a.split, n_boot=a.n_boot, seed=a.seed, plots=not a.no_plots)
+    print(md)
+    print(f"report: {art.path}/outlets_bench.md")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ schedule
+def add_schedule_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="experiments/outlets/schedule.json", help="simulator config with placeholders")
+    p.add_argument("--run", required=True, help="run directory (its split gives the test prompts)")
+    p.add_argument("--prefill-predictions", required=True, help="the best prefill head's table (lenpred predict)")
+    p.add_argument("--outlets-head", default=None, help="outlets head: its re-predictions are made here")
+    p.add_argument("--traj", default=None, help="trajectory features of the run (with --outlets-head)")
+    p.add_argument("--outlets-predictions", default=None, help="or: an outlets table already made (lenpred outlets predict)")
+    p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
+    p.add_argument("--requests", type=int, default=None, help="override workload.n_requests (smoke runs)")
+    p.add_argument("--loads", default=None, help="override sweep.loads, comma-separated (smoke runs)")
+    p.add_argument("--out", required=True, help="result folder")
+
+
+def run_schedule(a: argparse.Namespace) -> int:
+    from lenpred.errors import ConfigError
+    from lenpred.outlets.pipeline import schedule
+
+    try:
+        loads = tuple(float(x) for x in a.loads.split(",")) if a.loads else None
+    except ValueError:
+        raise ConfigError(f"--loads {a.loads!r} is not a comma-separated list of numbers", "e.g. --loads 0.9,1.0") from None
+    res = schedule(a.run, a.prefill_predictions, a.out, config=a.config, outlets_head=a.outlets_head, traj=a.traj,
+                   outlets_predictions=a.outlets_predictions, split=a.split, n_requests=a.requests, loads=loads,
+                   progress=lambda m: print(m, file=sys.stderr, flush=True))
+    print((Path(a.out) / "schedule.md").read_text())
+    print(f"results: {a.out}/results.json ({res.wall_s:.1f} s)")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ the table
+@dataclass(frozen=True)
+class Subcommand:
+    add: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    help: str
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "features": Subcommand(add_features_arguments, run_features,
+                           "trajectory features: draft / fused / target states at sampled decoding positions"),
+    "train": Subcommand(add_train_arguments, run_train,
+                        "train a remaining-length head variant on the split's train rows (val: early stopping)"),
+    "predict": Subcommand(add_predict_arguments, run_predict,
+                          "a predictions table with trajectory re-predictions (for the simulator)"),
+    "bench": Subcommand(add_bench_arguments, run_bench,
+                        "remaining-length MAE along the trajectory: heads, carried prefill heads, oracle, probe"),
+    "schedule": Subcommand(add_schedule_arguments, run_schedule,
+                           "value for scheduling: the simulator with OUTLETS re-predictions against prefill and oracle arms"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="outlets_action", metavar="ACTION", required=True)
+    for name, sc in SUBCOMMANDS.items():
+        sc.add(sub.add_parser(name, help=sc.help, description=sc.help))
+
+
+def run(args: argparse.Namespace) -> int:
+    from lenpred.commands.preflight import preflight
+
+    preflight("outlets", args, args.outlets_action)
+    return int(SUBCOMMANDS[args.outlets_action].run(args) or 0)

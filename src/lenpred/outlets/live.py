@@ -1,23 +1,138 @@
-"""One live generation with the OUTLETS head re-predicting the remaining length every cycle.
+"""Live generation: the target decodes (speculatively with an EAGLE-3 head), an OUTLETS head re-predicts.
 
-What ``lenpred demo`` shows (issue: OUTLETS, part 7) and what ``lenpred generate --length-head``
-streams, as a function: the draft head decodes speculatively, the length head reads the draft states
-the loop already computed, and every ``every`` generated tokens a line gives the tokens so far, the
-predicted remaining tokens with their 80% interval and the predicted total. When the answer is done
-the true length is known and each line's error is reported.
+:func:`open_generation` is everything ``lenpred generate`` and ``lenpred demo`` share: the draft head
+and the length head loaded with every check (:func:`lenpred.outlets.online.open_heads`, before the
+target's weights load), the sampling card (``card=`` a run directory or card.json, else the one
+recorded when the draft head was trained, else lenpred's defaults), the target, the prompt rendered
+with the card's chat template, the decoder and the online length head. :meth:`Generation.run`
+decodes, calling ``on_cycle(cycle, event)`` per cycle (``event``: the length head's
+:class:`~lenpred.outlets.online.LengthEvent`, or None without one).
+
+:func:`live_generation` is what ``lenpred demo`` shows: every ``every`` generated tokens a line gives
+the tokens so far, the predicted remaining tokens with their 80% interval and the predicted total;
+when the answer is done the true length is known and each line's error is reported.
 """
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lenpred.errors import ConfigError, DataError
 
-__all__ = ["LivePoint", "LiveResult", "live_generation"]
+__all__ = ["Generation", "GenerationResult", "LivePoint", "LiveResult", "live_generation", "open_generation",
+           "sampling_card"]
 
 
+def sampling_card(card: str | Path | None, draft_meta: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(sampling section, prompts section, where it came from): ``card`` (a run directory or its
+    card.json), else the run card recorded when the draft head was trained, else lenpred's defaults."""
+    if card:
+        p = Path(card)
+        f = p / "card.json" if p.is_dir() else p
+        if not f.is_file():
+            raise DataError(f"{p} has no card.json" if p.is_dir() else f"card {p} does not exist",
+                            "pass a run directory or its card.json")
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DataError(f"{f} is not valid JSON ({e})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("sampling"), dict):
+            raise DataError(f"{f} has no sampling section", "pass a lenpred run card")
+        return data["sampling"], data.get("prompts") or {}, str(f)
+    train = ((draft_meta or {}).get("training") or {}).get("run_card") or {}
+    if isinstance(train.get("sampling"), dict):
+        return train["sampling"], train.get("prompts") or {}, "the head's training run"
+    return {}, {}, "lenpred's defaults"
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    gen: Any  # lenpred.draft.speculative.Generation: tokens, stop_reason, tau, target passes
+    seconds: float
+    head_seconds: list[float] = field(default_factory=list)  # per cycle: row + length head (empty without one)
+
+    @property
+    def head_ms_per_cycle(self) -> float | None:
+        """Median cost of the length head per cycle (row building + prediction), ms."""
+        import numpy as np
+
+        return 1e3 * float(np.median(self.head_seconds)) if self.head_seconds else None
+
+    @property
+    def loop_pass_ms(self) -> float:
+        """Mean target pass of this generation (verifying passes and the prefill), ms."""
+        return 1e3 * self.gen.target_seconds / max(self.gen.target_forwards, 1)
+
+
+@dataclass
+class Generation:
+    """A generation set up by :func:`open_generation`; :meth:`run` decodes it."""
+
+    heads: Any  # lenpred.outlets.online.OpenedHeads
+    lm: Any  # the loaded target (model, tokenizer)
+    ids: list[int]  # the rendered prompt
+    sampling: Any  # lenpred.draft.sampling.SamplingConfig (its seed seeds the generator; greedy ignores it)
+    card_source: str  # where the sampling card came from
+    decoder: Any  # lenpred.draft.speculative.SpeculativeDecoder
+    online: Any = None  # lenpred.outlets.online.OnlineLengthHead, with a length head
+
+    def run(self, on_cycle: Callable[[Any, Any], None] | None = None) -> GenerationResult:
+        """Decode; ``on_cycle(cycle, event)`` after each cycle (event: the length head's, or None)."""
+        import numpy as np
+        import torch
+
+        def step(c: Any) -> None:
+            ev = self.online(c) if self.online is not None else None
+            if on_cycle is not None:
+                on_cycle(c, ev)
+
+        gen = torch.Generator().manual_seed(int(self.sampling.seed))
+        t0 = time.perf_counter()
+        g = self.decoder.generate(self.ids, generator=gen, on_cycle=step)
+        dt = time.perf_counter() - t0
+        per = list(np.add(self.online.row_seconds, self.online.head_seconds)) if self.online is not None else []
+        return GenerationResult(self.lm.tokenizer.decode(g.tokens, skip_special_tokens=True), g, dt, per)
+
+
+def open_generation(prompt: str, *, draft: str | Path | None = None, length_head: str | Path | None = None,
+                    model: str | None = None, card: str | Path | None = None, greedy: bool = False, k: int = 3,
+                    tree: Any = None, max_new_tokens: int | None = None, seed: int | None = None,
+                    chat_template: bool = True) -> Generation:
+    """Load and check everything a generation needs (see the module docstring); nothing decoded yet.
+    ``draft=None``: plain decoding; ``length_head`` needs ``draft``; ``tree``: a
+    :class:`lenpred.draft.speculative.TreeSpec` (greedy only)."""
+    from lenpred.data.sources import PromptConfig, encode_prompt
+    from lenpred.draft.sampling import sampling_from_card
+    from lenpred.draft.speculative import SpeculativeDecoder
+    from lenpred.draft.target import Target
+    from lenpred.models import load
+    from lenpred.models.loading import eos_ids
+    from lenpred.outlets.online import OnlineLengthHead, open_heads
+
+    heads = open_heads(draft, length_head, model=model)
+    sampling_d, prompts_d, where = sampling_card(card, heads.draft.meta if heads.draft else None)
+    sampling = sampling_from_card(sampling_d, max_new_tokens=max_new_tokens, seed=seed)
+    lm = load(heads.model)
+    target = Target(lm.model, heads.layers)
+    pcfg = PromptConfig(chat_template=chat_template and prompts_d.get("chat_template", True),
+                        system_prompt=prompts_d.get("system_prompt"))
+    ids = encode_prompt(lm.tokenizer, prompt, pcfg)
+    dec = SpeculativeDecoder(target, heads.draft.model if heads.draft else None, k=k if heads.draft else 0,
+                             sampling=None if greedy else sampling, max_new_tokens=sampling.max_new_tokens,
+                             eos_ids=eos_ids(lm.model, lm.tokenizer), tree=tree)
+    online = None
+    if heads.length_head is not None:
+        online = OnlineLengthHead(heads.length_head, len(ids), heads.layers, spec=heads.length_spec)
+    return Generation(heads, lm, ids, sampling, where, dec, online)
+
+
+# ---------------------------------------------------------------------------------------- the demo's view
 @dataclass
 class LivePoint:
     n_generated: int  # tokens generated when the line was printed
@@ -53,19 +168,6 @@ def live_generation(*, draft: str | Path, length_head: str | Path, prompt: str, 
     Checks as ``lenpred generate`` does: the length head must have been trained on this draft head's
     features and this target. Prints a line every ``every`` tokens on ``console`` (a rich Console).
     """
-    import time
-
-    import numpy as np
-    import torch
-
-    from lenpred.data.sources import PromptConfig, encode_prompt
-    from lenpred.draft.sampling import sampling_from_card
-    from lenpred.draft.speculative import SpeculativeDecoder
-    from lenpred.draft.target import Target
-    from lenpred.models import load
-    from lenpred.models.loading import eos_ids
-    from lenpred.outlets.online import OnlineLengthHead, open_heads
-
     if not str(prompt).strip():
         raise ConfigError("the prompt is empty", "pass a user message")
     if every < 1 or max_new_tokens < 1 or k < 1:
@@ -73,21 +175,13 @@ def live_generation(*, draft: str | Path, length_head: str | Path, prompt: str, 
     for what, p in (("draft head", draft), ("length head", length_head)):
         if not Path(p).is_dir():
             raise DataError(f"{what} {p} does not exist", "see docs/outlets.md for the commands that make it")
-    heads = open_heads(draft, length_head)
-    card = (((heads.draft.meta or {}).get("training") or {}).get("run_card")) or {}
-    sampling = sampling_from_card(card.get("sampling") or {}, max_new_tokens=max_new_tokens, seed=seed)
-    pd_ = card.get("prompts") or {}
-    lm = load(heads.model)
-    target = Target(lm.model, heads.layers)
-    ids = encode_prompt(lm.tokenizer, prompt, PromptConfig(chat_template=pd_.get("chat_template", True),
-                                                           system_prompt=pd_.get("system_prompt")))
-    dec = SpeculativeDecoder(target, heads.draft.model, k=k, sampling=None if greedy else sampling,
-                             max_new_tokens=max_new_tokens, eos_ids=eos_ids(lm.model, lm.tokenizer))
+    session = open_generation(prompt, draft=draft, length_head=length_head, greedy=greedy, k=k,
+                              max_new_tokens=max_new_tokens, seed=seed)
     points: list[LivePoint] = []
     next_line = [0]
 
-    def emit(ev: Any) -> None:
-        if ev.n_generated < next_line[0]:
+    def on_cycle(_c: Any, ev: Any) -> None:
+        if ev is None or ev.n_generated < next_line[0]:
             return
         next_line[0] = (ev.n_generated // every + 1) * every
         shift = ev.n_generated - ev.t  # tokens committed after the state the head read
@@ -99,13 +193,7 @@ def live_generation(*, draft: str | Path, length_head: str | Path, prompt: str, 
             console.print(f"  {p.n_generated:4d} tokens | remaining ~{p.remaining:4.0f} "
                           f"[{p.remaining_q10:.0f}-{p.remaining_q90:.0f}] | total ~{p.total:4.0f}")
 
-    online = OnlineLengthHead(heads.length_head, len(ids), heads.layers, spec=heads.length_spec, emit=emit)
-    gen = torch.Generator().manual_seed(int(sampling.seed))
-    t0 = time.perf_counter()
-    g = dec.generate(ids, generator=gen, on_cycle=online)
-    dt = time.perf_counter() - t0
-    per = float(np.median(np.add(online.row_seconds, online.head_seconds))) if online.head_seconds else None
-    fwd = g.target_seconds / max(g.target_forwards, 1)
-    return LiveResult(text=lm.tokenizer.decode(g.tokens, skip_special_tokens=True), n_tokens=len(g.tokens),
-                      stop_reason=g.stop_reason, tau=g.tau, seconds=dt, points=points,
-                      head_ms_per_cycle=None if per is None else 1e3 * per, target_ms_per_pass=1e3 * fwd)
+    res = session.run(on_cycle)
+    g = res.gen
+    return LiveResult(text=res.text, n_tokens=len(g.tokens), stop_reason=g.stop_reason, tau=g.tau, seconds=res.seconds,
+                      points=points, head_ms_per_cycle=res.head_ms_per_cycle, target_ms_per_pass=res.loop_pass_ms)

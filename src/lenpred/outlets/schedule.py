@@ -24,16 +24,16 @@ mean generated tokens, and the coefficient of variation of the mean batch size).
 In the config, the strings ``"{run}"``, ``"{prefill}"`` and ``"{outlets}"`` stand for the run
 directory and the two predictions tables; :func:`run_schedule` fills them in. Run it with::
 
-    python -m lenpred.outlets.schedule --config experiments/outlets/schedule.json --run RUN \\
+    lenpred outlets schedule --config experiments/outlets/schedule.json --run RUN \\
         --traj TRAJ --outlets-head HEAD --prefill-predictions PREFILL.parquet --out out/outlets/schedule
+
+``schedule.md`` is :func:`lenpred.report.outlets.schedule_markdown` of :func:`schedule_table`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lenpred.errors import ConfigError, DataError, LenpredError
+from lenpred.errors import ConfigError, DataError
 
-__all__ = ["outlets_predictions", "sample_workload", "fill_placeholders", "run_schedule", "schedule_table", "main"]
+__all__ = ["outlets_predictions", "sample_workload", "fill_placeholders", "run_schedule", "schedule_table"]
 
 PLACEHOLDERS = ("{run}", "{prefill}", "{outlets}")
 
@@ -138,23 +138,6 @@ def schedule_table(res: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _md(rows: list[dict[str, Any]], res: Any) -> str:
-    def f(x: Any, fmt: str) -> str:
-        return "-" if x is None else fmt.format(x)
-
-    out = ["# OUTLETS: value for scheduling (simulated, test prompts' samples)", "",
-           f"- short requests: true output < {res.short_threshold:g} tokens; loads are multiples of the measured "
-           f"capacity ({f(res.capacity_rps, '{:.2f}')} requests/s); baseline {res.baseline}", "",
-           "| load | arm | short P99 E2E (s) | vs baseline | overall P99 E2E (s) | vs baseline | "
-           "decode tokens max/mean | batch CV |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        out.append(f"| {f(r['load'], '{:g}')} | {r['arm']} | {f(r['short_p99_e2e_s'], '{:.3f}')} | "
-                   f"{f(r['short_p99_change'], '{:+.1%}')} | {f(r['all_p99_e2e_s'], '{:.3f}')} | "
-                   f"{f(r['all_p99_change'], '{:+.1%}')} | {f(r['tokens_max_over_mean'], '{:.3f}')} | "
-                   f"{f(r['batch_cv'], '{:.3f}')} |")
-    return "\n".join(out) + "\n"
-
-
 def run_schedule(config: str | os.PathLike[str] | Mapping[str, Any], run: str | os.PathLike[str],
                  outlets_table: str | os.PathLike[str], prefill_table: str | os.PathLike[str],
                  out: str | os.PathLike[str], *, keys: pd.DataFrame | None = None, n_requests: int | None = None,
@@ -162,6 +145,7 @@ def run_schedule(config: str | os.PathLike[str] | Mapping[str, Any], run: str | 
     """Fill the config's placeholders, build the test-sample workload (``keys``: default the samples
     of the OUTLETS table), run every arm at every load, write results.json, config.json, schedule.md."""
     from lenpred.predictions import read_predictions
+    from lenpred.report.outlets import schedule_markdown
     from lenpred.sim.config import SimConfig
     from lenpred.sim.sweep import run_sweep
 
@@ -194,48 +178,9 @@ def run_schedule(config: str | os.PathLike[str] | Mapping[str, Any], run: str | 
     res.write(dest)
     rows = schedule_table(res)
     (dest / "schedule.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (dest / "schedule.md").write_text(_md(rows, res))
+    (dest / "schedule.md").write_text(schedule_markdown(rows, res))
     if cfg.plots:
         from lenpred.report.sim_plots import write_plots
 
         write_plots(res, dest)
     return res
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lenpred.outlets.schedule", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", default="experiments/outlets/schedule.json", help="simulator config with placeholders")
-    ap.add_argument("--run", required=True, help="run directory (its split gives the test prompts)")
-    ap.add_argument("--prefill-predictions", required=True, help="the best prefill head's table (lenpred predict)")
-    ap.add_argument("--outlets-head", default=None, help="outlets head: its re-predictions are made here")
-    ap.add_argument("--traj", default=None, help="trajectory features of the run (with --outlets-head)")
-    ap.add_argument("--outlets-predictions", default=None, help="or: an outlets table already made (lenpred outlets predict)")
-    ap.add_argument("--split", default=None, help="split file (default RUN/split.json)")
-    ap.add_argument("--requests", type=int, default=None, help="override workload.n_requests (smoke runs)")
-    ap.add_argument("--loads", default=None, help="override sweep.loads, comma-separated (smoke runs)")
-    ap.add_argument("--out", required=True, help="result folder")
-    a = ap.parse_args(argv)
-    try:
-        out = Path(a.out)
-        table = a.outlets_predictions
-        if table is None:
-            if a.outlets_head is None or a.traj is None:
-                raise ConfigError("pass --outlets-head HEAD with --traj TRAJ, or --outlets-predictions FILE")
-            from lenpred.outlets.cli_eval import predict_table
-
-            preds = predict_table(a.outlets_head, a.traj, a.run, roles=("test",), split=a.split)
-            out.mkdir(parents=True, exist_ok=True)
-            table = str(preds.write(out / "outlets_predictions.parquet"))
-        loads = tuple(float(x) for x in a.loads.split(",")) if a.loads else None
-        res = run_schedule(a.config, a.run, table, a.prefill_predictions, out, n_requests=a.requests, loads=loads,
-                           progress=lambda m: print(m, file=sys.stderr, flush=True))
-    except LenpredError as e:
-        print(f"lenpred outlets schedule: error: {e}", file=sys.stderr)
-        return 1
-    print((out / "schedule.md").read_text())
-    print(f"results: {out}/results.json ({res.wall_s:.1f} s)")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -14,7 +14,8 @@ Layout (a :mod:`lenpred.artifacts` directory, kind ``trajectory``, card scope ``
                              length (the sample's total generated tokens L), remaining (L - t),
                              truncated (bool: the sample hit max_new_tokens; labels are as served, cap - t)
 
-Rows of one sample are contiguous and sorted by t. :func:`load_trajectory` returns float32 blocks.
+Rows of one sample are contiguous and sorted by t. :func:`load_trajectory` returns float32 blocks;
+:func:`merge_trajectories` joins the artifacts of one ``--shard I/N`` partition.
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from lenpred.errors import DataError
+from lenpred.fileio import canonical_json
 
-__all__ = ["KIND", "SCHEMA_VERSION", "INDEX_COLUMNS", "Trajectory", "save_trajectory", "load_trajectory"]
+__all__ = ["KIND", "SCHEMA_VERSION", "INDEX_COLUMNS", "Trajectory", "save_trajectory", "load_trajectory",
+           "merge_trajectories"]
 
 KIND = "trajectory"
 SCHEMA_VERSION = 1
@@ -133,3 +137,45 @@ def load_trajectory(path: str | os.PathLike[str], card: Mapping[str, Any] | None
     blocks = {k: v.astype(np.float32, copy=False) for k, v in art.tensors().items()}
     return Trajectory(art.table(INDEX), blocks, dict(art.meta.get("trajectory_spec", {})),
                       dict(art.meta.get("card") or {}), art.meta.get("card_hash"))
+
+
+def merge_trajectories(out: str | Path, shards: Sequence[str | Path]) -> Trajectory:
+    """Join the shard artifacts of one ``--shard I/N`` partition into one artifact at ``out``."""
+    from lenpred.artifacts import check_out
+    from lenpred.features.work import open_shards
+
+    out_p = Path(out)
+    arts = open_shards(out_p, shards, kind=KIND, schema_version=SCHEMA_VERSION, what="trajectory")
+    check_out(out_p, kind=KIND, card={"card_hash": arts[0].meta.get("card_hash")}, inputs={"--merge": list(shards)})
+    first = arts[0].meta
+    for a in arts[1:]:
+        m = a.meta
+        if canonical_json(m.get("trajectory_spec")) != canonical_json(first.get("trajectory_spec")):
+            raise DataError(f"shard {a.path} has another trajectory spec than {arts[0].path} (draft head, layers or "
+                            "positions differ)", "recompute the odd shard with the same options")
+        if canonical_json(m.get("selection")) != canonical_json(first.get("selection")):
+            raise DataError(f"shard {a.path} was computed from another selection of samples than {arts[0].path}",
+                            "recompute every shard with the same --roles and limits from the run as it is now")
+    counts = {(a.meta.get("shard") or {}).get("count") for a in arts}
+    idxs = [(a.meta.get("shard") or {}).get("index") for a in arts]
+    if len(counts) != 1 or len(set(idxs)) != len(idxs):
+        raise DataError("the shards are not distinct slices of one --shard I/N partition",
+                        "merge each slice I/N exactly once")
+    n = counts.pop()
+    gone = sorted(set(range(int(n))) - set(idxs))
+    if gone:
+        raise DataError(f"shard(s) {', '.join(f'{i}/{n}' for i in gone)} missing", "compute them and merge all N")
+    trajs = [load_trajectory(a.path) for a in arts]
+    index = pd.concat([t.index for t in trajs], ignore_index=True)
+    keys = index[["prompt_id", "sample_idx"]].drop_duplicates()
+    if len(keys) != sum(len(t.index[["prompt_id", "sample_idx"]].drop_duplicates()) for t in trajs):
+        raise DataError("shards overlap (a sample is in two of them)", "merge each slice of one partition once")
+    blocks = {k: np.concatenate([t.blocks[k] for t in trajs]) for k in trajs[0].blocks}
+    order = np.lexsort((index["t"].to_numpy(), index["sample_idx"].to_numpy(), index["prompt_id"].to_numpy()))
+    spec = {k: v for k, v in (first.get("trajectory_spec") or {}).items() if k != "dtype"}
+    traj = Trajectory(index.iloc[order].reset_index(drop=True), {k: v[order] for k, v in blocks.items()}, spec)
+    meta = {"selection": first.get("selection"), "shard": {"index": 0, "count": 1}, "draft_path": first.get("draft_path"),
+            "run": first.get("run"), "merged_from": [a.meta.get("shard") for a in arts]}
+    save_trajectory(out_p, traj, {"card_hash": first["card_hash"]}, config=arts[0].config, meta=meta,
+                    dtype=(first.get("trajectory_spec") or {}).get("dtype", "float16"))
+    return traj

@@ -1,19 +1,24 @@
-"""Presentation of an :class:`~lenpred.outlets.evaluate.OutletsBench`: Markdown tables and plots.
+"""OUTLETS presentation: the bench's Markdown tables and plots, and the scheduling experiment's table.
 
 Tables: remaining-length MAE at every point (one row per method, one column per point, the 95%
 interval under each figure), 80% interval coverage along the trajectory, the summary (MAE averaged
 over progress, its ratio to the best carried prefill head, from where each method beats the carried
 oracle) and the total-length MAE at t = 0 against the prefill oracle bound. Plots: MAE vs progress
 and vs tokens generated (one line per method, the carried oracle as a band), and coverage vs progress.
+
+:func:`schedule_markdown`: the value-for-scheduling table (:func:`lenpred.outlets.schedule.schedule_table`
+rows: short-request and overall P99 end-to-end latency per load and arm, their change against the
+baseline, the decode load imbalance).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from lenpred.outlets.evaluate import ORACLE, OutletsBench
 
-__all__ = ["render_markdown", "write_plots", "mae_rows"]
+__all__ = ["render_markdown", "write_plots", "mae_rows", "schedule_markdown"]
 
 
 def _n(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -152,3 +157,21 @@ def write_plots(res: OutletsBench, out: Path) -> list[Path]:
         fig.savefig(paths[-1], dpi=120)
         plt.close(fig)
     return paths
+
+
+def schedule_markdown(rows: list[dict[str, Any]], res: Any) -> str:
+    """``schedule.md``: one row per (load, arm) of :func:`lenpred.outlets.schedule.schedule_table`."""
+    def f(x: Any, fmt: str) -> str:
+        return "-" if x is None else fmt.format(x)
+
+    out = ["# OUTLETS: value for scheduling (simulated, test prompts' samples)", "",
+           f"- short requests: true output < {res.short_threshold:g} tokens; loads are multiples of the measured "
+           f"capacity ({f(res.capacity_rps, '{:.2f}')} requests/s); baseline {res.baseline}", "",
+           "| load | arm | short P99 E2E (s) | vs baseline | overall P99 E2E (s) | vs baseline | "
+           "decode tokens max/mean | batch CV |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {f(r['load'], '{:g}')} | {r['arm']} | {f(r['short_p99_e2e_s'], '{:.3f}')} | "
+                   f"{f(r['short_p99_change'], '{:+.1%}')} | {f(r['all_p99_e2e_s'], '{:.3f}')} | "
+                   f"{f(r['all_p99_change'], '{:+.1%}')} | {f(r['tokens_max_over_mean'], '{:.3f}')} | "
+                   f"{f(r['batch_cv'], '{:.3f}')} |")
+    return "\n".join(out) + "\n"

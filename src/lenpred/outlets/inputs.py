@@ -1,0 +1,110 @@
+"""What a trajectory computation reads: the selected samples, and the state cache for their target states.
+
+* :func:`select_prompts` -- the prompts of the split's roles that have samples (with token ids), each with
+  its samples (at most ``max_samples`` each, at most ``max_prompts`` prompts per role), and
+  :func:`shard_prompts` -- a deterministic slice of them (sorted by total tokens, every N-th: balanced work);
+* :func:`open_cache` -- the draft-training state cache (:mod:`lenpred.draft.states`) the target states
+  come from and go to: by default the one the draft head was trained with when it was made for this
+  run, target and layers, else ``$LENPRED_HOME/draft-states/<card>-<fp>-L<a>-<b>-<c>-k64``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lenpred.errors import DataError
+
+__all__ = ["Prompt", "select_prompts", "shard_prompts", "keys_sha", "open_cache", "CACHE_TOPK", "CACHE_MAX_SEQ"]
+
+CACHE_TOPK = 64  # what `lenpred draft train` caches by default: the same directory name and manifest
+CACHE_MAX_SEQ = 2048
+
+
+@dataclass
+class Prompt:
+    prompt_id: str
+    ids: list[int]
+    samples: list[tuple[int, list[int], bool]]  # (sample_idx, response ids, truncated)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.ids) * 1 + sum(len(r) for _, r, _ in self.samples)
+
+
+def select_prompts(run: Any, split: Any, roles: tuple[str, ...], max_prompts: int | None,
+            max_samples: int | None) -> list[Prompt]:
+    from lenpred.data.lengths import check_token_ids
+
+    prompts, s = check_token_ids(run)
+    by: dict[str, list[tuple[int, list[int], bool]]] = {}
+    for r in s.itertuples():
+        ids = [int(x) for x in r.token_ids] if r.token_ids is not None else []
+        if len(ids) != int(r.n_tokens):
+            raise DataError(f"sample ({r.prompt_id}, {r.sample_idx}) of {run.path} has {len(ids)} token ids but "
+                            f"n_tokens = {r.n_tokens}", "re-collect the run's samples")
+        by.setdefault(str(r.prompt_id), []).append((int(r.sample_idx), ids, bool(r.truncated)))
+    out = []
+    for role in roles:
+        want = split.ids(role)
+        chosen = [p for p in prompts.itertuples() if str(p.prompt_id) in want and str(p.prompt_id) in by]
+        for p in chosen[:max_prompts]:
+            samples = sorted(by[str(p.prompt_id)])[:max_samples]
+            out.append(Prompt(str(p.prompt_id), [int(x) for x in p.prompt_token_ids], samples))
+    if not out:
+        raise DataError(f"the split of {run.path} has no prompt with samples in role(s) {', '.join(roles)}",
+                        "pick other --roles, or re-run `lenpred split` after collecting")
+    return out
+
+
+def shard_prompts(prompts: list[Prompt], i: int, n: int) -> list[Prompt]:
+    order = sorted(prompts, key=lambda p: (p.tokens, p.prompt_id))
+    return order[i::n]
+
+
+def keys_sha(prompts: list[Prompt]) -> str:
+    keys = sorted(f"{p.prompt_id}\t{s}" for p in prompts for s, _, _ in p.samples)
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------- cache
+def _cache_matches(manifest: dict[str, Any], card_hash: str, fp: str, layers: Sequence[int]) -> str | None:
+    """None when a state cache fits this run, target and layers; else what differs."""
+    for k, want in (("card_hash", card_hash), ("target_fingerprint", fp), ("layers", [int(j) for j in layers])):
+        if manifest.get(k) != want:
+            return f"{k} {manifest.get(k)!r} != {want!r}"
+    return None
+
+
+def open_cache(cache: str | Path | bool | None, head: Any, run: Any, fp: str, target_id: str,
+                layers: Sequence[int]) -> Any:
+    from lenpred.draft.states import StateCache, default_cache_dir
+
+    if cache is False:
+        return None
+    if cache:
+        path = Path(cache)
+    else:
+        path = default_cache_dir(run.card_hash, fp, tuple(layers), CACHE_TOPK)
+        rec = (((head.meta or {}).get("training") or {}).get("data") or {}).get("cache")
+        if rec and (Path(rec) / "manifest.json").is_file():
+            try:
+                m = json.loads((Path(rec) / "manifest.json").read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                m = {}
+            if _cache_matches(m, run.card_hash, fp, layers) is None:
+                path = Path(rec)  # the cache the head was trained from
+    if (path / "manifest.json").is_file():
+        c = StateCache.open(path)
+        why = _cache_matches(c.manifest, run.card_hash, fp, layers)
+        if why:
+            raise DataError(f"state cache {path} was made for another run, target or layers ({why})",
+                            "pass another --cache directory, or --no-cache")
+        return c
+    manifest = {"target_fingerprint": fp, "layers": [int(j) for j in layers], "topk": CACHE_TOPK, "dtype": "float16",
+                "card_hash": run.card_hash, "max_seq_len": CACHE_MAX_SEQ, "target_id": target_id, "run": str(run.path)}
+    return StateCache.open_or_create(path, manifest)  # refuses a non-empty foreign directory; writes lazily

@@ -1,0 +1,201 @@
+"""What each ``lenpred outlets`` subcommand does once its flags are parsed (the library half of the CLI).
+
+* :func:`features` -- compute (or resume) a run's trajectory features, or merge ``--shard I/N`` outputs;
+* :func:`train_variant` -- fit an ``outlets`` head variant (:data:`lenpred.outlets.spec.VARIANTS`) on
+  the rows of the split's ``train`` prompts, early stopping and interval calibration on its ``val``
+  prompts; test prompts are never read. Saved with the run's model and sampling card and the
+  trajectory spec (draft head, target);
+* :func:`predict_table` -- a predictions table with re-predictions
+  (:func:`lenpred.outlets.schedule.outlets_predictions`) for the simulator;
+* :func:`bench` -- every method along the trajectory on the test prompts
+  (:mod:`lenpred.outlets.evaluate`) into a report folder (an ``outlets-bench`` artifact:
+  ``outlets_bench.json``, its schema, ``outlets_bench.md`` and the plots);
+* :func:`schedule` -- the simulator's value-for-scheduling experiment
+  (:func:`lenpred.outlets.schedule.run_schedule`), re-predictions made from a head if needed.
+
+Each raises :class:`~lenpred.errors.LenpredError` before writing anything when an input is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lenpred.artifacts import check_out
+from lenpred.errors import ConfigError, DataError
+
+__all__ = ["features", "train_variant", "predict_table", "bench", "schedule", "named"]
+
+
+def named(items: Sequence[str]) -> list[tuple[str | None, str]]:
+    """``"[NAME=]PATH"`` strings -> (name or None, path) pairs."""
+    out = []
+    for it in items:
+        name, sep, path = it.partition("=")
+        out.append((name or None, path) if sep else (None, it))
+    return out
+
+
+# ---------------------------------------------------------------- features
+def features(out: str, *, run: str | None = None, draft: str | None = None, merge: Sequence[str] | None = None,
+             cfg: Any = None, roles: str = "train,val,test", shard: str | None = None, model: str | None = None,
+             cache: str | None = None, no_cache: bool = False, max_prompts: int | None = None,
+             max_samples_per_prompt: int | None = None, device: str = "cpu", progress: bool = True,
+             log: Callable[[str], None] | None = None) -> str:
+    """``lenpred outlets features``: merge the shard outputs ``merge`` into ``out``, or compute the
+    trajectory features of ``run`` with the draft head ``draft`` (:func:`~lenpred.outlets.extract.
+    compute_trajectory`). Returns the summary line."""
+    from lenpred.outlets.extract import compute_trajectory, parse_roles
+    from lenpred.outlets.store import merge_trajectories
+
+    if merge is not None:
+        if run is not None or shard is not None or draft is not None:
+            raise ConfigError("--merge combines finished shards; it takes no --run, --draft or --shard",
+                              "lenpred outlets features --merge SHARD_OUT... --out TRAJ")
+        traj = merge_trajectories(out, merge)
+        return f"merged {len(merge)} shard(s): {traj.n} rows -> {out}"
+    if run is None or draft is None:
+        raise ConfigError("lenpred outlets features needs --run RUN and --draft HEAD (or --merge SHARD...)",
+                          "lenpred outlets features --run data/runs/NAME --draft HEAD --out TRAJ")
+    if cache is not None and no_cache:
+        raise ConfigError("--cache and --no-cache contradict each other", "pass one of them")
+    for flag, v in (("--max-prompts", max_prompts), ("--max-samples-per-prompt", max_samples_per_prompt)):
+        if v is not None and v < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {v}")
+    from lenpred.features.shards import parse_shard
+
+    res = compute_trajectory(run, draft, out, cfg, roles=parse_roles(roles), shard=parse_shard(shard), model=model,
+                             cache=False if no_cache else cache, max_prompts=max_prompts,
+                             max_samples_per_prompt=max_samples_per_prompt, device=device, progress=progress, log=log)
+    return res.summary()
+
+
+# ---------------------------------------------------------------- train
+def train_variant(traj_path: str, run: str, variant: str, params: dict[str, Any] | None = None,
+                  out: str | None = None, split: str | None = None, early_stopping: bool = True) -> tuple[Any, dict[str, Any]]:
+    """Fit one variant on the split's train rows (val for early stopping) and save it to ``out``."""
+    import numpy as np
+
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import load_split
+    from lenpred.outlets.spec import VARIANTS, row_weights
+    from lenpred.outlets.store import load_trajectory
+    from lenpred.predictors.pipeline import run_cap
+    from lenpred.predictors.registry import make_predictor
+
+    if variant not in VARIANTS:
+        raise ConfigError(f"unknown outlets variant {variant!r}", f"use one of: {', '.join(VARIANTS)}")
+    if out is not None:
+        check_out(out, kind="head")
+    head = make_predictor("outlets", {**VARIANTS[variant], **(params or {})})
+    head._check_params()
+    rd = RunDir.open(run)
+    traj = load_trajectory(traj_path, card=rd.card)  # features of another run: refused first
+    sp = load_split(rd, split, require_complete=False)
+    train = traj.for_prompts(sorted(sp.train))
+    sp.check_no_test(train.index["prompt_id"].unique(), what="outlets training rows")
+    if train.n == 0:
+        raise DataError(f"trajectory {traj_path} has no row of a training prompt of {rd.path}",
+                        "compute trajectory features with --roles train,val,test")
+    val = traj.for_prompts(sorted(sp.val)) if early_stopping else None
+    if val is not None and val.n == 0:
+        val = None
+    head.fit(train, X_val=val, cap=run_cap(rd.card))
+    val_mae = None
+    if val is not None:
+        val_mae = float(np.average(np.abs(head.predict(val) - val.index["remaining"].to_numpy(float)),
+                                   weights=row_weights(val.index)))
+    info = {"variant": variant, "run": str(rd.path), "card_hash": rd.card_hash, "trajectory": str(traj_path),
+            "n_rows": int(train.n), "n_samples": int(len(train.index[["prompt_id", "sample_idx"]].drop_duplicates())),
+            "val_prompts": int(val.index["prompt_id"].nunique()) if val is not None else 0, "val_mae": val_mae,
+            "seconds": float(head.fit_seconds_), "train_log": head.train_log_}
+    if out is not None:
+        head.save(out, card=rd.card, meta=info)
+    return head, info
+
+
+# ---------------------------------------------------------------- predict
+def predict_table(head_path: str, traj_path: str, run: str, roles: Sequence[str] = ("test",),
+                  split: str | None = None) -> Any:
+    """The :class:`~lenpred.predictions.Predictions` of an outlets head on the trajectory rows of the
+    split's ``roles`` prompts, with re-predictions."""
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import ROLES, load_split
+    from lenpred.outlets.schedule import outlets_predictions
+    from lenpred.outlets.store import load_trajectory
+    from lenpred.predictors.io import read_head
+
+    bad = sorted(set(roles) - set(ROLES))
+    if bad or not roles:
+        raise ConfigError(f"unknown split role(s) {bad or list(roles)}", f"roles are {', '.join(ROLES)}")
+    rd = RunDir.open(run)
+    head, art = read_head(head_path, card=rd.card)
+    if head.name != "outlets":
+        raise DataError(f"{head_path} is a {head.name} head, not an outlets head", "use `lenpred predict` for prefill heads")
+    sp = load_split(rd, split, require_complete=False)
+    traj = load_trajectory(traj_path, card=rd.card)
+    want = sorted(set().union(*(sp.ids(r) for r in roles)))
+    sub = traj.for_prompts(want)
+    if sub.n == 0:
+        raise DataError(f"trajectory {traj_path} has no row of a prompt of role {', '.join(roles)}",
+                        "compute trajectory features for those prompts")
+    variant = (art.meta.get("train") or {}).get("variant") or "outlets"
+    return outlets_predictions(head, sub, rd.card, source=str(head_path), variant=variant)
+
+
+# ---------------------------------------------------------------- bench
+def bench(traj: str, run: str, out: str, *, heads: Sequence[str] = (), prefill_predictions: Sequence[str] = (),
+          reference: str | None = None, split: str | None = None, n_boot: int = 1000, seed: int = 0,
+          plots: bool = True) -> tuple[Any, Any, str]:
+    """Score the heads and the carried prefill tables (``"[NAME=]PATH"`` each) on the test prompts'
+    trajectory rows and write the report folder ``out``; returns (the
+    :class:`~lenpred.outlets.evaluate.OutletsBench`, its artifact, its Markdown)."""
+    import tempfile
+
+    from lenpred.artifacts import write_artifact
+    from lenpred.data.rundir import RunDir
+    from lenpred.outlets.evaluate import OutletsBench, run_bench
+    from lenpred.report.outlets import render_markdown, write_plots
+
+    out_p = Path(out)
+    check_out(out_p, kind="outlets-bench")
+    if not heads and not prefill_predictions:
+        raise ConfigError("nothing to bench", "pass --heads HEAD... and/or --prefill-predictions FILE...")
+    res = run_bench(traj, run, heads=named(heads), prefill=named(prefill_predictions), split=split,
+                    reference=reference, n_boot=n_boot, seed=seed)
+    md = render_markdown(res)
+    files = {"outlets_bench.md": md.encode()}
+    if plots:
+        with tempfile.TemporaryDirectory() as tmp:
+            for path in write_plots(res, Path(tmp)):
+                files[path.name] = path.read_bytes()
+    config = {"traj": traj, "run": run, "heads": list(heads), "prefill_predictions": list(prefill_predictions),
+              "reference": reference, "split": split, "n_boot": n_boot, "seed": seed}
+    art = write_artifact(out_p, kind="outlets-bench", schema_version=1, config=config, card=RunDir.open(run).card,
+                         card_scope="run", json_files={"outlets_bench.json": res.to_dict(),
+                                                       "outlets_bench.schema.json": OutletsBench.json_schema()},
+                         files=files)
+    return res, art, md
+
+
+# ---------------------------------------------------------------- schedule
+def schedule(run: str, prefill_predictions: str, out: str, *, config: str | os.PathLike[str] = "experiments/outlets/schedule.json",
+             outlets_head: str | None = None, traj: str | None = None, outlets_predictions: str | None = None,
+             split: str | None = None, n_requests: int | None = None, loads: tuple[float, ...] | None = None,
+             progress: Callable[[str], None] | None = None) -> Any:
+    """The value-for-scheduling experiment into ``out``: the OUTLETS table is ``outlets_predictions``,
+    or made here from ``outlets_head`` on ``traj``'s test rows (``out/outlets_predictions.parquet``)."""
+    from lenpred.outlets.schedule import run_schedule
+
+    out_p = Path(out)
+    table = outlets_predictions
+    if table is None:
+        if outlets_head is None or traj is None:
+            raise ConfigError("pass --outlets-head HEAD with --traj TRAJ, or --outlets-predictions FILE")
+        preds = predict_table(outlets_head, traj, run, roles=("test",), split=split)
+        out_p.mkdir(parents=True, exist_ok=True)
+        table = str(preds.write(out_p / "outlets_predictions.parquet"))
+    return run_schedule(config, run, table, prefill_predictions, out_p, n_requests=n_requests, loads=loads,
+                        progress=progress)
