@@ -69,7 +69,10 @@ POINT = [("sjf", "sjf", ()), (f"sjf aging{AGING:g}", "sjf", (("aging", AGING),))
          ("trail", "trail", ())]
 DIST = [("gittins", "gittins", ()), (f"gittins aging{AGING:g}", "gittins", (("aging", AGING),)), ("risk", "risk", ())]
 NO_PREEMPT = ("gittins np", "gittins", (("preempt", False),))  # the rank orders the queues only
-OUTLETS = [("srpt", "srpt", ()), (f"srpt aging{AGING:g}", "srpt", (("aging", AGING),)), *POINT[2:], *DIST]
+# aging fast enough to bound the extra wait by (longest - shortest prediction) / rate, about a second
+SAFE = [(f"sjf aging{r:g}", "sjf", (("aging", float(r)),)) for r in (300, 1000)]
+OUTLETS = [("srpt", "srpt", ()), (f"srpt aging{AGING:g}", "srpt", (("aging", AGING),)), *POINT[2:], *DIST,
+           *[(f"srpt aging{r:g}", "srpt", (("aging", float(r)),)) for r in (300, 1000)]]
 FREE = [Arm("fcfs+rr", "-", "fcfs"), Arm("las", "-", "las"), Arm("mlfq", "-", "mlfq")]
 
 
@@ -82,8 +85,8 @@ def arms(workload: str) -> list[Arm]:
         out += [Arm(p, "outlets", q, prm) for p, q, prm in OUTLETS]
         out += [Arm(p, "mlp", q, prm) for p, q, prm in POINT[:2]]
         return out + [Arm(p, "true", q, prm) for p, q, prm in POINT[:2]]
-    out += [Arm(p, "mlp", q, prm) for p, q, prm in POINT + DIST + [NO_PREEMPT]]
-    out += [Arm(p, "proxy", q, prm) for p, q, prm in POINT[:2] + DIST[:2]]
+    out += [Arm(p, "mlp", q, prm) for p, q, prm in POINT + DIST + [NO_PREEMPT] + SAFE]
+    out += [Arm(p, "proxy", q, prm) for p, q, prm in POINT[:3] + DIST[:2] + SAFE]
     out += [Arm(p, "prompt-median", q, prm) for p, q, prm in POINT[:2]]
     out += [Arm(p, "samples", q, prm) for p, q, prm in DIST[:2] + [NO_PREEMPT]]
     return out + [Arm(p, "true", q, prm) for p, q, prm in POINT[:2] + POINT[3:]]
@@ -367,7 +370,7 @@ def recommend(sm: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
         fails = sum(len(v["fails"]) for v in mine)
         best = min((g for v in mine if (g := gain(v)) is not None), default=0.0)
         cand.append({"policy": p, "failed_cells": fails, "cells": sum(v["cells"] for v in mine), "gain": best})
-    cand.sort(key=lambda c: (c["failed_cells"] > 0, c["failed_cells"] if c["failed_cells"] else 0, c["gain"]))
+    cand.sort(key=lambda c: (c["failed_cells"] > 0, c["failed_cells"] / max(c["cells"], 1), c["gain"]))
     return {"choice": cand[0] if cand else None, "candidates": cand}
 
 
@@ -434,10 +437,26 @@ def goals_md(sm: dict[tuple[str, str], dict[str, Any]], rec: dict[str, Any]) -> 
             out.append(f"| {p} | {h} | {fmt(gain(a))} | {len(a['fails'])} of {a['cells']} |")
     c = rec["choice"]
     out += ["", f"Never backfire in every cell they ran: {', '.join(never) or 'none'}.", "",
-            "Best prediction-free: " + ", ".join(f"{p} {fmt(g)}" for p, g in free.items()) + ".", ""]
+            "Prediction-free: " + ", ".join(f"{p} {fmt(g)}" for p, g in free.items()) + ".", ""]
     if c:
-        out += [f"**Recommended default: `{c['policy']}`** ({c['failed_cells']} failed cells of {c['cells']} with "
-                f"the prefill heads; best head's gain {fmt(c['gain'])})."]
+        p = c["policy"]
+        heads = {h: gain(a) for (q, h), a in sm.items() if q == p and h in ("mlp", "proxy")}
+        outl = {q: gain(a, "outlets") for (q, h), a in sm.items() if h == "outlets"}
+        best_free = min((g for g in free.values() if g is not None), default=None)
+        out += [f"**Recommended default: `{p}`** ({c['failed_cells']} failed cells of {c['cells']} with the prefill "
+                "heads, every workload and arrival).", "",
+                "| goal | target | measured | met |", "|---|---|---:|---|",
+                f"| never backfires | 0 failed cells | {c['failed_cells']} of {c['cells']} | "
+                f"{'yes' if c['failed_cells'] == 0 else 'no'} |"]
+        g = min((x for x in heads.values() if x is not None), default=None)
+        out.append(f"| worth deploying: best prefill head, 1.1-1.2x | <= -40% | {fmt(g)} | "
+                   f"{'yes' if g is not None and g <= -0.40 else 'no'} |")
+        go = min((x for x in outl.values() if x is not None), default=None)
+        who = min(outl, key=lambda q: outl[q] if outl[q] is not None else 9.0) if outl else "-"
+        out.append(f"| worth deploying: OUTLETS re-predictions (best policy: {who}), 1.1-1.2x | <= -50% | {fmt(go)} | "
+                   f"{'yes' if go is not None and go <= -0.50 else 'no'} |")
+        out.append(f"| ahead of the best prediction-free policy | a margin | {fmt(g)} vs {fmt(best_free)} | "
+                   f"{'yes' if g is not None and best_free is not None and g < best_free else 'no'} |")
     return out + [""]
 
 
