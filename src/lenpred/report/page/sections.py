@@ -221,5 +221,5 @@ def _transfer_plot(benches: list[LoadedBench], ratios: list[dict[str, tuple[floa
     ax.set_yticks(ys, names)
     ax.invert_yaxis()
     ax.set_xlabel("MAE / the run's own oracle bound (test prompts)")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(benches) + 1, frameon=False)
     return figure_from_pyplot(fig, "transfer.png", "MAE / bound of each head on each prompt set")
