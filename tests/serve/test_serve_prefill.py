@@ -21,7 +21,7 @@ from lenpred.serve.app import create_app
 from lenpred.serve.errors import BadRequestError, ContextLengthError
 from lenpred.serve.schema import PredictRequest
 from lenpred.serve.service import PredictionService
-from serve.servetest import count_target, extract, fit_head, make_tiny_target
+from serve.serve_testing import count_target, extract, fit_head, make_tiny_target
 
 
 def _predict_all(svc: PredictionService, reqs: list[PredictRequest]) -> list:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from serve.servetest import LONG, SHORT
+from serve.serve_testing import LONG, SHORT
 
 
 def _lines(stream, q: queue.Queue) -> None:

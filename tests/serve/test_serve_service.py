@@ -18,7 +18,7 @@ from lenpred.serve.errors import (
 )
 from lenpred.serve.schema import PredictRequest
 from lenpred.serve.service import PredictionService
-from serve.servetest import LONG, SHORT, FakeRunner, GatedRunner
+from serve.serve_testing import LONG, SHORT, FakeRunner, GatedRunner
 
 
 def _req(text: str) -> PredictRequest:
