@@ -82,6 +82,8 @@ def _policies(path: Path) -> Path:
              "short_p99_s": base * load * (1.0 if pol == "fcfs" else 0.7) + 0.01 * seed}
             for pol in ("fcfs", "sjf") for pred, base in (("ridge", 2.0), ("oracle", 1.5))
             for load in (0.9, 1.0, 1.1) for seed in (0, 1)]
+    rows += [{"policy": "las", "predictor": "-", "arrival": "poisson", "workload": "test", "seed": 0, "load": load,
+              "short_p99_s": load} for load in (0.9, 1.0, 1.1)]  # a policy that reads no prediction
     path.write_text(json.dumps({"rows": rows, "command": "python benchmarks/policies.py --tiny"}))
     return path
 

@@ -153,6 +153,7 @@ def test_policies_median_over_seeds(full_page: Path) -> None:
     # rows of the hand-made table: fcfs (ridge) at load 1.0 is 2.0 * 1.0 + 0.01 * seed, seeds 0 and 1
     assert _row(page, "test / poisson", "fcfs (ridge)")[1:] == ["1.805", "2.005", "2.205"]
     assert _row(page, "test / poisson", "sjf (oracle)")[1:] == [f"{1.5 * x * 0.7 + 0.005:.3f}" for x in (0.9, 1.0, 1.1)]
+    assert _row(page, "test / poisson", "las")[1:] == ["0.900", "1.000", "1.100"]  # predictor "-": none
 
 
 def test_only_the_run_gives_one_section_and_names_the_rest(tmp_path: Path, inputs: Inputs) -> None:

@@ -99,7 +99,8 @@ def _policy_groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[float
     out: dict[str, dict[str, dict[float, list[float]]]] = {}
     for r in rows:
         scen = " / ".join(str(r[k]) for k in ("workload", "arrival") if r.get(k) is not None) or "all"
-        arm = str(r["policy"]) + (f" ({r['predictor']})" if r.get("predictor") else "")
+        pred = r.get("predictor")
+        arm = str(r["policy"]) + (f" ({pred})" if pred not in (None, "", "-") else "")
         if r["short_p99_s"] is None:
             continue
         out.setdefault(scen, {}).setdefault(arm, {}).setdefault(float(r["load"]), []).append(float(r["short_p99_s"]))
@@ -114,8 +115,12 @@ def _policies_parts(rows: list[dict[str, Any]]) -> tuple[list[Table], list[Figur
 
     groups = _policy_groups(rows)
     tables = []
-    fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4.2), squeeze=False)
-    for ax, (scen, arms) in zip(axes[0], groups.items(), strict=True):
+    cols = min(3, len(groups))
+    nrows = -(-len(groups) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 4.2 * nrows), squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.axis("off")
+    for ax, (scen, arms) in zip(axes.flat, groups.items(), strict=False):
         loads = sorted({x for a in arms.values() for x in a})
         trows = []
         for arm, by_load in arms.items():
@@ -127,7 +132,7 @@ def _policies_parts(rows: list[dict[str, Any]]) -> tuple[list[Table], list[Figur
         ax.set_ylabel("short-request P99 latency (s), median over seeds")
         ax.set_title(scen, fontsize=10)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6, ncol=1 + len(arms) // 8)
         tables.append(Table(f"{scen}: short-request P99 (s), median over seeds", (Column("policy (predictor)", "left"),
                             *[Column(f"load {x:g}") for x in loads]), tuple(trows)))
     return tables, [figure_from_pyplot(fig, "policies.png", "Short-request P99 latency against load per policy")]
