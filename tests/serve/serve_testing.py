@@ -1,5 +1,6 @@
-"""Helpers of the serve tests (fixtures in conftest.py; bad_inputs/serve.py uses them too).
+"""Helpers of the serve tests (fixtures in conftest.py; tests/route/test_route_heads.py uses them too).
 
+* :func:`fit_proxy_head`: a proxy head with a planted answer (short vs long prompts);
 * :func:`make_tiny_target`: a randomly initialised 2-layer Llama with SmolLM2's tokenizer and chat
   template (a real chat template, a tiny model); :func:`fit_head` trains a ridge head on its prefill
   features (rendered exactly as the collector renders prompts) with a known answer: 3 * tokens + 20;
@@ -28,6 +29,18 @@ CAP = 1024
 def sampling_card(**prompts: Any) -> dict[str, Any]:
     return {"model": {"fingerprint": "sha256:none"}, "prompts": {"chat_template": True, "system_prompt": None, **prompts},
             "sampling": {"temperature": 1.0, "max_new_tokens": CAP, "seed": 0}}
+
+
+def fit_proxy_head(out: Path) -> Path:
+    """A proxy head (the real MiniLM, a small MLP) trained on SHORT (~7 tokens) and LONG (~620): known answers."""
+    from lenpred.predictors.registry import make_predictor
+    from lenpred.predictors.targets import Targets
+
+    y = np.array([[6.0, 8.0]] * len(SHORT) + [[600.0, 640.0]] * len(LONG))
+    head = make_predictor("proxy", {"hidden": 32, "epochs": 80, "patience": 80})
+    head.fit(SHORT + LONG, Targets(y, np.zeros_like(y, dtype=bool), CAP))
+    head.save(out, card=sampling_card(), meta={"run": "synthetic"})
+    return out
 
 
 # ---------------------------------------------------------------- a tiny target with a real chat template
