@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 import json
 import shutil
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,21 +184,29 @@ def test_refuses_a_result_of_another_kind(tmp_path: Path, inputs: Inputs, capsys
     assert "is a bench artifact, expected bound" in err
 
 
+def _copy(src: Path, dst: Path, meta: dict[str, Any] | None = None, edit: Callable[[Path], None] | None = None) -> Path:
+    """A copy of an artifact with ``meta`` merged into its meta.json and ``edit`` applied to the folder
+    (the sha256 records of the files it changed are renewed, so only the intended change is seen)."""
+    from lenpred.fileio import file_sha256
+
+    shutil.copytree(src, dst)
+    if edit is not None:
+        edit(dst)
+    m = json.loads((dst / "meta.json").read_text())
+    m["files"] = {name: file_sha256(dst / name) for name in m["files"]}
+    (dst / "meta.json").write_text(json.dumps({**m, **(meta or {})}))
+    return dst
+
+
 def test_refuses_another_schema_version(tmp_path: Path, inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:
-    bench = tmp_path / "bench"
-    shutil.copytree(inputs.bench, bench)
-    meta = json.loads((bench / "meta.json").read_text())
-    (bench / "meta.json").write_text(json.dumps({**meta, "schema_version": 2}))
+    bench = _copy(inputs.bench, tmp_path / "bench", {"schema_version": 2})
     err = _bad(tmp_path, "--run", inputs.run, "--bench", bench, capsys=capsys)
     assert "schema version 2" in err
 
 
 def test_refuses_an_outlets_bench_of_another_card(tmp_path: Path, inputs: Inputs,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    other = tmp_path / "outlets"
-    shutil.copytree(inputs.outlets, other)
-    meta = json.loads((other / "meta.json").read_text())
-    (other / "meta.json").write_text(json.dumps({**meta, "card": {"card_hash": "0123456789abcdef"}}))
+    other = _copy(inputs.outlets, tmp_path / "outlets", {"card": {"card_hash": "0123456789abcdef"}})
     err = _bad(tmp_path, "--run", inputs.run, "--outlets", other, capsys=capsys)
     assert "another card" in err and "0123456789abcdef" in err
 
@@ -215,16 +225,12 @@ def test_transfer_needs_the_runs_own_bench(tmp_path: Path, inputs: Inputs, capsy
 
 def test_refuses_a_transfer_under_another_sampling_card(tmp_path: Path, inputs: Inputs,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    bench = tmp_path / "bench"
-    shutil.copytree(inputs.transfer, bench)
-    d = json.loads((bench / "bench.json").read_text())
-    d["protocol"]["sampling"]["temperature"] = 0.7
-    (bench / "bench.json").write_text(json.dumps(d))  # also breaks its sha256: rewrite meta's record of it
-    from lenpred.fileio import file_sha256
+    def hotter(folder: Path) -> None:
+        d = json.loads((folder / "bench.json").read_text())
+        d["protocol"]["sampling"]["temperature"] = 0.7
+        (folder / "bench.json").write_text(json.dumps(d))
 
-    meta = json.loads((bench / "meta.json").read_text())
-    meta["files"]["bench.json"] = file_sha256(bench / "bench.json")
-    (bench / "meta.json").write_text(json.dumps(meta))
+    bench = _copy(inputs.transfer, tmp_path / "bench", edit=hotter)
     err = _bad(tmp_path, "--run", inputs.run, "--bench", inputs.bench, bench, capsys=capsys)
     assert "another sampling card (temperature: 0.7 != 1.0)" in err
 
