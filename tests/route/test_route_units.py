@@ -210,13 +210,15 @@ def test_wait_queue_orders_by_priority_key_and_is_bounded():
         async def wait(rid: str, key: float) -> None:
             got = await _acquire(pool, rid, 10, key=key, timeout=5.0)
             order.append(rid)
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0)
             pool.release(got, rid)
 
         t_late = asyncio.create_task(wait("big-key", 500.0))
-        await asyncio.sleep(0.01)
+        while pool.n_waiting < 1:  # it queued first
+            await asyncio.sleep(0)
         t_small = asyncio.create_task(wait("small-key", 5.0))
-        await asyncio.sleep(0.01)
+        while pool.n_waiting < 2:
+            await asyncio.sleep(0)
         with pytest.raises(QueueFull):
             await _acquire(pool, "third", 10, key=0.0)
         pool.release(b, "running")

@@ -135,7 +135,7 @@ def test_failures_before_the_first_token_are_retried_elsewhere(two):
         t0 = time.perf_counter()
         resp = _post(r.url, _chat(3))
         assert resp.status_code == 504 and resp.json()["error"]["code"] == "timeout"
-        assert time.perf_counter() - t0 >= 1.5  # not before the total timeout (the client would wait 15 s)
+        assert time.perf_counter() - t0 > 1.4  # not before the total timeout (1.5 s; the client would wait 15 s)
         assert _post(r.url, _chat(3)).status_code == 200
 
 
