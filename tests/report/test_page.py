@@ -265,13 +265,16 @@ def test_replaces_its_own_report(tmp_path: Path, inputs: Inputs, capsys: pytest.
 
 
 def test_sim_of_another_run_is_refused(tmp_path: Path, inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:
-    sim = tmp_path / "sim"
-    shutil.copytree(inputs.sim, sim)
-    d = json.loads((sim / "results.json").read_text())
-    d["config"]["workload"]["lengths"]["path"] = str(ALPACA)
-    (sim / "results.json").write_text(json.dumps(d))
+    def elsewhere(folder: Path) -> None:
+        d = json.loads((folder / "results.json").read_text())
+        d["config"]["workload"]["lengths"]["path"] = str(ALPACA)
+        (folder / "results.json").write_text(json.dumps(d))
+
+    sim = _copy(inputs.sim, tmp_path / "sim", edit=elsewhere)
     err = _bad(tmp_path, "--run", inputs.run, "--sim", sim, capsys=capsys)
     assert "replays run" in err and str(ALPACA) in err
+    assert "is a bench artifact, expected sim" in _bad(tmp_path, "--run", inputs.run, "--sim", inputs.bench,
+                                                       capsys=capsys)
 
 
 def test_bench_console_fits_100_columns(inputs: Inputs) -> None:

@@ -38,6 +38,7 @@ __all__ = ["ReportInputs", "Loaded", "LoadedBench", "load_inputs", "command_line
 
 BENCH_SCHEMA = 1
 OUTLETS_SCHEMA = 1
+SIM_KIND, SIM_SCHEMA = "sim", 1
 POLICY_KEYS = ("policy", "load", "short_p99_s")
 
 
@@ -171,6 +172,9 @@ def _load_sim(path: Path, rd: RunDir) -> LoadedSim:
     folder = path.parent if path.name == "results.json" else path
     if not folder.is_dir():
         raise DataError(f"simulator output {folder} does not exist", "pass a folder written by `lenpred simulate`")
+    meta: dict[str, Any] = {}
+    if (folder / "meta.json").is_file():  # an artifact (kind sim); a folder of lenpred <= 0.1.0 has none
+        meta = load_artifact(folder, kind=SIM_KIND, schema_versions=(SIM_SCHEMA,), what="simulator output").meta
     d = _read_json(folder / "results.json", "simulator results")
     need = ("config", "runs", "baseline", "short_threshold_tokens")
     if not isinstance(d, dict) or any(k not in d for k in need):
@@ -188,8 +192,8 @@ def _load_sim(path: Path, rd: RunDir) -> LoadedSim:
     runs = [Run(r["policy"], r["load"], r.get("rate_rps"), r["summary"], empty, empty.astype(bool)) for r in d["runs"]]
     res = SweepResult(cfg, d.get("capacity_rps"), float(d["short_threshold_tokens"]), str(d["baseline"]), runs,
                       float(d.get("wall_s", 0.0)))
-    cmd = d.get("command") or command_line(["lenpred", "simulate", "--config", folder / "config.json", "--out", folder])
-    return LoadedSim(folder, res, str(cmd))
+    cmd = recorded_command(meta, ["lenpred", "simulate", "--config", folder / "config.json", "--out", folder])
+    return LoadedSim(folder, res, cmd)
 
 
 def _load_policies(path: Path) -> tuple[list[dict[str, Any]], str | None]:
