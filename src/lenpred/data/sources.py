@@ -29,11 +29,10 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, field_validator
 
-from lenpred.collect.base import FieldError
 from lenpred.config import Config
 from lenpred.data.alpaca_eval import load_alpaca_eval
 from lenpred.data.sharegpt import _first_exchange, load_sharegpt
-from lenpred.errors import ConfigError, DataError
+from lenpred.errors import ConfigError, DataError, FieldError
 from lenpred.fileio import file_sha256
 from lenpred.registry import Registry
 
