@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from draft_helpers import TinySplit, tiny_llama  # noqa: E402
+from draft_helpers import tiny_llama, tiny_split  # noqa: E402
 
 from lenpred.data.rundir import RunDir  # noqa: E402
 from lenpred.draft.target import Target  # noqa: E402
@@ -28,7 +28,7 @@ def main() -> None:
     run = RunDir.open(tmp / "run")
     cfg = DraftTrainConfig(draft_vocab_size=48, ttt_steps=2, max_steps=8, warmup_steps=2, lr=1e-3,
                            tokens_per_batch=240, checkpoint_every=4, eval_every=0, dtype="float32")
-    res = train_draft(run=run, split=TinySplit(run, n_val=2), target=Target(tiny_llama(init=0.1)),
+    res = train_draft(run=run, split=tiny_split(run, n_val=2), target=Target(tiny_llama(init=0.1)),
                       target_spec=SimpleNamespace(id="tiny", fingerprint="sha256:" + "ab" * 32), cfg=cfg,
                       out=tmp / f"head-{tag}", cache_dir=tmp / f"cache-{tag}", ckpt_dir=tmp / f"ck-{tag}",
                       eos_id=95, progress=False)

@@ -93,11 +93,12 @@ def tiny_run(path: Any, model: Any, n_prompts: int = 16, n_samples: int = 3, max
     return run
 
 
-class TinySplit:
-    def __init__(self, run: Any, n_val: int = 4, n_test: int = 0) -> None:
-        ids = list(run.prompts()["prompt_id"])
-        self.test = set(ids[len(ids) - n_test:]) if n_test else set()
-        rest = ids[: len(ids) - n_test]
-        self.val = set(rest[-n_val:])
-        self.train = set(rest[:-n_val])
-        self.info = {"name": "tiny"}
+def tiny_split(run: Any, n_val: int = 4, n_test: int = 0) -> Any:
+    """A real split of a tiny run, by prompt order: the last ``n_test`` prompts test, the ``n_val``
+    before them validation, the rest training."""
+    from lenpred.data.split import Split, SplitConfig
+
+    ids = [str(p) for p in run.prompts()["prompt_id"]]
+    rest = ids[: len(ids) - n_test]
+    roles = {p: "test" for p in ids[len(rest):]} | {p: "val" for p in rest[-n_val:]} | {p: "train" for p in rest[:-n_val]}
+    return Split(run.card_hash, SplitConfig(), roles)

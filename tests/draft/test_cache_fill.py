@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from draft_helpers import TinySplit, tiny_llama, tiny_run
+from draft_helpers import tiny_llama, tiny_run, tiny_split
 
 from lenpred.draft.states import StateCache
 from lenpred.draft.target import Target
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def setup(tmp_path):
     model = tiny_llama(init=0.1)
     run = tiny_run(tmp_path / "run", model, n_prompts=8, n_samples=2, max_new=12)
-    split = TinySplit(run, n_val=2, n_test=2)  # p0..p3 train, p4 p5 val, p6 p7 test
+    split = tiny_split(run, n_val=2, n_test=2)  # p0..p3 train, p4 p5 val, p6 p7 test
     return Target(model), run, split
 
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from draft_helpers import TinySplit, tiny_llama, tiny_run
+from draft_helpers import tiny_llama, tiny_run, tiny_split
 
 from lenpred.draft.io import load_draft
 from lenpred.draft.speculative import SpeculativeDecoder, cached_draft_states, teacher_forced_draft_states
@@ -42,7 +42,7 @@ def test_training_lowers_the_loss_and_raises_acceptance(tmp_path) -> None:
     model = tiny_llama(init=0.3, passthrough_from=0)
     target = Target(model)
     run = tiny_run(tmp_path / "run", model, n_prompts=14, n_samples=2, max_new=30)
-    split = TinySplit(run, n_val=4)
+    split = tiny_split(run, n_val=4)
     cfg = DraftTrainConfig(draft_vocab_size=64, ttt_steps=2, max_steps=150, warmup_steps=10, lr=3e-3,
                            tokens_per_batch=400, checkpoint_every=50, eval_every=0, dtype="float32")
     kw = dict(run=run, split=split, target=target, target_spec=SPEC, eos_id=95, progress=False)
@@ -66,7 +66,7 @@ def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path) -> None:
     model = tiny_llama(init=0.1)
     target = Target(model)
     run = tiny_run(tmp_path / "run", model, n_prompts=8, n_samples=2, max_new=20)
-    split = TinySplit(run, n_val=2)
+    split = tiny_split(run, n_val=2)
     cfg = DraftTrainConfig(draft_vocab_size=48, ttt_steps=3, max_steps=12, warmup_steps=3, lr=1e-3,
                            tokens_per_batch=120, checkpoint_every=4, eval_every=0, dtype="float32")
     kw = dict(run=run, split=split, target=target, target_spec=SPEC, eos_id=95, progress=False, cfg=cfg,
@@ -97,7 +97,7 @@ def test_state_cache_is_reused_and_matches_teacher_forcing(tmp_path) -> None:
     model = tiny_llama(init=0.1)
     target = Target(model)
     run = tiny_run(tmp_path / "run", model, n_prompts=6, n_samples=2, max_new=15)
-    split = TinySplit(run, n_val=1)
+    split = tiny_split(run, n_val=1)
     cfg = DraftTrainConfig(draft_vocab_size=48, ttt_steps=1, max_steps=2, warmup_steps=1, topk=8,
                            checkpoint_every=2, eval_every=0)
     kw = dict(run=run, split=split, target=target, target_spec=SPEC, eos_id=95, progress=False, cfg=cfg,

@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lenpred.data.rundir import RunDir
+from lenpred.data.split import Split
 from lenpred.draft.checkpoint import checkpoint_key, resume, save_checkpoint
 from lenpred.draft.distributed import Distributed
 from lenpred.draft.loss import LossModule, TTTLoss
@@ -87,8 +89,8 @@ def _lr_at(step: int, cfg: DraftTrainConfig) -> float:
 
 def train_draft(
     *,
-    run: Any,
-    split: Any,
+    run: RunDir,
+    split: Split,
     target: Any,
     target_spec: Any,
     cfg: DraftTrainConfig,

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from lenpred.data.lengths import check_token_ids
+from lenpred.data.rundir import RunDir
+from lenpred.data.split import Split, load_split
 from lenpred.draft.states import StateCache
 from lenpred.draft.train_config import DraftTrainConfig
 from lenpred.errors import CardMismatchError, DataError
@@ -35,8 +37,8 @@ __all__ = ["RunTarget", "TrainingData", "batch_at", "cache_location", "epoch_bat
 class RunTarget:
     """What a draft verb works on: the run, its split, the loaded target model and its device."""
 
-    run: Any  # lenpred.data.rundir.RunDir
-    split: Any  # lenpred.data.split.Split
+    run: RunDir
+    split: Split
     lm: Any  # lenpred.models.loading.LoadedModel
     target: Any  # lenpred.draft.target.Target
     device: str
@@ -56,9 +58,6 @@ def open_run_target(run: str | os.PathLike[str], *, model: str | None = None, la
                     device: str = "cpu", threads: int = 0) -> RunTarget:
     """The run (checked for token ids), its split, and its target loaded on ``device`` (under torchrun
     ``cuda`` is this process's ``cuda:LOCAL_RANK``); ``model`` defaults to the run's own and must be it."""
-    from lenpred.data.rundir import RunDir
-    from lenpred.data.split import load_split
-
     run_dir = RunDir.open(run)
     check_token_ids(run_dir)
     # the run may still be growing: prompts collected after the split have no role and are not used
@@ -97,7 +96,7 @@ class TrainingData:
     split_info: dict[str, Any]
 
 
-def load_training_data(run: Any, split: Any, cfg: DraftTrainConfig, eos_id: int) -> TrainingData:
+def load_training_data(run: RunDir, split: Split, cfg: DraftTrainConfig, eos_id: int) -> TrainingData:
     """The training and validation samples of a run, with their token ids; refuses a run without ids."""
     prompts, s = check_token_ids(run)
     pid_ids = {str(r.prompt_id): [int(x) for x in r.prompt_token_ids] for r in prompts.itertuples()}
@@ -112,8 +111,7 @@ def load_training_data(run: Any, split: Any, cfg: DraftTrainConfig, eos_id: int)
     train_pids = [p for p in order if p in train_set and p in by_prompt]
     if cfg.max_prompts is not None:
         train_pids = train_pids[: cfg.max_prompts]
-    if hasattr(split, "check_no_test"):  # lenpred.data.split.Split: a last guard against leaks
-        split.check_no_test(train_pids, what="draft training data")
+    split.check_no_test(train_pids, what="draft training data")  # a last guard against leaks
     val_pids = [p for p in order if p in val_set and p in by_prompt]
     jobs, keys, val_keys, counts_source = [], [], [], []
     for pid in train_pids:
@@ -139,7 +137,7 @@ def load_training_data(run: Any, split: Any, cfg: DraftTrainConfig, eos_id: int)
     return TrainingData(keys, val_keys, jobs, counts_source, len(train_pids), info)
 
 
-def state_cache_jobs(run: Any, split: Any, roles: tuple[str, ...] = ("train", "val", "test"),
+def state_cache_jobs(run: RunDir, split: Split, roles: tuple[str, ...] = ("train", "val", "test"),
                      max_seq_len: int = 2048) -> list[tuple[str, list[int], list[tuple[int, list[int], str]]]]:
     """Every sample of the split's ``roles`` prompts as state-cache jobs, in role order (the training
     prompts first), cut to ``max_seq_len`` exactly as :func:`load_training_data` cuts them, so a cache
@@ -153,7 +151,7 @@ def state_cache_jobs(run: Any, split: Any, roles: tuple[str, ...] = ("train", "v
         by_prompt.setdefault(str(r.prompt_id), []).append((int(r.sample_idx), ids, str(r.stop_reason)))
     jobs = []
     for role in roles:
-        members = set(map(str, getattr(split, role)))
+        members = set(map(str, split.ids(role)))
         for pid in order:
             if pid in members and pid in by_prompt:
                 p_ids = pid_ids[pid][: max_seq_len - 1]
@@ -162,7 +160,7 @@ def state_cache_jobs(run: Any, split: Any, roles: tuple[str, ...] = ("train", "v
     return jobs
 
 
-def cache_location(run: Any, target: Any, target_spec: Any, cfg: DraftTrainConfig,
+def cache_location(run: RunDir, target: Any, target_spec: Any, cfg: DraftTrainConfig,
                    cache_dir: str | os.PathLike[str] | None = None) -> tuple[Path, dict[str, Any]]:
     """The state cache's directory (``cache_dir``, or the default one named by what determines its
     contents) and its manifest (which a cache opened again must match)."""
@@ -186,7 +184,7 @@ def teacher_force(cache: StateCache, target: Any, jobs: list[tuple[str, list[int
         return cache.build(target, jobs, prompts_per_shard=prompts_per_shard, progress=lambda n, _: bar.update(n))
 
 
-def fill_state_cache(run: Any, split: Any, target: Any, target_spec: Any, cfg: DraftTrainConfig, *,
+def fill_state_cache(run: RunDir, split: Split, target: Any, target_spec: Any, cfg: DraftTrainConfig, *,
                      cache_dir: str | os.PathLike[str] | None = None, roles: tuple[str, ...] = ("train", "val", "test"),
                      progress: bool = True, prompts_per_shard: int = 4) -> tuple[Path, dict[str, float], int]:
     """Teacher-force every sample of ``roles`` into the state cache ``lenpred draft train`` and
@@ -201,10 +199,8 @@ def fill_state_cache(run: Any, split: Any, target: Any, target_spec: Any, cfg: D
     return cdir, tf, cache.n_tokens([(p, i) for p, _, ss in jobs for i, _, _ in ss])
 
 
-def _split_info(split: Any) -> dict[str, Any]:
-    if hasattr(split, "counts") and hasattr(split, "config"):
-        return {"counts": split.counts(), "config": split.config.to_dict(), "card_hash": split.card_hash}
-    return dict(getattr(split, "info", None) or {})
+def _split_info(split: Split) -> dict[str, Any]:
+    return {"counts": split.counts(), "config": split.config.to_dict(), "card_hash": split.card_hash}
 
 
 def epoch_batches(keys: list[tuple[str, int]], lengths: dict[tuple[str, int], int], budget: int, seed: int,
