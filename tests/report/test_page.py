@@ -253,6 +253,13 @@ def test_refuses_to_overwrite_a_file_that_is_not_a_report(tmp_path: Path, inputs
     assert mine.read_text() == "<html>my own notes</html>"
     rc = main(["report", "--run", str(inputs.run), "--out", str(tmp_path / "r.txt")])
     assert rc == 1 and "not an .html file" in capsys.readouterr().err
+    rc = main(["report", "--run", str(inputs.run), "--bench", str(inputs.bench), "--out", str(inputs.bench / "r.html")])
+    assert rc == 1 and "is inside the command's own input --bench" in capsys.readouterr().err
+    rc = main(["report", "--run", str(inputs.run), "--out", str(inputs.bench / "r.html")])
+    assert rc == 1 and "is inside a lenpred bench" in capsys.readouterr().err and not (inputs.bench / "r.html").exists()
+    (tmp_path / "d.html").mkdir()
+    rc = main(["report", "--run", str(inputs.run), "--out", str(tmp_path / "d.html")])
+    assert rc == 1 and "is a directory" in capsys.readouterr().err
 
 
 def test_replaces_its_own_report(tmp_path: Path, inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:

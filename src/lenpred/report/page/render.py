@@ -87,24 +87,28 @@ def is_report(path: Path) -> bool:
         return False
 
 
-def check_out(out: Path) -> None:
-    """Refuse an output path before any work: not .html, a folder, or a file that is not a lenpred report."""
+def check_out(out: Path, inputs: ReportInputs) -> None:
+    """Refuse an output path before any work: not .html, or a file that is not a lenpred report; the
+    rest of lenpred's overwrite rule (:func:`lenpred.outputs.check_out`) for a new path: not one of
+    the inputs, not inside a run directory or an artifact, in a folder that can be written."""
+    from lenpred.outputs import check_out as overwrite_rule
+
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"--out {out} is not an .html file", "pass e.g. --out report.html")
-    if out.is_dir():
-        raise DataError(f"--out {out} is a directory", "pass a file path, e.g. --out report.html")
-    if out.exists() and not is_report(out):
-        raise DataError(f"{out} exists and is not a lenpred report; it is left as it is",
+    if out.is_file() and is_report(out):
+        return  # an earlier page: replaced
+    if out.is_file() and out.stat().st_size:
+        raise DataError(f"--out {out} exists and is not a lenpred report; it is left as it is",
                         "pass a new path, or move that file away")
-    parent = out.parent if str(out.parent) else Path(".")
-    if parent.exists() and not os.access(parent, os.W_OK):
-        raise DataError(f"cannot write into {parent}", "pass --out in a folder you can write to")
+    overwrite_rule(out, kind="report", file=True, inputs={
+        "--run": inputs.run, "--bound": inputs.bound, "--bench": inputs.bench, "--outlets": inputs.outlets,
+        "--sim": inputs.sim, "--policies": inputs.policies})
 
 
 def write_report(inputs: ReportInputs, out: str | os.PathLike[str]) -> ReportResult:
     """Load and check every input, build the page and write it atomically to ``out``."""
     dest = Path(out)
-    check_out(dest)
+    check_out(dest, inputs)
     loaded = load_inputs(inputs)
     sections = build_sections(loaded)
     data = render_html(loaded, sections).encode("utf-8")
