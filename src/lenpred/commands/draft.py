@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from lenpred.errors import ConfigError, DataError
 
@@ -132,70 +131,26 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target_config(name: str) -> tuple[Any, Any]:
-    from transformers import AutoConfig
-
-    from lenpred.models.loading import hf_folder
-
-    spec, folder = hf_folder(name)
-    return spec, AutoConfig.from_pretrained(folder)
-
-
 def _inspect(args: argparse.Namespace) -> int:
     from lenpred.draft.config import DraftConfig
-    from lenpred.draft.io import check_against_target, load_draft, read_config_json
+    from lenpred.draft.io import check_against_target, load_draft, read_config_json, target_config
+    from lenpred.report.draft import head_lines
 
     head = load_draft(args.head)
-    c = head.config
-    n_params = sum(p.numel() for p in head.model.parameters())
-    print(f"head        {head.path} ({head.weights_file}, config dtype {c.torch_dtype})")
-    print(f"shape       hidden {c.hidden_size} (reads target states of {c.target_hidden_size}), "
-          f"{c.num_attention_heads} heads / {c.num_key_value_heads} kv, head_dim {c.head_dim}, mlp {c.intermediate_size}")
-    print(f"vocabulary  {c.draft_vocab_size} draft ids of {c.vocab_size} target ids")
-    print(f"layers      {list(c.layers) if c.layers else 'the default (2, L//2, L-3) of the target'}")
-    print(f"parameters  {n_params / 1e6:.2f} M (embeddings are the target's, not stored)")
-    unknown = DraftConfig.unknown_fields(read_config_json(head.path))
-    if unknown:
-        print(f"ignored     config.json fields: {', '.join(unknown)}")
-    if head.dropped:
-        print(f"dropped     {', '.join(head.dropped)} (lenpred uses the target's own)")
-    meta = head.meta or {}
-    if meta.get("target"):
-        t = meta["target"]
-        print(f"target      {t.get('id')} {t.get('fingerprint')} ({t.get('num_hidden_layers')} layers)")
-    tr = meta.get("training")
-    if tr:
-        d = tr.get("data", {})
-        print(f"training    {tr.get('steps')} steps on {d.get('train_samples')} samples of {d.get('train_prompts')} "
-              f"training prompts of {tr.get('run')} (seed {tr.get('seed')}); final val top-1 "
-              f"{tr.get('final', {}).get('val_acc')}")
+    for line in head_lines(head, DraftConfig.unknown_fields(read_config_json(head.path))):
+        print(line)
     if args.model:
-        spec, tcfg = _target_config(args.model)
+        spec, tcfg = target_config(args.model)
         layers = check_against_target(head, tcfg, fingerprint=spec.fingerprint)
         print(f"target ok   {args.model}: reads layers {list(layers)} of {tcfg.num_hidden_layers}")
     return 0
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from lenpred.draft.config import DraftConfig
-    from lenpred.draft.io import check_against_target, load_draft, save_draft, target_summary
+    from lenpred.draft.io import convert_draft
 
     out = Path(args.out)
     _check_out(out)
-    if out.resolve() == Path(args.head).resolve():
-        raise ConfigError("--out is the source head", "write the converted head to a new directory")
-    head = load_draft(args.head)
-    meta: dict[str, Any] = {"converted_from": str(args.head)}
-    model = head.model
-    if args.model:
-        spec, tcfg = _target_config(args.model)
-        layers = check_against_target(head, tcfg, fingerprint=spec.fingerprint)
-        meta["target"] = target_summary(tcfg, spec.fingerprint, args.model)
-        meta["layers"] = list(layers)
-        if head.config.layers is None:  # record the layers explicitly in config.json too
-            model.config = DraftConfig(**{**head.config.as_dict(), "layers": layers})
-    elif head.meta and head.meta.get("target"):
-        meta["target"] = head.meta["target"]
-    save_draft(model, out, fmt=args.format, dtype=args.dtype, meta=meta)
+    convert_draft(args.head, out, model=args.model, fmt=args.format, dtype=args.dtype)
     print(f"lenpred draft convert: wrote {out} ({args.format}, {args.dtype})", file=sys.stderr)
     return 0

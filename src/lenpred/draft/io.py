@@ -27,9 +27,10 @@ import torch
 from lenpred.draft.config import DraftConfig
 from lenpred.draft.model import Eagle3Draft, expected_state_shapes
 from lenpred.draft.vocab import check_vocab_maps
-from lenpred.errors import CardMismatchError, ModelError
+from lenpred.errors import CardMismatchError, ConfigError, ModelError
 
-__all__ = ["DraftHead", "check_against_target", "load_draft", "read_state_dict", "save_draft", "WEIGHT_FILES"]
+__all__ = ["DraftHead", "check_against_target", "convert_draft", "load_draft", "read_state_dict", "save_draft",
+           "target_config", "WEIGHT_FILES"]
 
 KIND = "draft"
 SCHEMA_VERSION = 1
@@ -204,3 +205,37 @@ def check_against_target(head: DraftHead, target_config: Any, *, fingerprint: st
 
 def read_config_json(path: Path) -> dict[str, Any]:
     return json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+
+
+def target_config(name: str) -> tuple[Any, Any]:
+    """(model spec, transformers config) of a target by id or path, without loading its weights."""
+    from transformers import AutoConfig
+
+    from lenpred.models.loading import hf_folder
+
+    spec, folder = hf_folder(name)
+    return spec, AutoConfig.from_pretrained(folder)
+
+
+def convert_draft(src: str | Path, out: str | Path, *, model: str | None = None, fmt: str = "safetensors",
+                  dtype: str = "float16") -> Path:
+    """Re-save the head ``src`` in the released layout (``fmt``, ``dtype``) with lenpred's meta.json.
+    With ``model`` the head is checked against that target, which meta.json then names (and
+    config.json its layers); otherwise the source's own target record is kept."""
+    out = Path(out)
+    if out.resolve() == Path(src).resolve():
+        raise ConfigError("--out is the source head", "write the converted head to a new directory")
+    head = load_draft(src)
+    meta: dict[str, Any] = {"converted_from": str(src)}
+    m = head.model
+    if model:
+        spec, tcfg = target_config(model)
+        layers = check_against_target(head, tcfg, fingerprint=spec.fingerprint)
+        meta["target"] = target_summary(tcfg, spec.fingerprint, model)
+        meta["layers"] = list(layers)
+        if head.config.layers is None:  # record the layers explicitly in config.json too
+            m.config = DraftConfig(**{**head.config.as_dict(), "layers": layers})
+    elif head.meta and head.meta.get("target"):
+        meta["target"] = head.meta["target"]
+    save_draft(m, out, fmt=fmt, dtype=dtype, meta=meta)
+    return out
