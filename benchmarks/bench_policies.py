@@ -70,6 +70,7 @@ class Arm:
 POINT = [("sjf", "sjf", ()), (f"sjf aging{AGING:g}", "sjf", (("aging", AGING),)), ("hrrn", "hrrn", ()),
          ("trail", "trail", ())]
 DIST = [("gittins", "gittins", ()), (f"gittins aging{AGING:g}", "gittins", (("aging", AGING),)), ("risk", "risk", ())]
+DISPATCH_ONLY = ("fcfs+lpt", "fcfs", ())  # FCFS queues, least-predicted-tokens dispatch: nobody is overtaken
 NO_PREEMPT = ("gittins np", "gittins", (("preempt", False),))  # the rank orders the queues only
 # aging fast enough to bound the extra wait by (longest - shortest prediction) / rate, about a second
 SAFE = [(f"sjf aging{r:g}", "sjf", (("aging", float(r)),)) for r in (300, 1000)]
@@ -85,10 +86,10 @@ def arms(workload: str) -> list[Arm]:
     out = list(FREE)
     if workload == "outlets":
         out += [Arm(p, "outlets", q, prm) for p, q, prm in OUTLETS]
-        out += [Arm(p, "mlp", q, prm) for p, q, prm in POINT[:2]]
+        out += [Arm(p, "mlp", q, prm) for p, q, prm in POINT[:2] + [DISPATCH_ONLY]]
         return out + [Arm(p, "true", q, prm) for p, q, prm in POINT[:2]]
-    out += [Arm(p, "mlp", q, prm) for p, q, prm in POINT + DIST + [NO_PREEMPT] + SAFE]
-    out += [Arm(p, "proxy", q, prm) for p, q, prm in POINT[:3] + DIST[:2] + SAFE]
+    out += [Arm(p, "mlp", q, prm) for p, q, prm in POINT + DIST + [NO_PREEMPT] + SAFE + [DISPATCH_ONLY]]
+    out += [Arm(p, "proxy", q, prm) for p, q, prm in POINT[:3] + DIST[:2] + SAFE + [DISPATCH_ONLY]]
     out += [Arm(p, "prompt-median", q, prm) for p, q, prm in POINT[:2]]
     out += [Arm(p, "samples", q, prm) for p, q, prm in DIST[:2] + [NO_PREEMPT]]
     return out + [Arm(p, "true", q, prm) for p, q, prm in POINT[:2] + POINT[3:]]
