@@ -19,6 +19,12 @@ CASES: list[BadInput] = [
 ]
 
 
+def _run_dir(tmp: Path) -> Path:
+    from lenpred.data.rundir import RunDir
+
+    return RunDir.create(tmp / "run", {"model": {"id": "m"}, "prompts": {}, "sampling": {}, "engine": {}}).path
+
+
 def _card_list(tmp: Path) -> dict[str, Path]:
     d = tmp / "run"
     d.mkdir()
@@ -34,4 +40,9 @@ CASES += [
     BadInput("demo-unknown-head", ["demo", "--heads", "xgboost"], None, expect="unknown predictor 'xgboost'"),
     BadInput("demo-reference-missing", ["demo", "--reference", "{tmp}/nonexistent"], None,
              expect="nonexistent is not a lenpred run directory"),
+]
+
+CASES += [
+    BadInput("demo-run-inside-a-run", ["demo", "--run", "{run}/live"], lambda t: {"run": _run_dir(t)},
+             expect="is inside a lenpred run directory"),
 ]

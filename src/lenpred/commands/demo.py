@@ -114,8 +114,13 @@ def run(a: argparse.Namespace) -> int:
 
 def _check_inputs(a: argparse.Namespace) -> list[str]:
     """The names and paths the demo reads after the live run, checked before it; returns the heads."""
+    from lenpred.artifacts import check_out
+    from lenpred.data.rundir import check_run_target
     from lenpred.predictors.registry import PREDICTORS
 
+    if a.run is not None:  # where the live run is kept: the overwrite rule, as `lenpred collect` applies it
+        check_run_target(a.run)
+        check_out(a.run, kind="run", flag="--run")
     if a.reference is not None:
         RunDir.open(a.reference)  # an explicit reference must be a run (the default is skipped when absent)
     heads = [h.strip() for h in a.heads.split(",") if h.strip()]
