@@ -57,7 +57,9 @@ def test_on_its_validation_rows_the_anchor_is_no_worse_than_either_input_in_any_
         m = b == k
         if m.sum() < 20:
             continue
-        err = lambda q: float(np.sum(w[m] * np.abs(q[m] - y[m])) / np.sum(w[m]))  # noqa: E731
+        def err(q: np.ndarray, m: np.ndarray = m) -> float:
+            return float(np.sum(w[m] * np.abs(q[m] - y[m])) / np.sum(w[m]))
+
         assert err(r.q50) <= min(err(pre.q50), err(out.q50)) + 1e-9
         cover = float(np.sum(w[m] * ((y[m] >= r.q10[m]) & (y[m] <= r.q90[m]))) / np.sum(w[m]))
         assert 0.78 <= cover <= 0.82
