@@ -47,6 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"OUTLETS length head for the live part (default {LENGTH_HEAD}; '' = skip the part)")
     p.add_argument("--live-prompt", default=LIVE_PROMPT, help="the live OUTLETS generation's user message")
     p.add_argument("--live-max-new-tokens", type=int, default=256, help="cap for the live OUTLETS generation")
+    p.add_argument("--no-report", action="store_true", help="skip the HTML report of the reference run at the end")
 
 
 def _reference_card(path: Path) -> SamplingConfig | None:
@@ -109,6 +110,10 @@ def run(a: argparse.Namespace) -> int:
         _bench_heads(console, a.reference, a.features, heads)
     if a.length_head:
         _live_outlets(console, a.draft, a.length_head, a.live_prompt, a.live_max_new_tokens)
+    if not a.no_report:  # one HTML page of the reference run's results (docs/report.md)
+        from lenpred.report.page import demo_report
+
+        console.print(f"report: {demo_report(a.reference, console=console)}")
     return 0
 
 
