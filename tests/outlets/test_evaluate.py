@@ -272,3 +272,29 @@ def test_one_oracle_bound_for_both_benches_with_its_single_sample_rule():
         oracle_bound(one, 200, 0.95, 0)
     d = oracle_bound(one, 200, 0.95, 0, drop_single=True)
     assert (d.n_prompts, d.n_samples, d.oracle_mae) == (4, sum(k), a.oracle_mae)
+
+
+def test_anchor_through_the_cli_is_benched_beside_its_inputs(bench, tmp_path, capsys):
+    """`outlets anchor` fits on the validation rows; `outlets bench --anchors` scores the blend, which
+    is never far worse than the better of its two inputs at any point; a bench without the anchor's
+    prefill table, or with another head's weights, is refused."""
+    from lenpred.cli import main
+
+    root, p = bench["root"], bench["paths"]
+    anc = tmp_path / "anchor"
+    assert main(["outlets", "anchor", "--traj", str(p["traj"]), "--run", str(p["run"]), "--head", str(root / "probe"),
+                 "--prefill-predictions", f"mlp={root / 'pre.parquet'}", "--out", str(anc)]) == 0
+    assert "weight on OUTLETS" in capsys.readouterr().out
+    out = tmp_path / "report"
+    assert main(["outlets", "bench", "--traj", str(p["traj"]), "--run", str(p["run"]), "--heads", str(root / "probe"),
+                 "--prefill-predictions", f"mlp={root / 'pre.parquet'}", "--anchors", f"outlets-anchored={anc}",
+                 "--n-boot", "20", "--no-plots", "--out", str(out)]) == 0
+    res = OutletsBench.from_dict(json.loads((out / "outlets_bench.json").read_text()))
+    a, probe, pre = res.method("outlets-anchored"), res.method("probe"), res.method("prefill-mlp")
+    for pid in a.points:
+        assert a.points[pid].mae <= 1.1 * min(probe.points[pid].mae, pre.points[pid].mae) + 1.0
+    capsys.readouterr()
+    assert main(["outlets", "bench", "--traj", str(p["traj"]), "--run", str(p["run"]), "--anchors", str(anc),
+                 "--out", str(tmp_path / "r2")]) == 1
+    assert "--prefill-predictions mlp=FILE" in capsys.readouterr().err
+    assert not (tmp_path / "r2").exists()

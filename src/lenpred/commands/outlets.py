@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lenpred.errors import DataError
+from lenpred.errors import ConfigError, DataError
 
 HELP = "OUTLETS: trajectory features from the draft backbone, remaining-length heads, their bench"
 EXAMPLE = ("lenpred outlets features --run data/runs/smollm2-sharegpt --draft data/draft/smollm2-135m "
@@ -140,6 +140,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="outlets heads, the probe variant included (name default: the variant trained)")
     p.add_argument("--prefill-predictions", nargs="*", default=[], metavar="[NAME=]FILE",
                    help="prefill predictions tables (lenpred predict), carried along the trajectory")
+    p.add_argument("--anchors", nargs="*", default=[], metavar="[NAME=]ANCHOR",
+                   help="prefill anchors (lenpred outlets anchor): their head and prefill table blended by progress band")
     p.add_argument("--reference", default=None, help="method the ratios use (default: best carried prefill head at t=0)")
     p.add_argument("--out", required=True, help="report folder (an artifact directory)")
     p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
@@ -151,10 +153,40 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 def run_bench(a: argparse.Namespace) -> int:
     from lenpred.outlets.pipeline import bench
 
-    _, art, md = bench(a.traj, a.run, a.out, heads=a.heads, prefill_predictions=a.prefill_predictions,
+    _, art, md = bench(a.traj, a.run, a.out, heads=a.heads, prefill_predictions=a.prefill_predictions, anchors=a.anchors,
                        reference=a.reference, split=a.split, n_boot=a.n_boot, seed=a.seed, plots=not a.no_plots)
     print(md)
     print(f"report: {art.path}/outlets_bench.md")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ anchor
+def add_anchor_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--traj", required=True, help="trajectory features of --run with its validation prompts' rows")
+    p.add_argument("--run", required=True, help="run directory (its split names the validation prompts)")
+    p.add_argument("--head", required=True, help="the OUTLETS head to anchor")
+    p.add_argument("--prefill-predictions", required=True, metavar="[NAME=]FILE",
+                   help="the prefill head's predictions table on the validation prompts (lenpred predict --roles val)")
+    p.add_argument("--bands", default="0,1,32,128,512", help="progress bands: token counts from 0")
+    p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
+    p.add_argument("--out", required=True, help="anchor directory (an outlets-anchor artifact)")
+
+
+def run_anchor(a: argparse.Namespace) -> int:
+    from lenpred.outlets.anchor import fit_anchor_files
+
+    try:
+        bands = tuple(int(x) for x in a.bands.split(","))
+    except ValueError:
+        raise ConfigError(f"--bands {a.bands!r} is not a comma-separated list of token counts",
+                          "e.g. --bands 0,1,32,128,512") from None
+    anc = fit_anchor_files(a.traj, a.run, a.head, a.prefill_predictions, a.out, bands=bands, split=a.split)
+    for b, w, s in zip(anc.bands, anc.weights, anc.scales, strict=True):
+        v = anc.val.get(str(b), {})
+        maes = (f"val MAE prefill {v['mae_prefill']:.1f} / outlets {v['mae_outlets']:.1f} / anchored "
+                f"{v['mae_anchored']:.1f}" if "mae_anchored" in v else v.get("note", ""))
+        print(f"t >= {b:>4}: weight on OUTLETS {w:.2f}, interval x{s:.2f}, {v.get('rows', 0)} rows; {maes}")
+    print(f"anchor: {a.out}")
     return 0
 
 
@@ -205,6 +237,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                           "a predictions table with trajectory re-predictions (for the simulator)"),
     "bench": Subcommand(add_bench_arguments, run_bench,
                         "remaining-length MAE along the trajectory: heads, carried prefill heads, oracle, probe"),
+    "anchor": Subcommand(add_anchor_arguments, run_anchor,
+                         "never worse than the prefill head: blend an OUTLETS head with it per progress band (fit on val)"),
     "schedule": Subcommand(add_schedule_arguments, run_schedule,
                            "value for scheduling: the simulator with OUTLETS re-predictions against prefill and oracle arms"),
 }

@@ -176,3 +176,91 @@ def check_bands(bands: Sequence[int]) -> tuple[int, ...]:
     if not out or out[0] != 0 or list(out) != sorted(set(out)):
         raise ConfigError(f"--bands {list(out)} must be increasing token counts starting at 0", "e.g. --bands 0,1,32,128,512")
     return out
+
+
+# ---------------------------------------------------------------- from files (`lenpred outlets anchor`)
+def anchor_inputs(head_path: str, prefill: tuple[str | None, str], traj: Any, rd: Any, cap: float | None
+                  ) -> tuple[Remaining, Remaining, str, Any]:
+    """The OUTLETS head's and the carried prefill table's remaining-length quantiles on ``traj``'s rows,
+    the prefill method's name and the head's artifact."""
+    from lenpred.outlets.baselines import carry_prefill
+    from lenpred.predictions import read_predictions
+    from lenpred.predictors.io import read_head
+
+    head, art = read_head(head_path, card=rd.card)
+    if head.name != "outlets":
+        raise DataError(f"{head_path} is a {head.name} head, not an outlets head",
+                        "pass the OUTLETS head with --head and the prefill head's table with --prefill-predictions")
+    d = head.predict_dist(traj)
+    name, path = prefill
+    p = read_predictions(path, card=rd.card)
+    nm = name or p.made_by
+    nm = nm if nm.startswith("prefill-") else f"prefill-{nm}"
+    return Remaining(d.q10, d.q50, d.q90), carry_prefill(p, traj.index, cap, what=f"prefill predictions {nm!r}"), nm, art
+
+
+def fit_anchor_files(traj_path: str, run: str, head_path: str, prefill: str, out: str, *,
+                     bands: Sequence[int] = BANDS, split: str | None = None) -> PrefillAnchor:
+    """Fit the anchor on the validation prompts' rows of ``traj_path`` and write it to ``out``
+    (an ``outlets-anchor`` artifact: ``anchor.json``)."""
+    from lenpred.artifacts import check_out, write_artifact
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import load_split
+    from lenpred.outlets.pipeline import named
+    from lenpred.outlets.spec import row_weights
+    from lenpred.outlets.store import load_trajectory
+    from lenpred.predictors.pipeline import run_cap
+
+    bands = check_bands(bands)
+    rd = RunDir.open(run)
+    check_out(out, kind="outlets-anchor", card=rd.card, inputs={"--traj": traj_path, "--run": run, "--head": head_path,
+                                                                 "--prefill-predictions": named([prefill])[0][1]})
+    traj = load_trajectory(traj_path, card=rd.card)
+    sp = load_split(rd, split, require_complete=False)
+    val = traj.for_prompts(sorted(sp.val))
+    if val.n == 0:
+        raise DataError(f"trajectory {traj_path} has no row of a validation prompt of {rd.path}",
+                        "compute trajectory features with --roles val (or train,val,test)")
+    cap = run_cap(rd.card)
+    o, p, name, art = anchor_inputs(head_path, named([prefill])[0], val, rd, cap)
+    y = val.index["remaining"].to_numpy(dtype=np.float64)
+    head_id = {"path": str(head_path), "sha256": (art.meta.get("files") or {}).get("weights.safetensors")}
+    anchor = fit_anchor(o, p, val.index["t"].to_numpy(), y, row_weights(val.index), bands=bands, head=head_id,
+                        prefill_info={"name": name, "path": named([prefill])[0][1]})
+    write_artifact(out, kind="outlets-anchor", schema_version=1,
+                   config={"traj": traj_path, "run": run, "head": head_path, "prefill": prefill, "bands": list(bands),
+                           "split": split},
+                   card=rd.card, card_scope="run", json_files={"anchor.json": anchor.to_dict()})
+    return anchor
+
+
+def load_anchor(path: str, card: Mapping[str, Any] | None = None) -> PrefillAnchor:
+    from lenpred.artifacts import load_artifact
+
+    art = load_artifact(path, kind="outlets-anchor", card=card)
+    return PrefillAnchor.from_dict(art.read_json("anchor.json"), where=f"{path}/anchor.json")
+
+
+def anchored_method(name: str | None, path: str, methods: Sequence[Any], traj: Any, card: Mapping[str, Any]) -> Any:
+    """The bench method of an anchor: its OUTLETS head (one of ``methods`` by path, else loaded here)
+    and its prefill table (one of ``methods`` by name) blended on ``traj``'s rows."""
+    from lenpred.outlets.evaluate import MethodInput, head_method
+
+    a = load_anchor(path, card=card)
+    pre_name = str(a.prefill.get("name"))
+    pre = next((m for m in methods if m.name == pre_name), None)
+    if pre is None:
+        raise DataError(f"anchor {path} blends the prefill predictions {pre_name!r}, which are not in this bench",
+                        f"pass them with --prefill-predictions {pre_name.removeprefix('prefill-')}=FILE")
+    head_path = str(a.head.get("path"))
+    head = next((m for m in methods if m.source == head_path), None) or head_method(head_path, traj, card)
+    want = a.head.get("sha256")
+    if want:
+        from lenpred.artifacts import load_artifact
+
+        have = (load_artifact(head_path, verify=False).meta.get("files") or {}).get("weights.safetensors")
+        if have != want:
+            raise DataError(f"anchor {path} was fitted on another OUTLETS head than {head_path} (weights differ)",
+                            "refit the anchor on this head (`lenpred outlets anchor`)")
+    rem = a.apply(head.remaining, pre.remaining, traj.index["t"].to_numpy())
+    return MethodInput(name or "outlets-anchored", "outlets", str(path), rem)

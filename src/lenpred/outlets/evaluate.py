@@ -397,7 +397,7 @@ def head_method(path: str | os.PathLike[str], traj: Any, card: Mapping[str, Any]
 
 def run_bench(traj_path: str | os.PathLike[str], run: str | os.PathLike[str], *,
               heads: Sequence[tuple[str | None, str]] = (), prefill: Sequence[tuple[str | None, str]] = (),
-              split: str | os.PathLike[str] | None = None, reference: str | None = None, n_boot: int = 1000,
+              anchors: Sequence[tuple[str | None, str]] = (), split: str | os.PathLike[str] | None = None, reference: str | None = None, n_boot: int = 1000,
               ci: float = 0.95, seed: int = 0, points: Sequence[PointSpec] | None = None) -> OutletsBench:
     """Load everything, predict every method on the test rows, score. ``heads`` / ``prefill``: (name
     or None, path) pairs; a prefill name gets the ``prefill-`` prefix."""
@@ -433,6 +433,10 @@ def run_bench(traj_path: str | os.PathLike[str], run: str | os.PathLike[str], *,
         rem = carry_prefill(p, idx, cap, what=f"prefill predictions {nm!r}")
         point = p.for_samples(idx[["prompt_id", "sample_idx"]], what=f"prefill predictions {nm!r}")["pred_tokens"]
         methods.append(MethodInput(nm, "prefill", str(path), rem, point.to_numpy(dtype=np.float64)))
+    if anchors:
+        from lenpred.outlets.anchor import anchored_method
+
+        methods.extend([anchored_method(name, path, methods, test, rd.card) for name, path in anchors])
     const_rem = constant.predict(idx["t"].to_numpy())
     methods.append(MethodInput(CONSTANT, "prefill", "run", const_rem))
     test_lengths = lengths[lengths["prompt_id"].isin(set(idx["prompt_id"].astype(str)))]

@@ -147,7 +147,7 @@ def predict_table(head_path: str, traj_path: str, run: str, roles: Sequence[str]
 
 # ---------------------------------------------------------------- bench
 def bench(traj: str, run: str, out: str, *, heads: Sequence[str] = (), prefill_predictions: Sequence[str] = (),
-          reference: str | None = None, split: str | None = None, n_boot: int = 1000, seed: int = 0,
+          anchors: Sequence[str] = (), reference: str | None = None, split: str | None = None, n_boot: int = 1000, seed: int = 0,
           plots: bool = True) -> tuple[Any, Any, str]:
     """Score the heads and the carried prefill tables (``"[NAME=]PATH"`` each) on the test prompts'
     trajectory rows and write the report folder ``out``; returns (the
@@ -161,9 +161,9 @@ def bench(traj: str, run: str, out: str, *, heads: Sequence[str] = (), prefill_p
 
     out_p = Path(out)
     check_out(out_p, kind="outlets-bench")
-    if not heads and not prefill_predictions:
+    if not heads and not prefill_predictions and not anchors:
         raise ConfigError("nothing to bench", "pass --heads HEAD... and/or --prefill-predictions FILE...")
-    res = run_bench(traj, run, heads=named(heads), prefill=named(prefill_predictions), split=split,
+    res = run_bench(traj, run, heads=named(heads), prefill=named(prefill_predictions), anchors=named(anchors), split=split,
                     reference=reference, n_boot=n_boot, seed=seed)
     md = render_markdown(res)
     files = {"outlets_bench.md": md.encode()}
@@ -172,7 +172,7 @@ def bench(traj: str, run: str, out: str, *, heads: Sequence[str] = (), prefill_p
             for path in write_plots(res, Path(tmp)):
                 files[path.name] = path.read_bytes()
     config = {"traj": traj, "run": run, "heads": list(heads), "prefill_predictions": list(prefill_predictions),
-              "reference": reference, "split": split, "n_boot": n_boot, "seed": seed}
+              **({"anchors": list(anchors)} if anchors else {}), "reference": reference, "split": split, "n_boot": n_boot, "seed": seed}
     art = write_artifact(out_p, kind="outlets-bench", schema_version=1, config=config, card=RunDir.open(run).card,
                          card_scope="run", json_files={"outlets_bench.json": res.to_dict(),
                                                        "outlets_bench.schema.json": OutletsBench.json_schema()},
