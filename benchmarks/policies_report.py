@@ -28,7 +28,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 SCHEMA = ("policy", "predictor", "arrival", "workload", "seed", "load", "short_p99_s", "short_p50_s", "p99_s",
           "mean_e2e_s", "ttft_p99_s", "max_wait_s", "preemptions_per_req", "starved")
 GOAL_LOADS = (1.1, 1.2)
-FIGURE_ARMS = [("las", "-"), ("mlfq", "-"), ("sjf", "mlp"), ("sjf aging100", "mlp"), ("sjf aging1000", "mlp"),
+XLIM, YLIM = (-5.0, 120.0), (-80.0, 60.0)  # the Pareto plot's window, in %
+FIGURE_ARMS = [("fcfs+lpt", "mlp"), ("las", "-"), ("mlfq", "-"), ("sjf", "mlp"), ("sjf aging100", "mlp"), ("sjf aging1000", "mlp"),
                ("hrrn", "mlp"), ("gittins", "mlp"), ("gittins aging100", "samples"), ("gittins np", "samples"),
                ("sjf", "true")]
 
@@ -219,11 +220,18 @@ def figures(rows: list[dict[str, Any]], sm: dict[tuple[str, str], dict[str, Any]
             m = a["mean"].get(("sharegpt", "poisson", x))
             if m is None or (p, h) == BASELINE:
                 continue
-            ax.scatter(100 * m[1], 100 * m[0], s=18, color="tab:green" if not a["fails"] else "tab:red")
-            ax.annotate(f"{p}/{h}", (100 * m[1], 100 * m[0]), fontsize=6)
+            x0, y0 = 100 * m[1], 100 * m[0]
+            xc, yc = min(max(x0, XLIM[0]), XLIM[1]), min(max(y0, YLIM[0]), YLIM[1])
+            ok = not a["fails"]
+            ax.scatter(xc, yc, s=26 if ok else 16, marker="o" if (xc, yc) == (x0, y0) else "^",
+                       color="tab:green" if ok else "tab:red", zorder=3 if ok else 2)
+            if ok or abs(x0) > 4 or abs(y0) > 4:
+                ax.annotate(f"{p}/{h}", (xc, yc), fontsize=6)
         ax.axhline(0, color="k", lw=0.8)
         ax.axvline(0, color="k", lw=0.8)
-        ax.set_xlabel("overall P99 change vs FCFS+RR (%)")
+        ax.set_xlim(XLIM[0] - 2, XLIM[1] + 2)
+        ax.set_ylim(YLIM[0] - 2, YLIM[1] + 2)
+        ax.set_xlabel("overall P99 change vs FCFS+RR (%; triangles: off the scale, drawn at its edge)")
         ax.set_ylabel("short-request P99 change vs FCFS+RR (%)")
         ax.set_title(f"{x:g}x, Poisson, ShareGPT (green: never backfires anywhere)", fontsize=10)
         ax.grid(alpha=0.3)

@@ -166,8 +166,9 @@ class PolicyConfig(Config):
 
 
 # The policy `lenpred simulate` (and the router) runs when predictions are present and no policy is
-# named: chosen by the policy study against issue 21's goals (docs/policies/README.md).
-RECOMMENDED = {"name": "sjf+lpt aging100", "queue": "sjf", "dispatch": "least-predicted-tokens", "aging": 100.0}
+# named, chosen by the policy study against issue 21's goals (docs/policies/README.md): the only
+# arms that never backfired in any cell use the predictions to dispatch, not to reorder a queue.
+RECOMMENDED = {"name": "fcfs+lpt", "queue": "fcfs", "dispatch": "least-predicted-tokens"}
 
 
 def recommended_policy() -> PolicyConfig:
