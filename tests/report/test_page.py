@@ -240,6 +240,9 @@ def test_refuses_bad_policy_rows_and_missing_paths(tmp_path: Path, inputs: Input
     bad = tmp_path / "p.json"
     bad.write_text(json.dumps([{"policy": "fcfs", "load": 1.0}]))
     assert "row 0 lacks short_p99_s" in _bad(tmp_path, "--run", inputs.run, "--policies", bad, capsys=capsys)
+    bad.write_text(json.dumps({"rows": [{"policy": "fcfs", "load": 1.0, "short_p99_s": "slow"}]}))
+    assert "row 0 has short_p99_s 'slow', not a number" in _bad(tmp_path, "--run", inputs.run, "--policies", bad,
+                                                                 capsys=capsys)
     assert "does not exist" in _bad(tmp_path, "--run", inputs.run, "--sim", tmp_path / "nope", capsys=capsys)
     assert "not a lenpred run directory" in _bad(tmp_path, "--run", tmp_path / "nope", capsys=capsys)
 
@@ -282,6 +285,15 @@ def test_sim_of_another_run_is_refused(tmp_path: Path, inputs: Inputs, capsys: p
     assert "replays run" in err and str(ALPACA) in err
     assert "is a bench artifact, expected sim" in _bad(tmp_path, "--run", inputs.run, "--sim", inputs.bench,
                                                        capsys=capsys)
+
+    def broken(folder: Path) -> None:
+        d = json.loads((folder / "results.json").read_text())
+        d["runs"] = [{"policy": "fcfs+rr"}]
+        (folder / "results.json").write_text(json.dumps(d))
+
+    sim = _copy(inputs.sim, tmp_path / "sim-broken", edit=broken)
+    assert "is not a lenpred simulate result (KeyError" in _bad(tmp_path, "--run", inputs.run, "--sim", sim,
+                                                                capsys=capsys)
 
 
 def test_bench_console_fits_100_columns(inputs: Inputs) -> None:

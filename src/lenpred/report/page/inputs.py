@@ -109,7 +109,11 @@ def _load_bound(path: Path, rd: RunDir) -> tuple[Artifact, BoundSummary]:
 
 def _load_bench(path: Path) -> LoadedBench:
     art = load_artifact(path, kind="bench", schema_versions=(BENCH_SCHEMA,), what="bench report")
-    return LoadedBench(art, BenchResult.from_dict(art.read_json("bench.json")))
+    try:
+        return LoadedBench(art, BenchResult.from_dict(art.read_json("bench.json")))
+    except (KeyError, TypeError, ValueError) as e:  # a hand-edited file: the artifact's sha256 was renewed
+        raise DataError(f"{path}/bench.json is not a bench result ({type(e).__name__}: {e})",
+                        "re-create it with `lenpred bench`") from None
 
 
 def _check_transfer(b: LoadedBench, rd: RunDir) -> None:
@@ -189,9 +193,15 @@ def _load_sim(path: Path, rd: RunDir) -> LoadedSim:
                 f"simulator output {folder} replays run {lengths.path} (card {other.card_hash}), not {rd.path} "
                 f"(card {rd.card_hash})", "pass a simulation of this run's samples, or drop --sim")
     empty = np.empty(0)
-    runs = [Run(r["policy"], r["load"], r.get("rate_rps"), r["summary"], empty, empty.astype(bool)) for r in d["runs"]]
-    res = SweepResult(cfg, d.get("capacity_rps"), float(d["short_threshold_tokens"]), str(d["baseline"]), runs,
-                      float(d.get("wall_s", 0.0)))
+    try:
+        runs = [Run(r["policy"], r["load"], r.get("rate_rps"), r["summary"], empty, empty.astype(bool))
+                for r in d["runs"]]
+        res = SweepResult(cfg, d.get("capacity_rps"), float(d["short_threshold_tokens"]), str(d["baseline"]), runs,
+                          float(d.get("wall_s", 0.0)))
+        res.table()  # every arm at every load, with its short-request P99
+    except (KeyError, TypeError, ValueError) as e:
+        raise DataError(f"{folder}/results.json is not a lenpred simulate result ({type(e).__name__}: {e})",
+                        "pass a folder written by `lenpred simulate`") from None
     cmd = recorded_command(meta, ["lenpred", "simulate", "--config", folder / "config.json", "--out", folder])
     return LoadedSim(folder, res, cmd)
 
@@ -206,6 +216,11 @@ def _load_policies(path: Path) -> tuple[list[dict[str, Any]], str | None]:
         if missing:
             raise DataError(f"{path}: row {i} lacks {', '.join(missing)}",
                             "each row needs policy, load and short_p99_s (predictor optional)")
+        bad = [k for k, optional in (("load", False), ("short_p99_s", True))
+               if not (isinstance(r[k], int | float) or (optional and r[k] is None))]
+        if bad:
+            raise DataError(f"{path}: row {i} has {bad[0]} {r[bad[0]]!r}, not a number",
+                            "load and short_p99_s are numbers (short_p99_s may be null)")
     return rows, (str(cmd) if cmd else None)
 
 
