@@ -97,7 +97,7 @@ def render_console(res: BenchResult, subsets: tuple[str, ...] = ("all",), title:
     con.print(build(keep))
     left_out = [c for i, c in enumerate(COLUMNS) if i not in keep]
     if left_out:
-        con.print(f"(left out to fit {con.width} columns: {', '.join(left_out)}; bench.md and the report show all)",
+        con.print(f"(left out to fit {con.width} columns: {', '.join(left_out)}; the report shows all)",
                   highlight=False)
 
 
