@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from lenpred.artifacts import check_out
