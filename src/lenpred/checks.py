@@ -69,18 +69,20 @@ def check_device(name: str, flag: str = "--device") -> str:
 
 
 def check_context(n_prompt: int, context: int, *, max_new_tokens: int = 0, what: str = "the prompt",
-                  fix: str = "shorten the prompt") -> None:
+                  fix: str | None = None) -> None:
     """Refuse a prompt the target cannot read: over its context, or leaving no room for the answer.
 
     ``context``: the model's context length in tokens (its ``max_position_embeddings``); a model
-    fed past it runs and returns garbage instead of failing.
+    fed past it runs and returns garbage instead of failing. Every verb that feeds the target calls
+    this (generate and the demo's live generation, collect's prompt table).
     """
     if n_prompt > context:
-        raise ContextLengthError(f"{what} has {n_prompt:,} tokens, over the model's context of {context:,}", fix)
+        raise ContextLengthError(f"{what} has {n_prompt:,} tokens, over the model's context of {context:,}",
+                                 fix or "shorten the prompt")
     if max_new_tokens and n_prompt + max_new_tokens > context:
         raise ContextLengthError(
-            f"{what} has {n_prompt:,} tokens; with max_new_tokens {max_new_tokens:,} that exceeds the model's "
-            f"context of {context:,}", f"{fix}, or pass --max-new-tokens {max(context - n_prompt, 1):,} or less")
+            f"{what} has {n_prompt:,} tokens: with max_new_tokens={max_new_tokens:,} it exceeds the model's "
+            f"context of {context:,}", fix or f"shorten the prompt, or pass --max-new-tokens {max(context - n_prompt, 1):,} or less")
 
 
 def model_context(config: Any, default: int = 2048) -> int:

@@ -24,12 +24,14 @@ class ModelError(LenpredError):
     """A model cannot be found, loaded or used as asked."""
 
 
-class ContextLengthError(ConfigError):
-    """A prompt has more tokens than the target model's context (HTTP: context_length_exceeded)."""
 
 
 class DataError(LenpredError):
     """Prompt files or run directories that are malformed, empty or inconsistent."""
+
+
+class ContextLengthError(DataError):
+    """A prompt has more tokens than the target model's context (HTTP: context_length_exceeded)."""
 
 
 class CardMismatchError(DataError):

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
 
     preflight("generate", args)
     tree = _check_args(args)
-    from lenpred.checks import check_context, model_context, prompt_text
+    from lenpred.checks import prompt_text
 
     text = prompt_text(args.prompt, args.prompt_file)
     import torch
@@ -127,8 +127,6 @@ def run(args: argparse.Namespace) -> int:
     session = open_generation(text, draft=args.draft, length_head=args.length_head, model=args.model, card=args.card,
                               greedy=args.greedy, k=args.k, tree=tree, max_new_tokens=args.max_new_tokens,
                               seed=args.seed, chat_template=not args.no_chat_template)
-    check_context(len(session.ids), model_context(session.lm.model.config),
-                  max_new_tokens=session.sampling.max_new_tokens, what="the rendered prompt")
     events = open(args.events, "w", encoding="utf-8") if args.events else None  # noqa: SIM115
     printer = _Printer(args, session.lm.tokenizer, events)
     try:

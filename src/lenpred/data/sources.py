@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, field_validator
 
+from lenpred.checks import check_context
 from lenpred.config import Config
 from lenpred.data.alpaca_eval import load_alpaca_eval
 from lenpred.data.sharegpt import _first_exchange, load_sharegpt
@@ -294,12 +295,8 @@ def build_prompt_table(
         if len(ids) > cfg.max_prompt_tokens:
             too_long += 1
             continue
-        if len(ids) + max_new_tokens > context_length:
-            raise DataError(
-                f"prompt {rec['id']!r} has {len(ids)} tokens: with max_new_tokens={max_new_tokens} it exceeds "
-                f"the model's context of {context_length}",
-                "lower --max-prompt-tokens or --max-new-tokens",
-            )
+        check_context(len(ids), context_length, max_new_tokens=max_new_tokens, what=f"prompt {rec['id']!r}",
+                      fix="lower --max-prompt-tokens or --max-new-tokens")
         ans = str(rec["answer"] or "")
         pid = str(rec["id"])
         rows.append(

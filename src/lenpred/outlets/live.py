@@ -107,6 +107,7 @@ def open_generation(prompt: str, *, draft: str | Path | None = None, length_head
     """Load and check everything a generation needs (see the module docstring); nothing decoded yet.
     ``draft=None``: plain decoding; ``length_head`` needs ``draft``; ``tree``: a
     :class:`lenpred.draft.speculative.TreeSpec` (greedy only)."""
+    from lenpred.checks import check_context, model_context
     from lenpred.data.sources import PromptConfig, encode_prompt
     from lenpred.draft.sampling import sampling_from_card
     from lenpred.draft.speculative import SpeculativeDecoder
@@ -123,6 +124,8 @@ def open_generation(prompt: str, *, draft: str | Path | None = None, length_head
     pcfg = PromptConfig(chat_template=chat_template and prompts_d.get("chat_template", True),
                         system_prompt=prompts_d.get("system_prompt"))
     ids = encode_prompt(lm.tokenizer, prompt, pcfg)
+    check_context(len(ids), model_context(lm.model.config), max_new_tokens=sampling.max_new_tokens,
+                  what="the rendered prompt")  # past its context the target runs on and returns garbage
     dec = SpeculativeDecoder(target, heads.draft.model if heads.draft else None, k=k if heads.draft else 0,
                              sampling=None if greedy else sampling, max_new_tokens=sampling.max_new_tokens,
                              eos_ids=eos_ids(lm.model, lm.tokenizer), tree=tree)
