@@ -206,15 +206,16 @@ def fit_anchor_files(traj_path: str, run: str, head_path: str, prefill: str, out
     from lenpred.artifacts import check_out, write_artifact
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import load_split
-    from lenpred.outlets.pipeline import named
     from lenpred.outlets.spec import row_weights
     from lenpred.outlets.store import load_trajectory
     from lenpred.predictors.pipeline import run_cap
 
     bands = check_bands(bands)
+    pre_name, sep, pre_path = prefill.partition("=")
+    pre = (pre_name or None, pre_path) if sep else (None, prefill)
     rd = RunDir.open(run)
     check_out(out, kind="outlets-anchor", card=rd.card, inputs={"--traj": traj_path, "--run": run, "--head": head_path,
-                                                                 "--prefill-predictions": named([prefill])[0][1]})
+                                                                 "--prefill-predictions": pre[1]})
     traj = load_trajectory(traj_path, card=rd.card)
     sp = load_split(rd, split, require_complete=False)
     val = traj.for_prompts(sorted(sp.val))
@@ -222,11 +223,11 @@ def fit_anchor_files(traj_path: str, run: str, head_path: str, prefill: str, out
         raise DataError(f"trajectory {traj_path} has no row of a validation prompt of {rd.path}",
                         "compute trajectory features with --roles val (or train,val,test)")
     cap = run_cap(rd.card)
-    o, p, name, art = anchor_inputs(head_path, named([prefill])[0], val, rd, cap)
+    o, p, name, art = anchor_inputs(head_path, pre, val, rd, cap)
     y = val.index["remaining"].to_numpy(dtype=np.float64)
     head_id = {"path": str(head_path), "sha256": (art.meta.get("files") or {}).get("weights.safetensors")}
     anchor = fit_anchor(o, p, val.index["t"].to_numpy(), y, row_weights(val.index), bands=bands, head=head_id,
-                        prefill_info={"name": name, "path": named([prefill])[0][1]})
+                        prefill_info={"name": name, "path": pre[1]})
     write_artifact(out, kind="outlets-anchor", schema_version=1,
                    config={"traj": traj_path, "run": run, "head": head_path, "prefill": prefill, "bands": list(bands),
                            "split": split},
@@ -240,27 +241,3 @@ def load_anchor(path: str, card: Mapping[str, Any] | None = None) -> PrefillAnch
     art = load_artifact(path, kind="outlets-anchor", card=card)
     return PrefillAnchor.from_dict(art.read_json("anchor.json"), where=f"{path}/anchor.json")
 
-
-def anchored_method(name: str | None, path: str, methods: Sequence[Any], traj: Any, card: Mapping[str, Any]) -> Any:
-    """The bench method of an anchor: its OUTLETS head (one of ``methods`` by path, else loaded here)
-    and its prefill table (one of ``methods`` by name) blended on ``traj``'s rows."""
-    from lenpred.outlets.evaluate import MethodInput, head_method
-
-    a = load_anchor(path, card=card)
-    pre_name = str(a.prefill.get("name"))
-    pre = next((m for m in methods if m.name == pre_name), None)
-    if pre is None:
-        raise DataError(f"anchor {path} blends the prefill predictions {pre_name!r}, which are not in this bench",
-                        f"pass them with --prefill-predictions {pre_name.removeprefix('prefill-')}=FILE")
-    head_path = str(a.head.get("path"))
-    head = next((m for m in methods if m.source == head_path), None) or head_method(head_path, traj, card)
-    want = a.head.get("sha256")
-    if want:
-        from lenpred.artifacts import load_artifact
-
-        have = (load_artifact(head_path, verify=False).meta.get("files") or {}).get("weights.safetensors")
-        if have != want:
-            raise DataError(f"anchor {path} was fitted on another OUTLETS head than {head_path} (weights differ)",
-                            "refit the anchor on this head (`lenpred outlets anchor`)")
-    rem = a.apply(head.remaining, pre.remaining, traj.index["t"].to_numpy())
-    return MethodInput(name or "outlets-anchored", "outlets", str(path), rem)

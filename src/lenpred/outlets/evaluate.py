@@ -395,6 +395,31 @@ def head_method(path: str | os.PathLike[str], traj: Any, card: Mapping[str, Any]
     return MethodInput(name, _family(name), str(path), Remaining(d.q10, d.q50, d.q90, f"outlets head ({variant})"))
 
 
+def anchored_method(name: str | None, path: str, methods: Sequence[Any], traj: Any, card: Mapping[str, Any]) -> Any:
+    """The bench method of an anchor: its OUTLETS head (one of ``methods`` by path, else loaded here)
+    and its prefill table (one of ``methods`` by name) blended on ``traj``'s rows."""
+    from lenpred.outlets.anchor import load_anchor
+
+    a = load_anchor(path, card=card)
+    pre_name = str(a.prefill.get("name"))
+    pre = next((m for m in methods if m.name == pre_name), None)
+    if pre is None:
+        raise DataError(f"anchor {path} blends the prefill predictions {pre_name!r}, which are not in this bench",
+                        f"pass them with --prefill-predictions {pre_name.removeprefix('prefill-')}=FILE")
+    head_path = str(a.head.get("path"))
+    head = next((m for m in methods if m.source == head_path), None) or head_method(head_path, traj, card)
+    want = a.head.get("sha256")
+    if want:
+        from lenpred.artifacts import load_artifact
+
+        have = (load_artifact(head_path, verify=False).meta.get("files") or {}).get("weights.safetensors")
+        if have != want:
+            raise DataError(f"anchor {path} was fitted on another OUTLETS head than {head_path} (weights differ)",
+                            "refit the anchor on this head (`lenpred outlets anchor`)")
+    rem = a.apply(head.remaining, pre.remaining, traj.index["t"].to_numpy())
+    return MethodInput(name or "outlets-anchored", "outlets", str(path), rem)
+
+
 def run_bench(traj_path: str | os.PathLike[str], run: str | os.PathLike[str], *,
               heads: Sequence[tuple[str | None, str]] = (), prefill: Sequence[tuple[str | None, str]] = (),
               anchors: Sequence[tuple[str | None, str]] = (), split: str | os.PathLike[str] | None = None, reference: str | None = None, n_boot: int = 1000,
@@ -434,8 +459,6 @@ def run_bench(traj_path: str | os.PathLike[str], run: str | os.PathLike[str], *,
         point = p.for_samples(idx[["prompt_id", "sample_idx"]], what=f"prefill predictions {nm!r}")["pred_tokens"]
         methods.append(MethodInput(nm, "prefill", str(path), rem, point.to_numpy(dtype=np.float64)))
     if anchors:
-        from lenpred.outlets.anchor import anchored_method
-
         methods.extend([anchored_method(name, path, methods, test, rd.card) for name, path in anchors])
     const_rem = constant.predict(idx["t"].to_numpy())
     methods.append(MethodInput(CONSTANT, "prefill", "run", const_rem))
