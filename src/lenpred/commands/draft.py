@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lenpred.errors import ConfigError, DataError
+from lenpred.errors import ConfigError
 
 HELP = "EAGLE-3 draft heads: train one for a target, inspect or convert a checkpoint"
 EXAMPLE = "lenpred draft train --run data/runs/smollm2-sharegpt --out out/draft/smollm2"
@@ -71,16 +71,6 @@ def run(args: argparse.Namespace) -> int:
     return {"train": _train, "cache": _cache, "inspect": _inspect, "convert": _convert}[args.action](args)
 
 
-def _check_out(out: Path) -> None:
-    """Refuse an output path that the final write would refuse -- before hours of work."""
-    from lenpred.artifacts import is_artifact
-
-    if out.exists() and not out.is_dir():
-        raise DataError(f"{out} exists and is a file", "pass a directory path for --out")
-    if out.is_dir() and any(out.iterdir()) and not is_artifact(out):
-        raise DataError(f"{out} is a non-empty directory that is not a lenpred artifact", "pass a new or empty --out")
-
-
 def _cache(args: argparse.Namespace) -> int:
     from lenpred.draft.train_config import DraftTrainConfig
     from lenpred.draft.train_data import fill_state_cache, open_run_target
@@ -109,8 +99,7 @@ def _train(args: argparse.Namespace) -> int:
 
     cfg = from_arguments(DraftTrainConfig, args, where="draft train")
     cfg.check()
-    out = Path(args.out)
-    _check_out(out)
+    out = Path(args.out)  # checked by preflight (the overwrite rule) before anything was read
     rt = open_run_target(args.run, model=args.model, layers=cfg.layer_tuple(), device=args.device, threads=args.threads)
     main = Distributed().main  # under torchrun only rank 0 speaks
 
@@ -149,8 +138,7 @@ def _inspect(args: argparse.Namespace) -> int:
 def _convert(args: argparse.Namespace) -> int:
     from lenpred.draft.io import convert_draft
 
-    out = Path(args.out)
-    _check_out(out)
+    out = Path(args.out)  # checked by preflight (the overwrite rule)
     convert_draft(args.head, out, model=args.model, fmt=args.format, dtype=args.dtype)
     print(f"lenpred draft convert: wrote {out} ({args.format}, {args.dtype})", file=sys.stderr)
     return 0
