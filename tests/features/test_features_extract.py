@@ -17,8 +17,14 @@ def _ext(model_dir: Path, **kw: object) -> Extractor:
     return Extractor.load(model_dir, FeatureConfig(**kw), layers=(0, 2, 4))
 
 
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
 def test_blocks_match_the_model_run_alone(tiny_model: Path) -> None:
-    """last / mean against hidden_states of a plain unpadded forward, and entropies against the logits."""
+    """last / mean against hidden_states of a plain unpadded forward, and entropies against the logits.
+
+    A padded batch and a single sequence run through other BLAS kernels (and thread splits), so they
+    agree to float32 rounding *relative to the values* (|h| reaches ~13 here), not to a fixed 1e-5."""
     from transformers import AutoModelForCausalLM
 
     ext = _ext(tiny_model)
@@ -29,14 +35,14 @@ def test_blocks_match_the_model_run_alone(tiny_model: Path) -> None:
             out = model(input_ids=torch.tensor([s]), output_hidden_states=True)
         for layer in (0, 2, 4):
             h = out.hidden_states[layer][0]  # (T, d)
-            np.testing.assert_allclose(blocks[f"{layer}.last"][i], h[-1].numpy(), atol=1e-5)
-            np.testing.assert_allclose(blocks[f"{layer}.mean"][i], h.mean(0).numpy(), atol=1e-5)
+            np.testing.assert_allclose(blocks[f"{layer}.last"][i], h[-1].numpy(), **TOL)
+            np.testing.assert_allclose(blocks[f"{layer}.mean"][i], h.mean(0).numpy(), **TOL)
         logp = torch.log_softmax(out.logits[0], dim=-1)  # (T, V)
         ent = -(logp.exp() * logp).sum(-1)  # (T,)
         w = torch.softmax(ent, dim=0)  # temperature 1
-        np.testing.assert_allclose(blocks["2.entropy"][i], (w[:, None] * out.hidden_states[2][0]).sum(0).numpy(), atol=1e-5)
+        np.testing.assert_allclose(blocks["2.entropy"][i], (w[:, None] * out.hidden_states[2][0]).sum(0).numpy(), **TOL)
         want = [len(s), np.log(len(s)), ent.mean(), ent.std(unbiased=False), ent.max(), ent[-1]]
-        np.testing.assert_allclose(side[i], np.array(want, dtype=np.float32), atol=1e-5)
+        np.testing.assert_allclose(side[i], np.array(want, dtype=np.float32), **TOL)
     assert ext.forward_calls == 1  # the whole batch in one pass
     assert np.ptp(side[:, 5]) > 0.05  # the tiny model's entropies do differ between prompts
 
