@@ -99,7 +99,7 @@ class Request:
         self.pred = float(pred)  # predicted output tokens
         self.spread = None if spread is None else float(spread)
         self.repred = tuple((int(g), float(r)) for g, r in repred)
-        if any(b[0] <= a[0] for a, b in zip(self.repred, self.repred[1:], strict=False)):
+        if len(self.repred) > 1 and any(b[0] <= a[0] for a, b in zip(self.repred, self.repred[1:], strict=False)):
             raise DataError(f"request {rid}: re-predictions must be strictly increasing in tokens generated, "
                             f"got {[g for g, _ in self.repred]}", "keep one re-prediction per position, sorted")
         self.dist0 = dist
