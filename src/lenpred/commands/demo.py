@@ -111,7 +111,7 @@ def run(a: argparse.Namespace) -> int:
     if a.length_head:
         _live_outlets(console, a.draft, a.length_head, a.live_prompt, a.live_max_new_tokens)
     if not a.no_report:  # one HTML page of the reference run's results (docs/report.md)
-        from lenpred.report.page import demo_report
+        from lenpred.commands.demo_report import demo_report
 
         console.print(f"report: {demo_report(a.reference, console=console)}")
     return 0

@@ -6,11 +6,9 @@
   result into a :class:`~lenpred.report.page.model.Section` (text, verdicts, tables, figures);
 - :mod:`~lenpred.report.page.render` lays the sections out with ``templates/report.html.j2`` and
   writes the page atomically;
-- :mod:`~lenpred.report.page.demo` makes the reference run's inputs and page for ``lenpred demo``.
 """
 
-from lenpred.report.page.demo import demo_report
 from lenpred.report.page.inputs import ReportInputs
 from lenpred.report.page.render import ReportResult, write_report
 
-__all__ = ["ReportInputs", "ReportResult", "demo_report", "write_report"]
+__all__ = ["ReportInputs", "ReportResult", "write_report"]
