@@ -165,29 +165,55 @@ class HFEngine:
     def _finish(r: _Row, stop: str, text: str) -> Result:
         return Result(r.job.prompt_id, r.job.sample_idx, tuple(r.out), stop, text, r.job.seed)
 
+    def _take_jobs(self, rows: list[_Row | None], jobs: Iterator[Job], exhausted: bool
+                   ) -> tuple[list[tuple[int, Job]], bool]:
+        """The next jobs for the free rows: (row index, job) pairs, and whether the jobs ran out."""
+        new: list[tuple[int, Job]] = []
+        for b in range(self.B):
+            if rows[b] is not None or exhausted:
+                continue
+            job = next(jobs, None)
+            if job is None:
+                return new, True
+            if not job.prompt_token_ids:
+                raise EngineError(f"prompt {job.prompt_id!r} is empty after tokenization")
+            new.append((b, job))
+        return new, exhausted
+
+    def _decode_step(self, rows: list[_Row | None], live: list[tuple[int, _Row]], kv: Any, mask: Any
+                     ) -> tuple[Any, Any, Any]:
+        """One decode step for all rows (free rows attend only to themselves): the live rows' logits
+        (n_live, V), the grown cache and mask."""
+        torch, dev, B = self.torch, self.device, self.B
+        inp = torch.full((B, 1), int(next(iter(self.eos))), dtype=torch.long, device=dev)
+        pos = torch.zeros((B, 1), dtype=torch.long, device=dev)
+        for b, r in live:
+            inp[b, 0] = r.last
+            pos[b, 0] = r.pos
+        T = mask.shape[1]
+        step_mask = torch.cat([mask, torch.ones((B, 1), dtype=torch.long, device=dev)], dim=1)  # (B, T + 1)
+        o = self.model(input_ids=inp, attention_mask=step_mask, position_ids=pos,
+                       cache_position=torch.tensor([T], device=dev), use_cache=True,
+                       **{self.cache_kw: _make_cache(kv)})
+        for b in range(B):
+            if rows[b] is None:
+                step_mask[b, T] = 0
+        self.row_steps += B
+        self.live_steps += len(live)
+        return o.logits[[b for b, _ in live], -1, :], _cache_kv(_out_cache(o)), step_mask
+
     def generate(self, jobs: Iterator[Job]) -> Iterator[Result]:
         torch = self.torch
-        dev = self.device
         B, max_new = self.B, self.s.max_new_tokens
         rows: list[_Row | None] = [None] * B
         kv: list[tuple[Any, Any]] | None = None  # per layer (B, H, T, D)
-        mask = torch.zeros((B, 0), dtype=torch.long, device=dev)  # (B, T)
+        mask = torch.zeros((B, 0), dtype=torch.long, device=self.device)  # (B, T)
         jobs = iter(jobs)
         exhausted = False
         with torch.inference_mode():
             while True:
                 # 1. refill free rows: one left-padded prefill for all new jobs
-                new: list[tuple[int, Job]] = []
-                for b in range(B):
-                    if rows[b] is not None or exhausted:
-                        continue
-                    job = next(jobs, None)
-                    if job is None:
-                        exhausted = True
-                        break
-                    if not job.prompt_token_ids:
-                        raise EngineError(f"prompt {job.prompt_id!r} is empty after tokenization")
-                    new.append((b, job))
+                new, exhausted = self._take_jobs(rows, jobs, exhausted)
                 if new:
                     started = self._prefill(new)
                     for b, r, row_kv, first in started:
@@ -207,29 +233,8 @@ class HFEngine:
                         return
                     continue  # every new row finished inside its prefill: refill again, jobs remain
                 # 2. one decode step for all rows (free rows attend only to themselves)
-                inp = torch.full((B, 1), int(next(iter(self.eos))), dtype=torch.long, device=dev)
-                pos = torch.zeros((B, 1), dtype=torch.long, device=dev)
-                for b, r in live:
-                    inp[b, 0] = r.last
-                    pos[b, 0] = r.pos
-                T = mask.shape[1]
-                step_mask = torch.cat([mask, torch.ones((B, 1), dtype=torch.long, device=dev)], dim=1)
-                o = self.model(
-                    input_ids=inp,
-                    attention_mask=step_mask,
-                    position_ids=pos,
-                    cache_position=torch.tensor([T], device=dev),
-                    use_cache=True,
-                    **{self.cache_kw: _make_cache(kv)},
-                )
-                kv = _cache_kv(_out_cache(o))
-                mask = step_mask
-                for b in range(B):
-                    if rows[b] is None:
-                        mask[b, T] = 0
-                self.row_steps += B
-                self.live_steps += len(live)
-                toks = self._sample(o.logits[[b for b, _ in live], -1, :], live)
+                logits, kv, mask = self._decode_step(rows, live, kv, mask)
+                toks = self._sample(logits, live)
                 for (b, r), t in zip(live, toks, strict=True):
                     r.pos += 1
                     if t in self.eos:

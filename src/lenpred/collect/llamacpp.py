@@ -225,6 +225,56 @@ class LlamaCppEngine:
             prefilling = True
         sl.waits = prefilling
 
+    def _fill(self, slots: dict[int, _Slot], free: list[int], jobs: Iterator[Job], exhausted: bool) -> bool:
+        """Give free sequence slots the next jobs; returns whether the jobs ran out."""
+        max_new = self.sampling.max_new_tokens
+        while free and not exhausted:
+            job = next(jobs, None)
+            if job is None:
+                return True
+            if len(job.prompt_token_ids) + max_new + 1 > self.per_seq_ctx:
+                raise EngineError(
+                    f"prompt {job.prompt_id!r} ({len(job.prompt_token_ids)} tokens) does not fit the context "
+                    f"built for max_prompt_tokens={self.per_seq_ctx - max_new - 8}",
+                    "raise max_prompt_tokens when creating the engine",
+                )
+            slots[free.pop()] = _Slot(job=job, sampler=self._new_sampler(job))
+        return exhausted
+
+    def _pack(self, slots: dict[int, _Slot]) -> int:
+        """Pack one batch: a token for every decoding slot first, then prompt chunks; returns its size."""
+        b = self.batch
+        n = 0
+
+        def add(tok: int, pos: int, seq: int, want_logits: bool) -> int:
+            nonlocal n
+            b.token[n] = tok
+            b.pos[n] = pos
+            b.n_seq_id[n] = 1
+            b.seq_id[n][0] = seq
+            b.logits[n] = 1 if want_logits else 0
+            n += 1
+            return n - 1
+
+        for sid, sl in slots.items():
+            sl.logits_idx = -1
+            if sl.pending is not None:
+                sl.logits_idx = add(sl.pending, sl.pos, sid, True)
+                sl.pos += 1
+                sl.pending = None
+        for sid, sl in slots.items():
+            P = len(sl.job.prompt_token_ids)
+            if not sl.waits and sl.fed < P and n < self.n_batch:
+                take = min(P - sl.fed, self.n_batch - n)
+                for k in range(sl.fed, sl.fed + take):
+                    last = k == P - 1
+                    idx = add(sl.job.prompt_token_ids[k], k, sid, last)
+                    if last:
+                        sl.logits_idx = idx
+                sl.fed += take
+                sl.pos = sl.fed
+        return n
+
     def generate(self, jobs: Iterator[Job]) -> Iterator[Result]:
         L = self.L
         slots: dict[int, _Slot] = {}
@@ -233,55 +283,15 @@ class LlamaCppEngine:
         exhausted = False
         b = self.batch
         max_new = self.sampling.max_new_tokens
-        while True:
-            while free and not exhausted:
-                job = next(jobs, None)
-                if job is None:
-                    exhausted = True
-                    break
-                if len(job.prompt_token_ids) + max_new + 1 > self.per_seq_ctx:
-                    raise EngineError(
-                        f"prompt {job.prompt_id!r} ({len(job.prompt_token_ids)} tokens) does not fit the context "
-                        f"built for max_prompt_tokens={self.per_seq_ctx - max_new - 8}",
-                        "raise max_prompt_tokens when creating the engine",
-                    )
-                slots[free.pop()] = _Slot(job=job, sampler=self._new_sampler(job))
+        while True:  # one llama_decode per pass: every slot's next token, then prompt chunks
+            exhausted = self._fill(slots, free, jobs, exhausted)
             if not slots:
                 return
             if self.share_prefix:
                 for sid, sl in slots.items():
                     if sl.fed == 0 and sl.pending is None and len(sl.job.prompt_token_ids) > 1:
                         self._start(sid, sl, slots)
-            # Pack one batch: a token for every decoding slot first, then prompt chunks.
-            n = 0
-
-            def add(tok: int, pos: int, seq: int, want_logits: bool) -> int:
-                nonlocal n
-                b.token[n] = tok
-                b.pos[n] = pos
-                b.n_seq_id[n] = 1
-                b.seq_id[n][0] = seq
-                b.logits[n] = 1 if want_logits else 0
-                n += 1
-                return n - 1
-
-            for sid, sl in slots.items():
-                sl.logits_idx = -1
-                if sl.pending is not None:
-                    sl.logits_idx = add(sl.pending, sl.pos, sid, True)
-                    sl.pos += 1
-                    sl.pending = None
-            for sid, sl in slots.items():
-                P = len(sl.job.prompt_token_ids)
-                if not sl.waits and sl.fed < P and n < self.n_batch:
-                    take = min(P - sl.fed, self.n_batch - n)
-                    for k in range(sl.fed, sl.fed + take):
-                        last = k == P - 1
-                        idx = add(sl.job.prompt_token_ids[k], k, sid, last)
-                        if last:
-                            sl.logits_idx = idx
-                    sl.fed += take
-                    sl.pos = sl.fed
+            n = self._pack(slots)
             b.n_tokens = n
             rc = L.llama_decode(self.ctx, b) if n else 0
             if rc != 0:
