@@ -195,6 +195,23 @@ def _eval_out_not_artifact(tmp: Path) -> dict[str, Path]:
     return {}
 
 
+def _eval_run_and_foreign_out(tmp: Path) -> dict[str, Path]:
+    return {**_eval_run(tmp), **_eval_out_not_artifact(tmp)}
+
+
+def _eval_anchor_no_val(tmp: Path) -> dict[str, Path]:
+    """A trajectory that holds only the test prompts' rows: nothing to fit an anchor on."""
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import load_split
+    from lenpred.outlets.store import load_trajectory, save_trajectory
+
+    p = _eval_run(tmp)
+    rd = RunDir.open(p["run"])
+    traj = load_trajectory(p["traj"]).for_prompts(sorted(load_split(rd).test))
+    save_trajectory(tmp / "traj-test", traj, rd.card, dtype="float32")
+    return {**p, "traj": tmp / "traj-test"}
+
+
 _T = ["outlets", "train", "--traj", "{tmp}/traj", "--run", "{tmp}/run", "--out", "{tmp}/h"]
 _B = ["outlets", "bench", "--traj", "{tmp}/traj", "--run", "{tmp}/run", "--out", "{tmp}/o"]
 
@@ -220,4 +237,19 @@ CASES += [
     BadInput("train-outlets-head-on-prefill-features", ["train", "--run", "{run}", "--predictor", "outlets",
                                                         "--out", "{tmp}/h"], _eval_run,
              expect="reads trajectory features, not prefill features"),
+    BadInput("outlets-schedule-out-inside-the-run", ["outlets", "schedule", "--run", "{run}", "--prefill-predictions",
+                                                     "{tmp}/p.parquet", "--outlets-predictions", "{tmp}/o.parquet",
+                                                     "--out", "{run}/schedule"], _eval_run,
+             expect="is inside the command's own input --run"),
+    BadInput("outlets-schedule-out-not-ours", ["outlets", "schedule", "--run", "{run}", "--prefill-predictions",
+                                               "{tmp}/p.parquet", "--outlets-predictions", "{tmp}/o.parquet",
+                                               "--out", "{tmp}/h"], _eval_run_and_foreign_out,
+             expect="not a lenpred artifact"),
+    BadInput("outlets-anchor-bands-not-from-zero", ["outlets", "anchor", "--traj", "{traj}", "--run", "{run}", "--head",
+                                                    "{tmp}/h", "--prefill-predictions", "{tmp}/p.parquet", "--bands",
+                                                    "5,1", "--out", "{tmp}/a"], _eval_run,
+             expect="--bands [5, 1] must be increasing token counts starting at 0"),
+    BadInput("outlets-anchor-no-validation-rows", ["outlets", "anchor", "--traj", "{traj}", "--run", "{run}", "--head",
+                                                   "{tmp}/h", "--prefill-predictions", "{tmp}/p.parquet", "--out",
+                                                   "{tmp}/a"], _eval_anchor_no_val, expect="no row of a validation prompt"),
 ]
