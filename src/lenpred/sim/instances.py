@@ -37,7 +37,8 @@ import heapq
 import math
 
 from lenpred.sim.events import KICK, PREFILL_DONE, PRIO, STEP_DONE, TRANSFER_DONE, Event, finished, handoff
-from lenpred.sim.policies import NEVER, REFRESH_S, QueuePolicy
+from lenpred.sim.policies import REFRESH_S, QueuePolicy
+from lenpred.sim.preemption import Preemption, kv_need
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import (
     NAN,
@@ -50,11 +51,6 @@ from lenpred.sim.request import (
 
 # milestone kinds on a decode instance
 M_FINISH, M_CROSS, M_REPRED = 0, 1, 2
-
-
-def kv_need(r: Request) -> int:
-    """KV slots a request holds when it (re)joins a batch: prompt + generated (>= 1 after prefill)."""
-    return r.prompt + (r.gen if r.gen > 0 else 1)
 
 
 class _Instance:
@@ -170,7 +166,7 @@ class PrefillInstance(_Instance):
         return events
 
 
-class DecodeInstance(_Instance):
+class DecodeInstance(_Instance, Preemption):
     """Continuous batching under a KV budget; in colocated mode it also prefills new requests."""
 
     def __init__(self, index: int, profile: LatencyProfile, policy: QueuePolicy,
@@ -320,60 +316,6 @@ class DecodeInstance(_Instance):
     def on_transfer_done(self, r: Request, t: float) -> list[Event]:
         self.ready.append(r)
         return self.kick(t)
-
-    def _preempt_one(self, t: float) -> float:
-        """Preempt the lowest-priority running request; returns the swap-out time it costs."""
-        key = self.policy.key
-        victim: Request | None = None
-        worst = -math.inf
-        for r in self.running.values():
-            k = key(r, r.gen + (self.step - r.base_step), t)
-            if k >= worst:  # ties: the later-joined one (dict order), as vLLM preempts the newest
-                worst = k
-                victim = r
-        assert victim is not None
-        return self._evict(victim, t)
-
-    def _evict(self, victim: Request, t: float) -> float:
-        """Preempt ``victim`` (recompute or swap, as the cluster says); returns the swap-out time."""
-        key = self.policy.key
-        victim.t_left = t
-        gen = self.gen_of(victim)
-        self._remove(victim, gen)
-        victim.gen = gen
-        victim.n_preempt += 1
-        self.n_preempt += 1
-        victim.q_rem = victim.pred_remaining(gen)
-        victim.need = NEED_SWAP_IN if self.swap else NEED_RECOMPUTE
-        heapq.heappush(self.waiting, (key(victim, gen, t), self._next_seq(), victim))
-        self.waiting_pred += victim.q_rem
-        return (victim.prompt + gen) * self.kvb / self.swap_bw if self.swap else 0.0
-
-    def _fits(self, r: Request) -> bool:
-        """Whether queued ``r`` would be admitted now (a batch slot and its KV, as :meth:`_admit` asks)."""
-        slots = self.n_run + self.n_reserved
-        if slots >= self.max_batch:
-            return False
-        joins_now = r.need in (NEED_RECOMPUTE, NEED_SWAP_IN)
-        used = self.ctx + self.kv_reserved + self.n_run + kv_need(r) + (1 if joins_now else 0)
-        return used <= self.cap_eff or (slots == 0 and self.kv_reserved == 0 and used <= self.cap)
-
-    def _policy_preempt(self, t: float) -> float:
-        """While the first queued request finds no room and beats the worst running request (by the
-        policy's victim key), preempt that one; returns the swap-out time it costs."""
-        pol = self.policy
-        waiting = self.waiting
-        extra = 0.0
-        while waiting and self.n_run:
-            kw, _, r = waiting[0]
-            if self._fits(r):
-                break
-            victim, kr = pol.worst(self.running.values(), self.step)
-            if victim is None or kr == NEVER or not pol.beats(kw, kr):
-                break
-            extra += self._evict(victim, t)
-            self.n_policy_preempt += 1
-        return extra
 
     def start_step(self, t: float) -> list[Event]:
         self.kick_pending = False
