@@ -10,8 +10,8 @@ import pytest
 
 from lenpred.errors import CardMismatchError, ConfigError, DataError, UnknownKeyError
 from lenpred.predictions import Predictions, read_predictions
-from lenpred.sim.noise import SYNTHETIC, lognormal_sigma, make_synthetic
 from lenpred.sim.config import LengthConfig, PredictionConfig, SimConfig, WorkloadConfig
+from lenpred.sim.noise import SYNTHETIC, lognormal_sigma, make_synthetic
 from lenpred.sim.request import Request
 from lenpred.sim.sweep import run_sweep
 from lenpred.sim.workload import build_workload
