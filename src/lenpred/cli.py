@@ -8,6 +8,7 @@ lazily so that ``lenpred --help`` stays fast and a verb's heavy imports (torch) 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -160,6 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LenpredError as err:
         print(f"lenpred {verb}: error: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `lenpred ... | head` closed the pipe: the reader has what it wanted
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
     except OSError as err:  # the file system said no where no check foresaw it (disk full, a vanished path)
         if err.filename is None or os.environ.get("LENPRED_TRACEBACK"):
             raise

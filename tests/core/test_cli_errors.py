@@ -37,3 +37,24 @@ def test_other_errors_and_the_debug_switch_keep_the_traceback(monkeypatch):
     monkeypatch.setenv("LENPRED_TRACEBACK", "1")
     with pytest.raises(PermissionError):
         main(["info", "somewhere"])
+
+
+def test_a_reader_closing_the_pipe_is_not_an_error(tmp_path):
+    """`lenpred ... | head`: the reader leaves early; the verb stops quietly with exit 0 (it was a
+    BrokenPipeError traceback). A real pipe, and output far larger than the pipe's buffer."""
+    import subprocess
+    import sys
+
+    code = ("import sys, lenpred.cli as c, lenpred.commands.info as info\n"
+            "def run(_a):\n"
+            "    for i in range(200000):\n"
+            "        print('line', i)\n"
+            "    return 0\n"
+            "info.run = run\n"
+            "sys.exit(c.main(['info', 'x']))\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stdout.readline().startswith(b"line 0")
+    p.stdout.close()  # the reader is gone; the writer still has ~2 MB to print
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err.decode()
+    assert b"Traceback" not in err and b"BrokenPipe" not in err
