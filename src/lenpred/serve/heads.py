@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from lenpred.checks import check_context
 from lenpred.errors import CardMismatchError, DataError, LenpredError, ModelError
 from lenpred.serve.errors import BadRequestError, ContextLengthError, InternalError, ServeError
 from lenpred.serve.schema import PredictRequest
@@ -244,11 +245,14 @@ class PrefillRunner(Runner):
         ids = self.tokenizer(text, add_special_tokens=not self.chat_template)["input_ids"]
         if not ids:
             raise BadRequestError("the prompt has no tokens", param="prompt" if req.prompt is not None else "messages")
-        if len(ids) > self.max_prompt_tokens:
-            what = "the model's context" if self.max_prompt_tokens == self.context else "the service's max_prompt_tokens"
-            raise ContextLengthError(f"the rendered prompt has {len(ids)} tokens, over {what} of "
-                                     f"{self.max_prompt_tokens}", "shorten the prompt",
-                                     param="prompt" if req.prompt is not None else "messages")
+        param = "prompt" if req.prompt is not None else "messages"
+        try:  # the one context check every verb that feeds the target uses; here it answers HTTP 400
+            check_context(len(ids), self.context, what="the rendered prompt")
+        except LenpredError as e:
+            raise ContextLengthError(e.problem, e.fix, param=param) from None
+        if len(ids) > self.max_prompt_tokens:  # the service's own, lower limit
+            raise ContextLengthError(f"the rendered prompt has {len(ids)} tokens, over the service's max_prompt_tokens "
+                                     f"of {self.max_prompt_tokens}", "shorten the prompt", param=param)
         return [int(t) for t in ids]
 
     def _predict(self, seqs: list[list[int]]) -> list[Outcome]:
