@@ -29,12 +29,15 @@ DRAFT = Path("data/draft/smollm2-135m")
 LENGTH_HEAD = Path("data/outlets/smollm2-sharegpt/outlets")
 LIVE_PROMPT = "Explain how a hash table works, with a short example in Python."
 DEMO_OPTIONS: dict[str, dict[str, int]] = {"llamacpp": {"n_parallel": 8}, "hf": {"batch_size": 8}}
+# The live run's prompts: self-contained first turns of the reference run with 24 samples each, none
+# cut at 512 tokens there and the widest p10-p90 spreads (so the table shows variation, not the cap).
+LIVE_PROMPTS = ("jKSr8HV_0", "41mEEkg_0", "6o9RgvW_0", "vPCoJiz_0", "SyKu2Hj_0", "dCCdNuu_0")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", type=int, default=6, help="live prompts (default 6)")
     p.add_argument("--samples", type=int, default=3, help="samples per live prompt (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="cap for the live run (default 256)")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="cap for the live run (default 512)")
     p.add_argument("--engine", default=None, help="hf | llamacpp (default: llamacpp if installed, else hf)")
     p.add_argument("--run", default=None, help="keep the live run here (default: a temporary directory)")
     p.add_argument("--reference", default=None, help=f"reference run to summarise (default {REFERENCE}, skipped "
@@ -71,11 +74,12 @@ def run(a: argparse.Namespace) -> int:
     console.print(f"engine={engine}, {a.prompts} ShareGPT prompts x {a.samples} samples, card: {sampling.card()}")
     with tempfile.TemporaryDirectory(prefix="lenpred-demo-") as tmp:
         run_dir = a.run or str(Path(tmp) / "demo")
+        prompt_cfg, ref_lengths = _live_prompts(Path(a.reference), a.prompts, Path(tmp))
         cfg = CollectConfig.from_dict(
             {
                 "run_dir": run_dir,
                 "engine": engine,
-                "prompts": PromptConfig(max_prompt_tokens=256),
+                "prompts": prompt_cfg,
                 "sampling": sampling,
                 "n_prompts": a.prompts,
                 "samples": a.samples,
@@ -87,16 +91,18 @@ def run(a: argparse.Namespace) -> int:
         prompts = rd.prompts()
         samples = rd.samples(columns=["prompt_id", "sample_idx", "n_tokens", "stop_reason"])
     t = Table(title=f"per-prompt decode lengths ({s.new_tokens} tokens in {s.seconds:.0f} s, {s.tokens_per_s:.1f} tok/s)")
-    for col in ("prompt", "prompt tok", "lengths (* = hit the cap)", "mean", "sd"):
+    for col in ("prompt", "prompt tok", "lengths (* = hit the cap)", "mean", "sd", "reference p10-p50-p90"):
         t.add_column(col)
     for p in prompts.itertuples():
         g = samples[samples.prompt_id == p.prompt_id].sort_values("sample_idx")
         lens = g.n_tokens.to_numpy()
         marks = ", ".join(f"{n}{'*' if r == 'length' else ''}" for n, r in zip(lens, g.stop_reason, strict=True))
         short = " ".join(str(p.text).split())[:48]
-        t.add_row(short, str(p.n_prompt_tokens), marks, f"{lens.mean():.0f}", f"{lens.std(ddof=1):.0f}" if len(lens) > 1 else "-")
+        t.add_row(short, str(p.n_prompt_tokens), marks, f"{lens.mean():.0f}", f"{lens.std(ddof=1):.0f}" if len(lens) > 1 else "-",
+                  ref_lengths.get(str(p.text), "-"))
     console.print(t)
-    console.print("The same prompt, the same card: lengths still vary. That spread bounds every prompt-only predictor.")
+    console.print("The same prompt, the same card: lengths still vary (the reference column: 24 samples of each in the "
+                  "committed run). That spread bounds every prompt-only predictor.")
     console.rule("[bold]the committed reference run")
     try:
         from lenpred.report.run_info import print_run_info
@@ -115,6 +121,35 @@ def run(a: argparse.Namespace) -> int:
 
         console.print(f"report: {demo_report(a.reference, console=console)}")
     return 0
+
+
+def _live_prompts(reference: Path, n: int, tmp: Path) -> tuple[PromptConfig, dict[str, str]]:
+    """The live run's prompt source: :data:`LIVE_PROMPTS` from the reference run (as a JSONL file,
+    rendered with the same chat template), with each one's reference p10-p50-p90 by text; without
+    the reference run, the first ShareGPT prompts."""
+    import json
+
+    import numpy as np
+
+    from lenpred.data.lengths import sample_lengths
+
+    try:
+        rd = RunDir.open(reference)
+        prompts = rd.prompts().set_index("prompt_id")
+        chosen = [p for p in LIVE_PROMPTS if p in prompts.index][:n]
+        lengths = sample_lengths(rd, with_prompts=False)
+    except DataError:
+        chosen = []
+    if len(chosen) < n:  # another reference, or more prompts asked for than chosen: ShareGPT's own order
+        return PromptConfig(max_prompt_tokens=256), {}
+    f = tmp / "live_prompts.jsonl"
+    f.write_text("".join(json.dumps({"id": p, "prompt": str(prompts.loc[p, "text"])}) + "\n" for p in chosen),
+                 encoding="utf-8")
+    ref = {}
+    for p in chosen:
+        q = np.percentile(lengths.loc[lengths["prompt_id"] == p, "n_tokens"], [10, 50, 90])
+        ref[str(prompts.loc[p, "text"])] = "-".join(f"{v:.0f}" for v in q)
+    return PromptConfig(source="jsonl", path=str(f), max_prompt_tokens=256), ref
 
 
 def _check_inputs(a: argparse.Namespace) -> list[str]:
