@@ -96,18 +96,33 @@ class TrainingData:
     split_info: dict[str, Any]
 
 
-def load_training_data(run: RunDir, split: Split, cfg: DraftTrainConfig, eos_id: int) -> TrainingData:
-    """The training and validation samples of a run, with their token ids; refuses a run without ids."""
+Sample = tuple[int, list[int], str]  # (sample_idx, response token ids, stop_reason)
+
+
+def _sequences(run: RunDir, max_seq_len: int) -> tuple[list[str], dict[str, list[int]], dict[str, list[Sample]]]:
+    """A run's prompts in run order, their token ids, and each prompt's samples with responses cut to
+    ``max_seq_len``; refuses a run without token ids."""
     prompts, s = check_token_ids(run)
     pid_ids = {str(r.prompt_id): [int(x) for x in r.prompt_token_ids] for r in prompts.itertuples()}
-    order = [str(p) for p in prompts["prompt_id"]]
+    by_prompt: dict[str, list[Sample]] = {}
+    for r in s.itertuples():
+        ids = [int(x) for x in r.token_ids][:max_seq_len]
+        by_prompt.setdefault(str(r.prompt_id), []).append((int(r.sample_idx), ids, str(r.stop_reason)))
+    return [str(p) for p in prompts["prompt_id"]], pid_ids, by_prompt
+
+
+def _cut(prompt_ids: list[int], samples: list[Sample], max_seq_len: int) -> tuple[list[int], list[Sample]]:
+    """Prompt cut to ``max_seq_len - 1`` tokens, each response to what is left: one sequence fits."""
+    p_ids = prompt_ids[: max_seq_len - 1]
+    return p_ids, [(i, ids[: max_seq_len - len(p_ids)], stop) for i, ids, stop in samples]
+
+
+def load_training_data(run: RunDir, split: Split, cfg: DraftTrainConfig, eos_id: int) -> TrainingData:
+    """The training and validation samples of a run, with their token ids; refuses a run without ids."""
+    order, pid_ids, by_prompt = _sequences(run, cfg.max_seq_len)
     train_set, val_set = set(map(str, split.train)), set(map(str, split.val))
     if not train_set:
         raise DataError("the split has no training prompts", "write a split with training prompts (`lenpred split`)")
-    by_prompt: dict[str, list[tuple[int, list[int], str]]] = {}
-    for r in s.itertuples():
-        ids = [int(x) for x in r.token_ids][: cfg.max_seq_len]
-        by_prompt.setdefault(str(r.prompt_id), []).append((int(r.sample_idx), ids, str(r.stop_reason)))
     train_pids = [p for p in order if p in train_set and p in by_prompt]
     if cfg.max_prompts is not None:
         train_pids = train_pids[: cfg.max_prompts]
@@ -115,20 +130,17 @@ def load_training_data(run: RunDir, split: Split, cfg: DraftTrainConfig, eos_id:
     val_pids = [p for p in order if p in val_set and p in by_prompt]
     jobs, keys, val_keys, counts_source = [], [], [], []
     for pid in train_pids:
-        samples = sorted(by_prompt[pid])[: cfg.max_samples_per_prompt]
-        p_ids = pid_ids[pid][: cfg.max_seq_len - 1]
-        samples = [(i, ids[: cfg.max_seq_len - len(p_ids)], stop) for i, ids, stop in samples]
+        p_ids, samples = _cut(pid_ids[pid], sorted(by_prompt[pid])[: cfg.max_samples_per_prompt], cfg.max_seq_len)
         jobs.append((pid, p_ids, samples))
         keys.extend((pid, i) for i, ids, _ in samples if ids)
         counts_source.extend(ids + ([eos_id] if stop == "eos" else []) for _, ids, stop in samples)
     for pid in val_pids:  # validation: the first sample of each validation prompt, up to val_samples
         if len(val_keys) >= cfg.val_samples:
             break
-        i, ids, stop = sorted(by_prompt[pid])[0]
-        if ids:
-            p_ids = pid_ids[pid][: cfg.max_seq_len - 1]
-            jobs.append((pid, p_ids, [(i, ids[: cfg.max_seq_len - len(p_ids)], stop)]))
-            val_keys.append((pid, i))
+        first = sorted(by_prompt[pid])[0]
+        if first[1]:
+            jobs.append((pid, *_cut(pid_ids[pid], [first], cfg.max_seq_len)))
+            val_keys.append((pid, first[0]))
     if not keys:
         raise DataError("no training sample has response tokens", "collect more samples on training prompts")
     h = hashlib.sha256(canonical_json(sorted(train_pids)).encode()).hexdigest()[:16]
@@ -142,21 +154,12 @@ def state_cache_jobs(run: RunDir, split: Split, roles: tuple[str, ...] = ("train
     """Every sample of the split's ``roles`` prompts as state-cache jobs, in role order (the training
     prompts first), cut to ``max_seq_len`` exactly as :func:`load_training_data` cuts them, so a cache
     filled here is the cache ``lenpred draft train`` reads."""
-    prompts, s = check_token_ids(run)
-    pid_ids = {str(r.prompt_id): [int(x) for x in r.prompt_token_ids] for r in prompts.itertuples()}
-    order = [str(p) for p in prompts["prompt_id"]]
-    by_prompt: dict[str, list[tuple[int, list[int], str]]] = {}
-    for r in s.itertuples():
-        ids = [int(x) for x in r.token_ids][:max_seq_len]
-        by_prompt.setdefault(str(r.prompt_id), []).append((int(r.sample_idx), ids, str(r.stop_reason)))
+    order, pid_ids, by_prompt = _sequences(run, max_seq_len)
     jobs = []
     for role in roles:
         members = set(map(str, split.ids(role)))
-        for pid in order:
-            if pid in members and pid in by_prompt:
-                p_ids = pid_ids[pid][: max_seq_len - 1]
-                jobs.append((pid, p_ids, [(i, ids[: max_seq_len - len(p_ids)], stop)
-                                          for i, ids, stop in sorted(by_prompt[pid])]))
+        jobs.extend((pid, *_cut(pid_ids[pid], sorted(by_prompt[pid]), max_seq_len))
+                    for pid in order if pid in members and pid in by_prompt)
     return jobs
 
 
@@ -195,7 +198,6 @@ def fill_state_cache(run: RunDir, split: Split, target: Any, target_spec: Any, c
     jobs = state_cache_jobs(run, split, roles, cfg.max_seq_len)
     cache = StateCache.open_or_create(cdir, manifest)
     tf = teacher_force(cache, target, jobs, progress=progress, prompts_per_shard=prompts_per_shard)
-    cache._index = None
     return cdir, tf, cache.n_tokens([(p, i) for p, _, ss in jobs for i, _, _ in ss])
 
 
