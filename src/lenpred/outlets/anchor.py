@@ -33,6 +33,7 @@ import numpy as np
 
 from lenpred.errors import ConfigError, DataError
 from lenpred.outlets.baselines import Remaining
+from lenpred.predictors.dist import weighted_quantile
 
 __all__ = ["BANDS", "PrefillAnchor", "blend", "fit_anchor"]
 
@@ -125,14 +126,11 @@ def _wmae(pred: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
 
 
 def _scale_for_coverage(r: Remaining, y: np.ndarray, w: np.ndarray, target: float = 0.8) -> float:
-    """The half-width factor whose 80% interval covers ``target`` of the (weighted) rows (bisection)."""
+    """The half-width factor whose 80% interval covers ``target`` of the (weighted) rows: the
+    weighted quantile of the factor at which each row enters its interval (as the heads calibrate)."""
     lo_w, hi_w = _half_widths(r)
-    # the factor at which each row enters its interval: below q50 by the lower half-width, above by the upper
     need = np.where(y < r.q50, (r.q50 - y) / lo_w, (y - r.q50) / hi_w)
-    order = np.argsort(need, kind="stable")
-    cum = np.cumsum(w[order]) / np.sum(w)
-    k = int(np.searchsorted(cum, target))
-    return float(max(need[order][min(k, len(order) - 1)], 1e-3))
+    return float(max(weighted_quantile(need, w, target), 1e-3))
 
 
 def fit_anchor(outlets: Remaining, prefill: Remaining, t: np.ndarray, y: np.ndarray, weights: np.ndarray, *,
