@@ -76,6 +76,7 @@ class StateCache:
         self.root = Path(root)
         self.manifest = manifest
         self._index: dict[tuple[str, int], tuple[str, dict[str, Any], dict[str, Any]]] | None = None
+        self._shards: dict[str, dict[str, Any]] = {}  # checked shard indexes by name (a written shard never changes)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -126,9 +127,10 @@ class StateCache:
         if self._index is None:
             idx = {}
             for name in self.shard_names():
-                meta = self._read_shard_index(name)
+                meta = self._shards.get(name) or self._read_shard_index(name)
                 if meta is None:
                     continue
+                self._shards[name] = meta
                 for s in meta["samples"]:
                     idx[(s["prompt_id"], int(s["sample_idx"]))] = (name, s, meta["prompts"][s["prompt_id"]])
             self._index = idx
