@@ -203,9 +203,8 @@ def fit_anchor_files(traj_path: str, run: str, head_path: str, prefill: str, out
     (an ``outlets-anchor`` artifact: ``anchor.json``)."""
     from lenpred.artifacts import check_out, write_artifact
     from lenpred.data.rundir import RunDir
-    from lenpred.data.split import load_split
     from lenpred.outlets.spec import row_weights
-    from lenpred.outlets.store import load_trajectory
+    from lenpred.outlets.store import role_rows
     from lenpred.predictors.pipeline import run_cap
 
     bands = check_bands(bands)
@@ -214,12 +213,8 @@ def fit_anchor_files(traj_path: str, run: str, head_path: str, prefill: str, out
     rd = RunDir.open(run)
     check_out(out, kind="outlets-anchor", card=rd.card, inputs={"--traj": traj_path, "--run": run, "--head": head_path,
                                                                  "--prefill-predictions": pre[1]})
-    traj = load_trajectory(traj_path, card=rd.card)
-    sp = load_split(rd, split, require_complete=False)
-    val = traj.for_prompts(sorted(sp.val))
-    if val.n == 0:
-        raise DataError(f"trajectory {traj_path} has no row of a validation prompt of {rd.path}",
-                        "compute trajectory features with --roles val (or train,val,test)")
+    _, _, val = role_rows(traj_path, rd, "val", "compute trajectory features with --roles val (or train,val,test)",
+                          split)
     cap = run_cap(rd.card)
     o, p, name, art = anchor_inputs(head_path, pre, val, rd, cap)
     y = val.index["remaining"].to_numpy(dtype=np.float64)

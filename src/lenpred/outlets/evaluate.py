@@ -428,20 +428,14 @@ def run_bench(traj_path: str | os.PathLike[str], run: str | os.PathLike[str], *,
     or None, path) pairs; a prefill name gets the ``prefill-`` prefix."""
     from lenpred.data.lengths import sample_lengths
     from lenpred.data.rundir import RunDir
-    from lenpred.data.split import load_split
-    from lenpred.outlets.store import load_trajectory
+    from lenpred.outlets.store import role_rows
     from lenpred.predictions import read_predictions
     from lenpred.predictors.pipeline import run_cap
 
     if n_boot < 10:
         raise ConfigError(f"--n-boot must be at least 10, got {n_boot}")
     rd = RunDir.open(run)
-    traj = load_trajectory(traj_path, card=rd.card)  # features of another run: refused first
-    sp = load_split(rd, split, require_complete=False)
-    test = traj.for_prompts(sorted(sp.test))
-    if test.n == 0:
-        raise DataError(f"trajectory {traj_path} has no row of a test prompt of {rd.path}",
-                        "compute trajectory features for the split's test prompts")
+    traj, sp, test = role_rows(traj_path, rd, "test", "compute trajectory features for the split's test prompts", split)
     cap = run_cap(rd.card)
     lengths = sample_lengths(rd, with_prompts=False)
     if cap is not None:

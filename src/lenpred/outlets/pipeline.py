@@ -79,9 +79,8 @@ def train_variant(traj_path: str, run: str, variant: str, params: dict[str, Any]
     import numpy as np
 
     from lenpred.data.rundir import RunDir
-    from lenpred.data.split import load_split
     from lenpred.outlets.spec import VARIANTS, row_weights
-    from lenpred.outlets.store import load_trajectory
+    from lenpred.outlets.store import role_rows
     from lenpred.predictors.pipeline import run_cap
     from lenpred.predictors.registry import make_predictor
 
@@ -92,13 +91,8 @@ def train_variant(traj_path: str, run: str, variant: str, params: dict[str, Any]
     head = make_predictor("outlets", {**VARIANTS[variant], **(params or {})})
     head._check_params()
     rd = RunDir.open(run)
-    traj = load_trajectory(traj_path, card=rd.card)  # features of another run: refused first
-    sp = load_split(rd, split, require_complete=False)
-    train = traj.for_prompts(sorted(sp.train))
+    traj, sp, train = role_rows(traj_path, rd, "train", "compute trajectory features with --roles train,val,test", split)
     sp.check_no_test(train.index["prompt_id"].unique(), what="outlets training rows")
-    if train.n == 0:
-        raise DataError(f"trajectory {traj_path} has no row of a training prompt of {rd.path}",
-                        "compute trajectory features with --roles train,val,test")
     val = traj.for_prompts(sorted(sp.val)) if early_stopping else None
     if val is not None and val.n == 0:
         val = None

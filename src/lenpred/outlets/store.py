@@ -32,7 +32,7 @@ import pandas as pd
 from lenpred.errors import DataError
 from lenpred.fileio import canonical_json
 
-__all__ = ["KIND", "SCHEMA_VERSION", "INDEX_COLUMNS", "Trajectory", "save_trajectory", "load_trajectory",
+__all__ = ["KIND", "SCHEMA_VERSION", "INDEX_COLUMNS", "Trajectory", "save_trajectory", "load_trajectory", "role_rows",
            "merge_trajectories"]
 
 KIND = "trajectory"
@@ -179,3 +179,21 @@ def merge_trajectories(out: str | Path, shards: Sequence[str | Path]) -> Traject
     save_trajectory(out_p, traj, {"card_hash": first["card_hash"]}, config=arts[0].config, meta=meta,
                     dtype=(first.get("trajectory_spec") or {}).get("dtype", "float16"))
     return traj
+
+
+_ROLE_WORDS = {"train": "training", "val": "validation", "test": "test"}
+
+
+def role_rows(traj_path: str | os.PathLike[str], run: Any, role: str, fix: str,
+              split: str | os.PathLike[str] | None = None) -> tuple[Trajectory, Any, Trajectory]:
+    """The trajectory at ``traj_path`` for the run directory ``run`` (features of another run are
+    refused first), the run's split, and the rows of the split's ``role`` prompts; a trajectory with
+    none of them is refused with ``fix``."""
+    from lenpred.data.split import load_split
+
+    traj = load_trajectory(traj_path, card=run.card)
+    sp = load_split(run, split, require_complete=False)
+    rows = traj.for_prompts(sorted(sp.ids(role)))
+    if rows.n == 0:
+        raise DataError(f"trajectory {traj_path} has no row of a {_ROLE_WORDS[role]} prompt of {run.path}", fix)
+    return traj, sp, rows
