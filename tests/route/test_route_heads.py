@@ -35,7 +35,7 @@ def stub():
 
 def _cfg(stub: Stub, estimator: dict) -> RouterConfig:
     return RouterConfig.from_dict({"backends": [{"url": stub.url, "name": "h"}], "estimator": estimator,
-                                   "health": {"interval_s": 0.5}, "log_requests": False})
+                                   "priority": {"queue": "sjf"}, "health": {"interval_s": 0.5}, "log_requests": False})
 
 
 def _predicted(url: str, prompt: str, stream: bool = False) -> tuple[float, str]:

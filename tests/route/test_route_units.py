@@ -35,6 +35,12 @@ ROOT = Path(__file__).resolve().parents[2]
     ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "remote"}}, "estimator.url is required"),
     ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "head"}}, "estimator.head is required"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"min": 5, "max": 1}}, "priority.min (5) is above"),
+    ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "fastest"}},
+     "unknown queue policy 'fastest' -- fix: use one of: fcfs, sjf"),
+    ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "gittins"}},
+     "queue policy 'gittins' cannot order the router's queue"),
+    ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "sjf", "aging": -1}}, "priority.aging must be >= 0"),
+    ({"backends": [{"url": "http://a:1"}], "priority": {"quantile_z": float("nan")}}, "quantile_z must be a finite"),
     ({"backends": [{"url": "http://a:1"}], "timeouts": {"read_s": 0}}, "timeouts.read_s must be a number > 0"),
 ])
 def test_config_errors_are_one_line(data, expect):
@@ -135,8 +141,22 @@ def test_expected_remaining_is_the_normal_mean_residual_life():
     assert expected_remaining(100, 0, 150) == 1.0  # no spread: floored, never zero while running
 
 
+def test_the_default_is_the_recommended_policy_fcfs_with_no_field_sent():
+    from lenpred.sim.config import RECOMMENDED
+
+    cfg = RouterConfig.from_dict({"backends": [{"url": "http://a:1"}]})
+    assert (cfg.priority.queue, cfg.policy) == (RECOMMENDED["queue"], RECOMMENDED["dispatch"]) == (
+        "fcfs", "least-predicted-tokens")
+    assert cfg.priority.sends is False  # a backend's own order is arrival order already
+    assert PriorityConfig(queue="sjf").sends and PriorityConfig(enabled=True).sends
+    assert not PriorityConfig(queue="sjf", enabled=False).sends
+    m = PriorityMapper(cfg.priority, default_tokens=256, t0=0.0)
+    # fcfs: arrival order whatever the prediction (no aging, no size)
+    assert m.key(5000, 100.0, now=1.0) < m.key(1, None, now=2.0) and m.key(1, None, now=2.0) == 2.0
+
+
 def test_priority_is_the_simulator_sjf_key_with_aging():
-    m = PriorityMapper(PriorityConfig(aging=10.0, tokens_per_level=1.0), default_tokens=256, t0=0.0)
+    m = PriorityMapper(PriorityConfig(queue="sjf", aging=10.0, tokens_per_level=1.0), default_tokens=256, t0=0.0)
     long_key, short_key = m.key(1000, None, now=0.0), m.key(10, None, now=100.0)
     assert long_key < short_key  # the long request waited 100 s: 10 tokens/s made up 990 tokens
     assert m.key(10, None, now=98.0) < long_key
@@ -147,7 +167,7 @@ def test_priority_is_the_simulator_sjf_key_with_aging():
 
     assert m.key(300, None, now=7.0) == sim.key(R(), 0)  # type: ignore[arg-type]
     assert m.key(None, None, now=0.0) == 256  # no prediction: the default
-    clipped = PriorityMapper(PriorityConfig(tokens_per_level=10, min=0, max=50), 256, t0=0.0)
+    clipped = PriorityMapper(PriorityConfig(queue="sjf", tokens_per_level=10, min=0, max=50), 256, t0=0.0)
     assert clipped.value(clipped.key(123, None, now=0.0)) == 12 and clipped.value(9999) == 50
 
 

@@ -39,6 +39,7 @@ def _cfg(stubs, **kw) -> RouterConfig:
     base = {
         "backends": [{"url": s.url, "name": s.name} for s in stubs],
         "policy": "round-robin",
+        "priority": {"queue": "sjf"},  # send the field (the default fcfs sends none): the tests below check it
         # timeouts far above what a busy machine needs for a stub's answer: only a scripted hang reaches them
         "health": {"interval_s": 0.2, "fail_after": 1, "timeout_s": 5.0},
         "timeouts": {"connect_s": 5.0, "read_s": 3.0, "total_s": 30.0},

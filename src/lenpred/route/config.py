@@ -21,9 +21,10 @@ from pydantic import Field, field_validator, model_validator
 
 from lenpred.config import Config
 from lenpred.errors import ConfigError, FieldError
+from lenpred.sim.config import RECOMMENDED
 
 __all__ = [
-    "BackendConfig", "EstimatorConfig", "HealthConfig", "LimitsConfig", "PriorityConfig", "RouterConfig",
+    "BackendConfig", "EstimatorConfig", "HealthConfig", "LimitsConfig", "PriorityConfig", "ROUTER_QUEUES", "RouterConfig",
     "TimeoutConfig", "normalize_url",
 ]
 
@@ -124,21 +125,52 @@ class EstimatorConfig(Config):
         return self
 
 
-class PriorityConfig(Config):
-    """Predicted tokens -> the backend's priority field (vLLM: an int, lower runs first), with aging.
+# queue policies whose key is known when a request arrives (the router orders a request once, before it
+# starts): what the router's wait queue and a backend's static priority field can carry
+ROUTER_QUEUES = ("fcfs", "sjf")
 
-    priority = round((predicted + quantile_z * spread + aging * seconds since the router started)
-    / tokens_per_level), clipped to [min, max] where given: the simulator's ``sjf`` queue key.
+
+class PriorityConfig(Config):
+    """How the router orders requests: its own wait queue, and the backend's priority field.
+
+    ``queue`` is a simulator queue policy (:mod:`lenpred.sim.policies`) whose key is known at arrival:
+    ``fcfs`` (the recommended default, :data:`lenpred.sim.config.RECOMMENDED`: docs/policies/ found no
+    prefill head that reorders a queue safely) or ``sjf``, ordered by ``predicted + quantile_z * spread +
+    aging * seconds since the router started`` (a long request gains ``aging`` tokens of priority per
+    second it waits; the study's safe value is ~1,000 tokens/s). The same key orders the router's wait
+    queue and, as ``round(key / tokens_per_level)`` clipped to [min, max], the backend's field.
     """
 
-    enabled: bool = Field(True, description="set the priority field at all")
+    queue: str = Field(RECOMMENDED["queue"], description="queue policy: fcfs (recommended) or sjf")
+    enabled: bool | None = Field(None, description="send the priority field: true, false, or null = only when the "
+                                                   "queue policy is not fcfs (a backend's own arrival order is "
+                                                   "fcfs already)")
     field: str = Field("priority", description="the request field to set (vLLM and SGLang: priority)")
     tokens_per_level: float = Field(1.0, description="predicted tokens per priority step")
-    aging: float = Field(10.0, description="tokens of priority a request gains per second it has waited "
-                                           "(later arrivals get larger numbers), so long requests are not starved")
-    quantile_z: float = Field(0.0, description="order by predicted + z * spread (z > 0: risk-averse)")
+    aging: float = Field(1000.0, description="sjf: tokens of priority a request gains per second it has waited "
+                                             "(later arrivals get larger numbers), so long requests are not starved")
+    quantile_z: float = Field(0.0, description="sjf: order by predicted + z * spread (z > 0: risk-averse)")
     min: int | None = Field(None, description="lowest value sent (None: unbounded)")
     max: int | None = Field(None, description="highest value sent (None: unbounded)")
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, v: str) -> str:
+        from lenpred.sim.policies import QUEUE_POLICIES
+
+        if v in ROUTER_QUEUES:
+            return v
+        if v in QUEUE_POLICIES:
+            raise FieldError(f"queue policy {v!r} cannot order the router's queue: its key changes while a request "
+                             "waits or runs (attained service, re-predictions, the time), and the router orders a "
+                             "request once, before it starts", f"use one of: {', '.join(ROUTER_QUEUES)} (the "
+                             "engine's own scheduler does the rest)")
+        raise FieldError(f"unknown queue policy {v!r}", f"use one of: {', '.join(ROUTER_QUEUES)}")
+
+    @property
+    def sends(self) -> bool:
+        """Whether the priority field is sent (``enabled``, or by default only when the queue is not fcfs)."""
+        return self.queue != "fcfs" if self.enabled is None else self.enabled
 
     @model_validator(mode="after")
     def _check(self) -> PriorityConfig:
@@ -147,6 +179,8 @@ class PriorityConfig(Config):
         _positive("priority", tokens_per_level=self.tokens_per_level)
         if not (math.isfinite(self.aging) and self.aging >= 0):
             raise ConfigError(f"priority.aging must be >= 0, got {self.aging!r}")
+        if not math.isfinite(self.quantile_z):
+            raise ConfigError(f"priority.quantile_z must be a finite number, got {self.quantile_z!r}")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ConfigError(f"priority.min ({self.min}) is above priority.max ({self.max})")
         return self
@@ -212,7 +246,8 @@ class RouterConfig(Config):
                              "priority, forward to the single backend (a sidecar in front of llm-d or a gateway)")
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8200, description="port to listen on")
-    policy: str = Field("least-predicted-tokens", description="dispatch policy (lenpred.sim.policies.DISPATCHERS)")
+    policy: str = Field(RECOMMENDED["dispatch"], description="dispatch policy (lenpred.sim.policies.DISPATCHERS); "
+                                                              "default: the recommended least-predicted-tokens")
     seed: int = Field(0, description="seed of the random choices (power-of-two)")
     default_tokens: float = Field(256.0, description="load counted for a request without a prediction")
     prompt_weight: float = Field(0.0, description="prompt tokens count this much each in a backend's outstanding "

@@ -97,7 +97,7 @@ class Forwarder:
     targets: list[dict[str, URL]]  # each backend's endpoints by request kind
 
     def _payload(self, ctx: Ctx, b: Backend) -> bytes:
-        if self.cfg.priority.enabled and b.priority_on:
+        if self.cfg.priority.sends and b.priority_on:
             ctx.priority = self.prio.value(ctx.flight.key)
             return json.dumps({**ctx.body, self.cfg.priority.field: ctx.priority}).encode()
         ctx.priority = None

@@ -1,11 +1,18 @@
-"""Predicted tokens -> the backend's priority field, with aging (vLLM: an int, lower runs first).
+"""The router's ordering key (its wait queue) and the backend's priority field (vLLM: an int, lower first).
 
-The key is the simulator's ``sjf`` queue key (:class:`lenpred.sim.policies.ShortestPredictedJobFirst`):
-``predicted + quantile_z * spread + aging * arrival``, with ``arrival`` in seconds since the router
-started. Ordering requests by that static key is the same as ordering them by ``predicted - aging *
-waited`` at any moment, so a long request gains ``aging`` tokens of priority per second it has waited
-and is never starved: after ``(L_long - L_short) / aging`` seconds it goes before a new short one.
+The key is the simulator's queue key (:mod:`lenpred.sim.policies`) of ``priority.queue``, at arrival:
+``fcfs`` (the recommended default) orders by arrival; ``sjf`` by ``predicted + quantile_z * spread +
+aging * arrival``, with ``arrival`` in seconds since the router started. Ordering requests by that
+static key is the same as ordering them by ``predicted - aging * waited`` at any moment, so a long
+request gains ``aging`` tokens of priority per second it has waited and is never starved: after
+``(L_long - L_short) / aging`` seconds it goes before a new short one.
+
 The integer sent is ``round(key / tokens_per_level)``, clipped to ``[min, max]`` where those are set.
+vLLM fixes a request's priority at admission: the backend keeps this order for the requests waiting in
+its queue (and, with ``--scheduling-policy priority``, preempts the running request of the largest
+value when it runs out of KV blocks), but it never sees what a request has generated since, so a
+policy keyed on attained service or on re-predictions (``las``, ``srpt``, ``gittins``) cannot be
+compiled into the field: that is the engine scheduler's part.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ class PriorityMapper:
         self.cfg = cfg
         self.default_tokens = default_tokens
         self.t0 = time.monotonic() if t0 is None else t0
-        self.policy = make_queue_policy("sjf", aging=cfg.aging, quantile_z=cfg.quantile_z)
+        aging = cfg.aging if cfg.queue != "fcfs" else 0.0
+        self.policy = make_queue_policy(cfg.queue, aging=aging, quantile_z=cfg.quantile_z)
 
     def key(self, tokens: float | None, spread: float | None, now: float | None = None) -> float:
         """The priority key (smaller first) of a request predicted at ``tokens`` arriving ``now``."""
