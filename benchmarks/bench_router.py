@@ -352,13 +352,25 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
     heads = dict(h.split("=", 1) for h in args.head)
     servers = [LlamaServer(n, log_dir=logs, threads=args.threads, n_ctx=args.n_ctx) for n in ("a", "b")]
     serves: dict[str, ServeProcess] = {}
-    arms: dict[str, dict[str, Any]] = {"round-robin": {"policy": "round-robin", "estimator": {"kind": "chars"}}}
+    kinds = [k.strip() for k in args.arms.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - {"rr", "lpt", "recommended"})
+    if unknown:
+        raise SystemExit(f"bench_router ab: unknown arm kind {unknown[0]!r} -- fix: use rr, lpt, recommended")
+    arms: dict[str, dict[str, Any]] = {}
+    if "rr" in kinds:  # FCFS + round robin: each server's own arrival order
+        arms["round-robin"] = {"policy": "round-robin", "estimator": {"kind": "chars"}}
     for name in heads:
-        arms[f"lpt-{name}"] = {"policy": "least-predicted-tokens", "head": name}
-    if args.chars_arm or not heads:
+        if "lpt" in kinds:  # least predicted outstanding tokens, every request sent on at once
+            arms[f"lpt-{name}"] = {"policy": "least-predicted-tokens", "head": name}
+        if "recommended" in kinds:  # the router's defaults (FCFS queue, lpt) with its queue in front of the slots
+            arms[f"recommended-{name}"] = {"policy": "least-predicted-tokens", "head": name, "slots": args.slots}
+    if "lpt" in kinds and (args.chars_arm or not heads):
         arms["lpt-chars"] = {"policy": "least-predicted-tokens", "estimator": {"kind": "chars"}}
+    if not arms:
+        raise SystemExit("bench_router ab: no arm to run -- fix: --arms rr,... and a --head for lpt/recommended")
     if args.repeat_first:  # A B C ... A: a drift of the machine during the A/B shows in the two A runs
-        arms["round-robin-again"] = dict(arms["round-robin"])
+        first = next(iter(arms))
+        arms[f"{first}-again"] = dict(arms[first])
     results: dict[str, list[dict[str, Any]]] = {}
     timings: list[dict[str, Any]] = []
     try:
@@ -371,7 +383,10 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
             timings = _calibrate(servers[0], rows[::-1], sampling, servers[0].alias, args.calib)
         for arm, spec in arms.items():
             est = spec.get("estimator") or {"kind": "remote", "url": serves[spec["head"]].url, "timeout_s": 5.0}
-            cfg = {"backends": [{"url": s.url, "name": s.name, "priority": "off", "max_outstanding": 1024}
+            # "recommended": the router's own defaults (priority.queue fcfs, no field sent), max_outstanding = the
+            # server's slots, so requests wait in the router's queue and go to whichever server frees first
+            slots = spec.get("slots", 1024)
+            cfg = {"backends": [{"url": s.url, "name": s.name, "priority": "off", "max_outstanding": slots}
                                 for s in servers],
                    "policy": spec["policy"], "estimator": est, "log_requests": True,
                    "prompt_weight": args.prompt_weight,
@@ -390,8 +405,14 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
     figs = {arm: _arm_figures(recs, short_thr) for arm, recs in results.items()}
     speeds = {arm: f["decode_tok_s_median"] for arm, f in figs.items() if f["decode_tok_s_median"]}
     drift = (max(speeds.values()) / min(speeds.values()) - 1) if speeds else None
+    # offered load against the pair's decode capacity (2 servers x their streaming speed; prefill not
+    # counted, so the true load is a little higher than this figure)
+    mean_out = float(np.mean(outs)) if outs else float("nan")
+    cap = 2 * float(np.median(list(speeds.values()))) / mean_out if speeds and outs else float("nan")
     res: dict[str, Any] = {"bench": "router-ab", "server_speed_spread": rounded(drift, 1, 3), "requests": len(rows), "rate_rps": args.rate,
                            "max_tokens": max_tokens, "short_threshold_tokens": short_thr, "arms": figs,
+                           "mean_output_tokens": rounded(mean_out, 1, 1), "decode_capacity_req_s": rounded(cap, 1, 4),
+                           "load_vs_decode_capacity": rounded(args.rate / cap, 1, 3) if cap == cap else None,
                            "heads": heads, "run": args.run, "prompt_weight": args.prompt_weight, "machine": _machine(), "logs": str(logs)}
     if args.sim and timings:
         res["sim"] = _simulate(timings, results, {a: s["policy"] for a, s in arms.items()}, short_thr, logs)
@@ -405,6 +426,9 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
                                        "tokens/s", "req/s", "per backend"], rows_t)
     print("servers' decode speed per arm (tokens/s while streaming): "
           + ", ".join(f"{a} {v:g}" for a, v in speeds.items()))
+    if cap == cap:
+        print(f"offered load: {args.rate:g} req/s x {mean_out:.0f} tokens = {args.rate / cap:.2f} x the pair's decode "
+              f"capacity ({cap:.3f} req/s; prefill not counted)")
     if drift is not None and drift > 0.05:
         print(f"warning: the servers' speed differed by {100 * drift:.0f}% between arms: the machine changed "
               "under the A/B (other load, clock); compare arms of equal speed only, or rerun on a quiet host")
@@ -440,6 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--rate", type=float, default=0.35, help="requests per second (near the pair's capacity)")
     a.add_argument("--max-tokens", type=int, default=None, help="default: the run card's max_new_tokens")
     a.add_argument("--head", action="append", default=[], metavar="NAME=DIR", help="a head for an lpt arm")
+    a.add_argument("--arms", default="rr,lpt",
+                   help="arm kinds, comma-separated: rr (FCFS + round robin), lpt (least predicted tokens per --head, "
+                        "every request sent on at once), recommended (the router's default policy, FCFS queue + "
+                        "least predicted tokens, with max_outstanding = --slots: the queue forms in the router)")
+    a.add_argument("--slots", type=int, default=1,
+                   help="recommended arms: requests a server runs at once (llama-cpp-python: 1; llama.cpp: -np)")
     a.add_argument("--chars-arm", action="store_true", help="also least predicted tokens with the chars estimate")
     a.add_argument("--sim", action="store_true", help="fit a latency profile and add the simulator's figures")
     a.add_argument("--repeat-first", action="store_true",
