@@ -379,6 +379,8 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
         for name, path in heads.items():
             serves[name] = ServeProcess(path, name=name, log_dir=logs)
             serves[name].start()
+        for s in servers:  # warm each server (its first requests run slower: page cache, allocations)
+            _calibrate(s, rows[::-1], sampling, s.alias, args.warmup)
         if args.sim:
             timings = _calibrate(servers[0], rows[::-1], sampling, servers[0].alias, args.calib)
         for arm, spec in arms.items():
@@ -475,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--repeat-first", action="store_true",
                    help="run the round-robin arm again at the end (A B ... A), to see a drift of the machine")
     a.add_argument("--calib", type=int, default=12, help="--sim: calibration requests")
+    a.add_argument("--warmup", type=int, default=2, help="requests sent straight to each server before the first arm")
     a.add_argument("--prompt-weight", type=float, default=0.5,
                    help="router prompt_weight (prefill work of a prompt token vs a generated one; llama.cpp on CPU)")
     a.add_argument("--threads", type=int, default=1, help="llama.cpp threads per server")
