@@ -332,3 +332,12 @@ def test_remote_estimator_down_falls_back_to_chars(two):
         resp = _post(r.url, _chat(3))
         assert resp.status_code == 200 and resp.headers["x-lenpred-estimator"] == "chars+fallback"
         assert _counter(r, "lenpred_route_estimator_fallbacks_total")[()] == 1
+
+
+def test_the_event_loop_lag_is_a_metric(two):
+    """The probe samples the loop while the router runs (a stall of the loop delays every relayed stream)."""
+    with RouterThread(_cfg(two)) as r:
+        _until(lambda: _counter(r, "lenpred_route_loop_lag_seconds_count").get((), 0) >= 3, "three lag samples")
+        lag = _counter(r, "lenpred_route_loop_lag_seconds_sum")[()]
+        assert 0 <= lag < 60
+    assert r.router._lag is not None and r.router._lag.done()  # stopped with the router

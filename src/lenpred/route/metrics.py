@@ -10,7 +10,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-__all__ = ["RouterMetrics"]
+__all__ = ["LAG_EVERY_S", "RouterMetrics", "watch_loop_lag"]
+
+LAG_EVERY_S = 0.02  # the loop-lag probe's period
 
 _MS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 _TTFB = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -62,7 +64,21 @@ class RouterMetrics:
         self.abs_error = Histogram("lenpred_route_prediction_abs_error_tokens",
                                    "|predicted - produced| output tokens (requests that finished)",
                                    buckets=_TOKENS, registry=r)
+        self.loop_lag = Histogram("lenpred_route_loop_lag_seconds",
+                                  "how late the event loop ran a timer (sampled every LAG_EVERY_S): a stall here "
+                                  "delays every stream the router relays", buckets=_MS, registry=r)
         r.register(_Backends(pool))  # type: ignore[arg-type]
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+async def watch_loop_lag(hist: Histogram, every_s: float = LAG_EVERY_S) -> None:
+    """Sleep ``every_s`` and record how much later than asked the loop woke us, for ever (cancel to stop)."""
+    import asyncio
+    import time
+
+    while True:
+        t = time.monotonic()
+        await asyncio.sleep(every_s)
+        hist.observe(max(0.0, time.monotonic() - t - every_s))

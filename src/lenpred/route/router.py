@@ -24,7 +24,7 @@ from lenpred.route.backends import Flight, Pool, QueueFull, QueueTimeout
 from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import make_estimator
 from lenpred.route.forward import Ctx, Forwarder, RelayStream, Retry, close, error_response
-from lenpred.route.metrics import RouterMetrics
+from lenpred.route.metrics import RouterMetrics, watch_loop_lag
 from lenpred.route.openai import ApiError, parse_request
 from lenpred.route.priority import PriorityMapper
 from lenpred.route.upstream import Client, UpstreamError, UpstreamResponse
@@ -55,6 +55,7 @@ class Router(Forwarder):
         # each backend's endpoints, parsed once
         self.targets = [{kind: URL(b.url + path) for kind, path in PATHS.items()} for b in self.pool.backends]
         self._health: asyncio.Task[None] | None = None
+        self._lag: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.client.start()
@@ -65,12 +66,14 @@ class Router(Forwarder):
             if b.fails:
                 b.mark_down(b.last_error or "no answer at start")
         self._health = asyncio.create_task(self.pool.health_loop(self.client, self.cfg.health))
+        self._lag = asyncio.create_task(watch_loop_lag(self.metrics.loop_lag))
 
     async def stop(self) -> None:
-        if self._health is not None:
-            self._health.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health
+        for task in (self._health, self._lag):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.estimator.stop()
         await self.client.close()
 
