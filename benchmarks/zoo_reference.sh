@@ -86,5 +86,10 @@ for P in ridge proxy "$BEST"; do
   rm -rf "data/heads/$P-smollm2-sharegpt"
   mv "data/heads/$P-smollm2-sharegpt.tmp" "data/heads/$P-smollm2-sharegpt"
 done
+
+step "the results page (docs/results.md) from its template and the committed figure files"
+# The zoo's own tables are dated text in docs/results.template.md (their JSON lives in out/, not committed):
+# update them there from the files below; the page's JSON-backed tables are re-rendered here.
+"$PY" benchmarks/results_page.py
 echo "done: out/bench/smollm2-sharegpt/bench.md, out/bench/transfer/transfer.md, out/sim/real_predictions/table.md,"
-echo "      out/bench/learning-curve/learning_curve.md"
+echo "      out/bench/learning-curve/learning_curve.md, out/bench/predictors/predictors.json"
