@@ -202,7 +202,9 @@ def test_readme_quick_start_runs_against_a_llamacpp_server(llama, tmp_path):
                 step.argv = [*lenpred_cmd(), *argv[1:]]
                 background.append(step.start())
             elif verb == "route":
-                serve = next(s for s in background if s.name == "serve")
+                serves = [s for s in background if s.name == "serve"]
+                assert serves, "the quick start starts the router before the prediction service it names"
+                serve = serves[0]
                 config = argv[argv.index("--config") + 1]
                 step = Step([*lenpred_cmd(), *argv[1:]], "route", "/healthz", tmp_path)  # 200 once a backend is up
                 cfg = write_route_config(config, llama, serve, readme_serve_port, tmp_path, step.port)
