@@ -62,7 +62,12 @@ class Ctx:
 
 class RelayStream(StreamingResponse):
     """A StreamingResponse that always watches for the client going away (so the backend's request is
-    closed at once, not at the next write) and always closes its body iterator (which frees the slot)."""
+    closed at once, not at the next write) and always closes its body iterator (which frees the slot).
+
+    The answer is written by the request's own task and the watcher is the spawned one: the headers and
+    the first chunk (already in hand) go out at once, not one turn of a busy event loop later, when a new
+    task would first run. Measured at 200 concurrent streams, that turn was most of the first token's
+    added tail (docs/route.md)."""
 
     async def stream_response(self, send: Any) -> None:
         try:
@@ -78,8 +83,8 @@ class RelayStream(StreamingResponse):
                     await func()
                 tg.cancel_scope.cancel()
 
-            tg.start_soon(wrap, partial(self.stream_response, send))
-            await wrap(partial(self.listen_for_disconnect, receive))
+            tg.start_soon(wrap, partial(self.listen_for_disconnect, receive))
+            await wrap(partial(self.stream_response, send))
 
 
 def error_response(e: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
