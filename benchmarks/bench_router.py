@@ -293,6 +293,31 @@ def _arm_figures(recs: list[dict[str, Any]], short_thr: float) -> dict[str, Any]
             "backends": {b: sum(1 for r in ok if r["backend"] == b) for b in sorted({str(r["backend"]) for r in ok})}}
 
 
+def _utilization(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each server's busy share of the arm: a server that runs one request at a time (llama-cpp-python) and
+    takes them in order of arrival serves request i from max(its arrival, the previous completion on that
+    server) to its completion. Busy time / the arm's span = the load it carried (1.0 = saturated)."""
+    ok = [r for r in recs if r.get("done") and r["error"] is None and r.get("backend")]
+    if not ok:
+        return {}
+    t0 = min(r["t_send"] for r in recs)
+    end = max(r["t_send"] + r["e2e"] for r in ok)
+    out: dict[str, Any] = {}
+    service: list[float] = []
+    for b in sorted({r["backend"] for r in ok}):
+        prev = -np.inf
+        busy = 0.0
+        for r in sorted((r for r in ok if r["backend"] == b), key=lambda r: r["t_send"] + r["e2e"]):
+            done = r["t_send"] + r["e2e"]
+            s = done - max(r["t_send"], prev)
+            busy += s
+            service.append(s)
+            prev = done
+        out[b] = rounded(busy / (end - t0), 1, 3)
+    return {"per_server": out, "mean": rounded(float(np.mean(list(out.values()))), 1, 3),
+            "mean_service_s": rounded(float(np.mean(service)), 1, 3)}
+
+
 def _calibrate(server: LlamaServer, rows: list[dict[str, Any]], sampling: dict[str, Any], model: str,
                n: int) -> list[dict[str, Any]]:
     """Sequential requests straight to one server: TTFT -> prefill timings, inter-token time -> decode timings."""
@@ -404,7 +429,12 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
             p.stop()
     outs = [r["output_tokens"] for recs in results.values() for r in recs if r.get("done")]
     short_thr = float(np.median(outs)) if outs else 0.0
-    figs = {arm: _arm_figures(recs, short_thr) for arm, recs in results.items()}
+    figs = {arm: {**_arm_figures(recs, short_thr), "utilization": _utilization(recs)} for arm, recs in results.items()}
+    with open(logs / "requests.jsonl", "w") as f:  # every request of every arm, for figures computed later
+        for arm, recs in results.items():
+            for r in recs:
+                f.write(json.dumps({"arm": arm, **{k: v for k, v in r.items() if k not in ("text", "lags", "headers")},
+                                    "backend": r.get("backend")}) + "\n")
     speeds = {arm: f["decode_tok_s_median"] for arm, f in figs.items() if f["decode_tok_s_median"]}
     drift = (max(speeds.values()) / min(speeds.values()) - 1) if speeds else None
     # offered load against the pair's decode capacity (2 servers x their streaming speed; prefill not
@@ -428,6 +458,9 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
                                        "tokens/s", "req/s", "per backend"], rows_t)
     print("servers' decode speed per arm (tokens/s while streaming): "
           + ", ".join(f"{a} {v:g}" for a, v in speeds.items()))
+    utils = {a: f["utilization"].get("mean") for a, f in figs.items()}
+    print("servers' busy share per arm (the load they carried; 0.9-1.0 = near capacity): "
+          + ", ".join(f"{a} {u}" for a, u in utils.items()))
     if cap == cap:
         print(f"offered load: {args.rate:g} req/s x {mean_out:.0f} tokens = {args.rate / cap:.2f} x the pair's decode "
               f"capacity ({cap:.3f} req/s; prefill not counted)")
