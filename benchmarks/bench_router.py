@@ -384,6 +384,8 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
     arms: dict[str, dict[str, Any]] = {}
     if "rr" in kinds:  # FCFS + round robin: each server's own arrival order
         arms["round-robin"] = {"policy": "round-robin", "estimator": {"kind": "chars"}}
+        if args.same_estimator and heads:  # the head's prediction is made (and costs its CPU) in every arm
+            arms["round-robin"] = {"policy": "round-robin", "head": next(iter(heads))}
     for name in heads:
         if "lpt" in kinds:  # least predicted outstanding tokens, every request sent on at once
             arms[f"lpt-{name}"] = {"policy": "least-predicted-tokens", "head": name}
@@ -505,6 +507,9 @@ def main(argv: list[str] | None = None) -> int:
                         "least predicted tokens, with max_outstanding = --slots: the queue forms in the router)")
     a.add_argument("--slots", type=int, default=1,
                    help="recommended arms: requests a server runs at once (llama-cpp-python: 1; llama.cpp: -np)")
+    a.add_argument("--same-estimator", action="store_true",
+                   help="the round-robin arm asks the first --head too (ignoring the answer): every arm then pays the "
+                        "prediction's CPU on the shared cores, and only the policy differs")
     a.add_argument("--chars-arm", action="store_true", help="also least predicted tokens with the chars estimate")
     a.add_argument("--sim", action="store_true", help="fit a latency profile and add the simulator's figures")
     a.add_argument("--repeat-first", action="store_true",
