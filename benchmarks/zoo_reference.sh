@@ -3,11 +3,13 @@
 # resumable or cheap; rerun the script to redo what is missing). Needs the collected runs:
 #   data/runs/collect_reference.sh     (ShareGPT, 2,400 prompts)
 #   data/runs/collect_alpaca_eval.sh   (AlpacaEval, 200 prompts x 4: the transfer set)
-# Measured on the 2-core CPU machine, complete run (2026-12-02): features up to date (computing all
-# 2,400 prompts' took ~36 min), ~2 min training the 10 heads, ~1 min the two benches, ~3.5 min the
-# simulator, ~1.5 min latency, ~4 min the learning curve (LEARNING_CURVE=0 and run it on the other
-# core: ~8 min in all). Outputs under out/ (the README quotes them); the heads
-# the README, the demo and the benchmarks use are copied into data/heads/ (committed).
+# Measured on the 2-core CPU machine, complete run (2026-12-02 08:51 UTC, THREADS=1 on one pinned core):
+# 9 min 8 s in all with features up to date (computing all 2,400 prompts' took ~36 min): 20 s the three
+# bounds, 2 min training the 10 heads, 45 s the two benches, 2.5 min the simulator, 1.75 min the learning
+# curve (LEARNING_CURVE=0: run it yourself, e.g. on the other core), 1.5 min latency. Outputs under out/; the figures docs/results.md renders are copied at the end into
+# docs/results/ (committed, small: the JSON each benchmark writes, see results_page.py SOURCES) and the
+# page is re-rendered from them. The heads the README, the demo and the benchmarks use are copied into
+# data/heads/ (committed; COPY_HEADS=0 leaves data/heads alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LENPRED=${LENPRED:-.venv/bin/lenpred}
@@ -30,6 +32,11 @@ step "split (roles of old prompts are kept; the test split does not change)"
 step "features (only prompts not computed yet)"
 "$LENPRED" features --run "$RUN" --out "$FEATS" --threads "$THREADS" --no-progress
 "$LENPRED" features --run "$ALP" --out "$AFEATS" --threads "$THREADS" --no-progress
+
+step "the prefill bound: every prompt, the 384 with 8+ samples (the page's table), the 96 x 24"
+"$LENPRED" bound "$RUN" --out out/bound/smollm2-sharegpt
+"$LENPRED" bound "$RUN" --min-samples 8 --out out/bound/smollm2-sharegpt-k8
+"$LENPRED" bound "$RUN" --min-samples 24 --out out/bound/smollm2-sharegpt-k24
 
 step "train every head on the split's train prompts (early stopping on val)"
 for P in $PREDICTORS; do
@@ -79,17 +86,77 @@ step "training time and prediction latency"
 "$PY" benchmarks/bench_predictors.py --features "$FEATS" --run "$RUN" --heads "${PREDICTORS// /,}" \
   --out out/bench/predictors/predictors.json
 
-step "commit-size heads into data/heads (the demo / README / serve examples use them)"
-for P in ridge proxy "$BEST"; do
-  rm -rf "data/heads/$P-smollm2-sharegpt.tmp"
-  cp -r "$HEADS/$P" "data/heads/$P-smollm2-sharegpt.tmp"
-  rm -rf "data/heads/$P-smollm2-sharegpt"
-  mv "data/heads/$P-smollm2-sharegpt.tmp" "data/heads/$P-smollm2-sharegpt"
-done
+if [ "${COPY_HEADS:-1}" = 1 ]; then
+  step "commit-size heads into data/heads (the demo / README / serve examples use them)"
+  for P in ridge proxy "$BEST"; do
+    rm -rf "data/heads/$P-smollm2-sharegpt.tmp"
+    cp -r "$HEADS/$P" "data/heads/$P-smollm2-sharegpt.tmp"
+    rm -rf "data/heads/$P-smollm2-sharegpt"
+    mv "data/heads/$P-smollm2-sharegpt.tmp" "data/heads/$P-smollm2-sharegpt"
+  done
+fi
 
-step "the results page (docs/results.md) from its template and the committed figure files"
-# The zoo's own tables are dated text in docs/results.template.md (their JSON lives in out/, not committed):
-# update them there from the files below; the page's JSON-backed tables are re-rendered here.
+step "the figure files of the results page into docs/results/ (committed)"
+# Each is the JSON its benchmark wrote above, less the parts named here (the bound's per-bin hazard tables,
+# the data of its hazard plot: out/bound/*/bound.json keeps them; none holds per-sample arrays);
+# docs/results/manifest.json says where each came from and when it was made (the source file's mtime).
+# A figure whose benchmark did not run here (LEARNING_CURVE=0 and no out/bench/learning-curve yet)
+# keeps its committed file.
+"$PY" - <<'PYEOF'
+import json
+import time
+from pathlib import Path
+
+DEST = Path("docs/results")
+HAZARD_BINS = ("hazard.pooled.table", "hazard.buckets.*.table", "hazard.normalized.table")
+FILES = {  # committed name: (what the zoo wrote, parts left out: dotted paths, * = every list item)
+    "bound-all.json": ("out/bound/smollm2-sharegpt/bound.json", HAZARD_BINS),
+    "bound-k8.json": ("out/bound/smollm2-sharegpt-k8/bound.json", HAZARD_BINS),
+    "bound-k24.json": ("out/bound/smollm2-sharegpt-k24/bound.json", HAZARD_BINS),
+    "bench-smollm2-sharegpt.json": ("out/bench/smollm2-sharegpt/bench.json", ()),
+    "bench-smollm2-alpaca-eval.json": ("out/bench/smollm2-alpaca-eval/bench.json", ()),
+    "transfer.json": ("out/bench/transfer/transfer.json", ()),
+    # the two pivot tables repeat "rows"
+    "sim_real.json": ("out/sim/real_predictions/real_predictions.json", ("table_short_p99_e2e", "table_all_p99_e2e")),
+    "learning_curve.json": ("out/bench/learning-curve/learning_curve.json", ()),
+    "predictors.json": ("out/bench/predictors/predictors.json", ()),
+}
+
+
+def drop(d, path):
+    """Remove the part at a dotted path of ``d`` (``*``: in every item of a list), where it exists."""
+    head, _, rest = path.partition(".")
+    if not rest:
+        if isinstance(d, dict):
+            d.pop(head, None)
+        return
+    inner = d if head == "*" and isinstance(d, list) else [d.get(head)] if isinstance(d, dict) else []
+    for x in inner:
+        drop(x, rest)
+
+
+DEST.mkdir(parents=True, exist_ok=True)
+mpath = DEST / "manifest.json"
+manifest = json.loads(mpath.read_text()) if mpath.is_file() else {}
+files = manifest.setdefault("files", {})
+for name, (src, parts) in FILES.items():
+    src_path = Path(src)
+    if not src_path.is_file():
+        print(f"{name}: {src} not written by this run, the committed file stays")
+        continue
+    d = json.loads(src_path.read_text())
+    for path in parts:
+        drop(d, path)
+    text = json.dumps(d, indent=1) + "\n"
+    (DEST / name).write_text(text)
+    made = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(src_path.stat().st_mtime))
+    files[name] = {"from": src, "made": made, "dropped": list(parts)}
+    print(f"{name}: {len(text.encode()) / 1024:.1f} KB (from {src}, made {made})")
+manifest["written_by"] = "bash benchmarks/zoo_reference.sh"
+mpath.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+PYEOF
+
+step "the results page (docs/results.md) from its template and the figure files"
 "$PY" benchmarks/results_page.py
-echo "done: out/bench/smollm2-sharegpt/bench.md, out/bench/transfer/transfer.md, out/sim/real_predictions/table.md,"
-echo "      out/bench/learning-curve/learning_curve.md, out/bench/predictors/predictors.json"
+echo "done: docs/results.md from docs/results/*.json; the benchmarks' own reports: out/bench/smollm2-sharegpt/bench.md,"
+echo "      out/bench/transfer/transfer.md, out/sim/real_predictions/table.md, out/bench/learning-curve/learning_curve.md"

@@ -49,10 +49,49 @@ def _set_short_p99(d):
     d[0]["short_p99_e2e_s"] = 9.87654
 
 
+# the predictor zoo's figure files (zoo_reference.sh copies them into docs/results/)
+def _set_k24_rmse(d):
+    d["variants"]["capped"]["oracle_rmse"] = 300.0
+
+
+def _set_proxy_ci(d):
+    next(r for r in d["rows"] if r["name"] == "proxy" and r["subset"] == "all")["metrics"]["mae_ci"] = [100.0, 186.7]
+
+
+def _set_probe_transfer(d):
+    next(r for r in d["rows"] if r["predictor"] == "probe")["transfer_mae"] = 140.0
+
+
+def _set_curve_cell(d):
+    next(s for s in d["summary"] if s["size"] == 400 and s["head"] == "constant")["mae_over_bound"] = 1.999
+
+
+def _set_train_time(d):
+    next(r for r in d["heads"] if r["head"] == "constant")["train_s"] = 9.87
+
+
+def _set_baseline_p99(d):
+    next(r for r in d["rows"] if r["load"] == 1.0 and r["arm"] == d["baseline"])["short_p99_s"] = 9.87654
+
+
+def _set_made(d):
+    d["files"]["predictors.json"]["made"] = "2027-01-01 00:00 UTC"
+
+
 @pytest.mark.parametrize(("source", "change", "old", "new"), [
     ("draft", _set_k1_tau, "| greedy | chain k = 1 | 1.44 |", "| greedy | chain k = 1 | 1.90 |"),
     ("policies", _set_candidate, "| fcfs+lpt | 2 | 210 |", "| fcfs+lpt | 7 | 210 |"),
     ("outlets_schedule", _set_short_p99, "| 0.9 | fcfs+rr | 3.159 |", "| 0.9 | fcfs+rr | 9.877 |"),
+    ("bound_k24", _set_k24_rmse, "| oracle RMSE (capped) | 226 tokens | 216 tokens |",
+     "| oracle RMSE (capped) | 226 tokens | 300 tokens |"),
+    ("bench_home", _set_proxy_ci, "| proxy (MiniLM, text only) | 170.4 | 153.6-186.7 |",
+     "| proxy (MiniLM, text only) | 170.4 | 100.0-186.7 |"),
+    ("transfer", _set_probe_transfer, "| probe | 168.4 | 1.210 | 143.4 |", "| probe | 168.4 | 1.210 | 140.0 |"),
+    ("learning_curve", _set_curve_cell, "| 400 | 1,131 | 1.312 ± 0.000 |", "| 400 | 1,131 | 1.999 ± 0.000 |"),
+    ("predictors", _set_train_time, "| training (s) | 0.0 | 0.0 |", "| training (s) | 9.9 | 0.0 |"),
+    ("sim_real", _set_baseline_p99, "| fcfs+rr (no prediction) | 4.91 |", "| fcfs+rr (no prediction) | 9.88 |"),
+    ("zoo_manifest", _set_made, "Rendered from [docs/results/predictors.json](results/predictors.json) (made 2026-12-02",
+     "Rendered from [docs/results/predictors.json](results/predictors.json) (made 2027-01-01"),
 ])
 def test_a_changed_figure_changes_its_line_of_the_page(tmp_path, capsys, source, change, old, new):
     root = _copy(tmp_path)
