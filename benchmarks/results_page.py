@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +54,16 @@ SOURCES: dict[str, tuple[str, str]] = {
                        "python benchmarks/bench_learning_curve.py ... (zoo_reference.sh)"),
     "predictors": ("docs/results/predictors.json", "python benchmarks/bench_predictors.py ... (zoo_reference.sh)"),
     "sim_real": ("docs/results/sim_real.json", "python benchmarks/bench_sim_real.py ... (zoo_reference.sh)"),
+    # the router (bench_router.py on an idle machine, 2026-12-02; copied here with `logs` set to null, see the manifest)
+    **{f"router_overhead_{when}_{i}": (f"docs/results/router/overhead-{when}-{i}.json",
+                                       "python benchmarks/bench_router.py overhead --rounds 6 "
+                                       f"--out docs/results/router/overhead-{when}-{i}.json")
+       for when in ("before", "after") for i in (1, 2)},
+    **{f"router_ab_{run}": (f"docs/results/router/ab-{run}.json",
+                            f"python benchmarks/bench_router.py ab --requests 192 --rate {rate} --arms rr,recommended "
+                            f"--repeat-first{extra} --head proxy=data/heads/proxy-smollm2-sharegpt "
+                            f"--out docs/results/router/ab-{run}.json")
+       for run, rate, extra in (("run1", "0.28", ""), ("run2", "0.43", ""))},
 }
 
 
@@ -488,6 +500,124 @@ def sim_real_figures(manifest: dict[str, Any], d: dict[str, Any], bench: dict[st
     }
 
 
+# --------------------------------------------------------------------------------------------- the router
+SPREAD_LIMIT = 0.05  # bench_router.py ab warns above this spread of the servers' speed between arms
+
+
+def _goal_ms(goal: str) -> float:
+    """The overhead goal's bound from its text ("p99 added latency under 5 ms")."""
+    m = re.search(r"under ([0-9.]+) ms", goal)
+    if m is None:
+        raise ValueError(f"goal {goal!r} names no 'under N ms'")
+    return float(m.group(1))
+
+
+def _arm_label(arm: str) -> str:
+    """bench_router.py ab's arm names as the page says them."""
+    again = arm.endswith("-again")
+    base = arm.removesuffix("-again")
+    if base == "round-robin":
+        label = "round robin"
+    elif base.startswith("recommended-"):
+        label = f"recommended ({base.removeprefix('recommended-')})"
+    elif base.startswith("lpt-"):
+        label = f"least predicted tokens, {base.removeprefix('lpt-')}"
+    else:
+        label = base
+    return label + (" again" if again else "")
+
+
+def _ab_run(d: dict[str, Any]) -> dict[str, Any]:
+    """One A/B run: its table, and the reading computed from it (the recommended arm against the mean of
+    the round-robin runs; whether the servers ran at one speed in every arm)."""
+    arms = d["arms"]
+
+    def sec(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1f} s"
+
+    rows = []
+    for arm, f in arms.items():
+        busy = (f.get("utilization") or {}).get("mean")
+        rows.append([_arm_label(arm), "-" if busy is None else f"{busy:.2f}",
+                     "-" if f["decode_tok_s_median"] is None else f"{f['decode_tok_s_median']:.1f} tok/s",
+                     sec(f["short_p50_e2e_s"]), f"**{sec(f['short_p99_e2e_s'])}**", sec(f["p99_e2e_s"]),
+                     sec(f["mean_e2e_s"])])
+    t = table(["arm", "busy share", "servers' speed", "short P50", "**short P99**", "P99 e2e", "mean e2e"], rows)
+    rr = [f for a, f in arms.items() if a.removesuffix("-again") == "round-robin"]
+    rec = [(a, f) for a, f in arms.items() if a.startswith("recommended-")]
+    reading = []
+    if rr and rec:
+        rr_short = statistics.fmean(f["short_p99_e2e_s"] for f in rr)
+        rr_p99 = statistics.fmean(f["p99_e2e_s"] for f in rr)
+        n = {1: "one", 2: "two", 3: "three"}.get(len(rr), str(len(rr)))
+        for a, f in rec:
+            reading.append(f"The {_arm_label(a)} arm: short P99 {f['short_p99_e2e_s']:.1f} s against {rr_short:.1f} s, "
+                           f"the mean of the {n} round-robin runs (**{pct(f['short_p99_e2e_s'] / rr_short - 1)}**); "
+                           f"P99 e2e {pct(f['p99_e2e_s'] / rr_p99 - 1)} against theirs.")
+        if len(rr) > 1:
+            s = [f["short_p99_e2e_s"] for f in rr]
+            reading.append(f"The round-robin runs' short P99 differ by {100 * (max(s) / min(s) - 1):.0f}% among "
+                           "themselves.")
+    spread = d.get("server_speed_spread")
+    if spread is None:
+        comparable = "The servers' speed was not measured in every arm: comparability unknown."
+    elif spread > SPREAD_LIMIT:
+        comparable = (f"**The arms are not comparable**: the servers' speed differed by {100 * spread:.1f}% between "
+                      f"arms (over {100 * SPREAD_LIMIT:.0f}%)")
+        speeds = {a: f["decode_tok_s_median"] for a, f in arms.items() if f["decode_tok_s_median"]}
+        if rec and speeds and rr:
+            a, f = rec[0]
+            rr_speed = statistics.fmean(x["decode_tok_s_median"] for x in rr)
+            rank = ("the slowest" if speeds[a] == min(speeds.values()) else
+                    "the fastest" if speeds[a] == max(speeds.values()) else "neither the slowest nor the fastest")
+            comparable += (f"; the servers were {rank} in the {_arm_label(a)} arm, {pct(speeds[a] / rr_speed - 1)} "
+                           "against the round-robin mean")
+        comparable += "."
+    else:
+        comparable = (f"The servers' speed differed by {100 * spread:.1f}% between arms (within "
+                      f"{100 * SPREAD_LIMIT:.0f}%): the arms are comparable.")
+    return {"table": t, "reading": " ".join(reading) or "-", "comparable": comparable, "rate": f"{d['rate_rps']:g}",
+            "load": f"{d['load_vs_decode_capacity']:.2f}", "short": f"{d['short_threshold_tokens']:g}",
+            "busy_missing": all((f.get("utilization") or {}).get("mean") is None for f in arms.values())}
+
+
+def router_figures(manifest: dict[str, Any], before1: dict[str, Any], before2: dict[str, Any],
+                   after1: dict[str, Any], after2: dict[str, Any], *ab_runs: dict[str, Any]) -> dict[str, Any]:
+    """The router (bench_router.py): added latency and CPU before and after the relay fix (overhead), and the
+    A/B of the recommended default on two llama.cpp servers, one entry of ``runs`` per committed run."""
+    runs = [("before the fix, 1", before1), ("before the fix, 2", before2),
+            ("**after the fix, 1**", after1), ("**after the fix, 2**", after2)]
+
+    def added(d: dict[str, Any], k: str, p50: str) -> str:
+        o = d["overhead_ms"][k]
+        return f"{o['p50']:+{p50}} / {o['p99']:+.1f} ms"
+
+    t = table(["run", "first token added p50 / p99", "per chunk added p50 / p99", "router CPU / request"],
+              [[name, added(d, "first_token", ".1f"), added(d, "per_chunk", ".2f"), f"{d['router_cpu_ms_per_request']:.2f} ms"]
+               for name, d in runs])
+    goal = _goal_ms(after1["goal"])
+
+    def verdict(kind: str, ds: list[dict[str, Any]]) -> str:
+        p99 = [d["overhead_ms"][kind]["p99"] for d in ds]
+        met = all(x < goal for x in p99)
+        return f"{'met' if met else 'not met'} ({rng(p99, '+.1f', ' to ')} ms)"
+
+    after = [after1, after2]
+    before = [before1, before2]
+    m = sorted(made(manifest, f"router/overhead-{w}-{i}.json") for w in ("before", "after") for i in (1, 2))
+    span = f"{m[0][:16]}-{m[-1][11:]}" if m[0][:10] == m[-1][:10] else f"{m[0]} to {m[-1]}"  # "DAY HH:MM-HH:MM UTC"
+    return {
+        "overhead": t, "goal": after1["goal"], "goal_ms": f"{goal:g}",
+        "first_after": verdict("first_token", after), "chunk_after": verdict("per_chunk", after),
+        "first_before": verdict("first_token", before), "chunk_before": verdict("per_chunk", before),
+        "streams": after1["streams"], "rounds": after1["rounds"], "measured": count(after1["router"]["requests"]),
+        "tokens": after1["tokens"], "tok_s": f"{after1['tokens_per_s']:g}",
+        "router_core": ",".join(map(str, (after1["placement"] or {}).get("router", []))) or "-",
+        "made": span,
+        "ab": [{**_ab_run(d), "made": made(manifest, f"router/ab-run{i}.json")} for i, d in enumerate(ab_runs, 1)],
+    }
+
+
 FIGURES: dict[str, tuple[tuple[str, ...], Callable[..., dict[str, Any]]]] = {
     "policies": (("policies",), policies_figures),
     "draft": (("draft", "draft_k56"), draft_figures),
@@ -498,6 +628,8 @@ FIGURES: dict[str, tuple[tuple[str, ...], Callable[..., dict[str, Any]]]] = {
     "curve": (("zoo_manifest", "learning_curve"), curve_figures),
     "latency": (("zoo_manifest", "predictors"), predictors_figures),
     "sim_real": (("zoo_manifest", "sim_real", "bench_home"), sim_real_figures),
+    "router": (("zoo_manifest", *(f"router_overhead_{w}_{i}" for w in ("before", "after") for i in (1, 2)),
+                *sorted(k for k in SOURCES if k.startswith("router_ab_"))), router_figures),
 }
 
 

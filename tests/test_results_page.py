@@ -78,6 +78,19 @@ def _set_made(d):
     d["files"]["predictors.json"]["made"] = "2027-01-01 00:00 UTC"
 
 
+# the router's figure files (bench_router.py overhead / ab, copied into docs/results/router/)
+def _set_router_cpu(d):
+    d["router_cpu_ms_per_request"] = 9.87
+
+
+def _set_rr_again_short_p50(d):
+    d["arms"]["round-robin-again"]["short_p50_e2e_s"] = 9.87654
+
+
+def _set_spread_small(d):
+    d["server_speed_spread"] = 0.03
+
+
 @pytest.mark.parametrize(("source", "change", "old", "new"), [
     ("draft", _set_k1_tau, "| greedy | chain k = 1 | 1.44 |", "| greedy | chain k = 1 | 1.90 |"),
     ("policies", _set_candidate, "| fcfs+lpt | 2 | 210 |", "| fcfs+lpt | 7 | 210 |"),
@@ -92,6 +105,12 @@ def _set_made(d):
     ("sim_real", _set_baseline_p99, "| fcfs+rr (no prediction) | 4.91 |", "| fcfs+rr (no prediction) | 9.88 |"),
     ("zoo_manifest", _set_made, "Rendered from [docs/results/predictors.json](results/predictors.json) (made 2026-12-02",
      "Rendered from [docs/results/predictors.json](results/predictors.json) (made 2027-01-01"),
+    ("router_overhead_after_1", _set_router_cpu, "| **after the fix, 1** | +1.2 / +6.6 ms | +0.00 / +1.0 ms | 4.10 ms |",
+     "| **after the fix, 1** | +1.2 / +6.6 ms | +0.00 / +1.0 ms | 9.87 ms |"),
+    ("router_ab_run2", _set_rr_again_short_p50, "| round robin again | 0.88 | 77.1 tok/s | 17.3 s |",
+     "| round robin again | 0.88 | 77.1 tok/s | 9.9 s |"),
+    ("router_ab_run2", _set_spread_small, "**The arms are not comparable**: the servers' speed differed by 11.6%",
+     "The servers' speed differed by 3.0% between arms (within 5%): the arms are comparable."),
 ])
 def test_a_changed_figure_changes_its_line_of_the_page(tmp_path, capsys, source, change, old, new):
     root = _copy(tmp_path)
@@ -108,6 +127,39 @@ def test_a_changed_figure_changes_its_line_of_the_page(tmp_path, capsys, source,
     assert len(changed) == 1, changed  # one figure, one line
     assert changed[0][0].startswith(old) and changed[0][1].startswith(new), changed
     assert rp.main(["--check", "--root", str(root)]) == 0
+
+
+def _changed_lines(root: Path, source: str, change) -> list[tuple[str, str]]:
+    before = (root / rp.PAGE).read_text()
+    _edit(root / rp.SOURCES[source][0], change)
+    assert rp.main(["--root", str(root)]) == 0
+    after = (root / rp.PAGE).read_text()
+    return [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=True) if a != b]
+
+
+def test_the_router_readings_are_computed_from_the_figures(tmp_path):
+    """The A/B's reading (the recommended arm against the round-robin mean) and the overhead goal's verdict
+    are rendered from the JSON, not typed: a planted figure moves the table row and the sentence."""
+    root = _copy(tmp_path)
+
+    def faster(d):
+        d["arms"]["recommended-proxy"]["short_p99_e2e_s"] = 16.7
+
+    changed = _changed_lines(root, "router_ab_run1", faster)
+    assert len(changed) == 2, changed
+    assert changed[0][1].startswith("| recommended (proxy) | - | 68.7 tok/s | 3.8 s | **16.7 s** |"), changed
+    assert "short P99 16.7 s against 33.4 s" in changed[1][1] and "(**-50.0%**)" in changed[1][1], changed
+
+    def under_goal(d):
+        d["overhead_ms"]["first_token"]["p99"] = 4.2
+
+    _edit(root / rp.SOURCES["router_overhead_after_1"][0], under_goal)  # both runs after the fix under 5 ms
+    changed = _changed_lines(root, "router_overhead_after_2", under_goal)
+    assert len(changed) == 3, changed  # their two rows and the verdict
+    assert changed[0][1].startswith("| **after the fix, 1** | +1.2 / +4.2 ms"), changed
+    assert changed[1][1].startswith("| **after the fix, 2** | +1.2 / +4.2 ms"), changed
+    assert "first token **not met (+6.6 to +7.8 ms)**" in changed[2][0], changed
+    assert "first token **met (+4.2 ms)**" in changed[2][1], changed
 
 
 def test_a_missing_figure_file_is_one_line(tmp_path, capsys):
