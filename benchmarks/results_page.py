@@ -63,7 +63,7 @@ SOURCES: dict[str, tuple[str, str]] = {
                             f"python benchmarks/bench_router.py ab --requests 192 --rate {rate} --arms rr,recommended "
                             f"--repeat-first{extra} --head proxy=data/heads/proxy-smollm2-sharegpt "
                             f"--out docs/results/router/ab-{run}.json")
-       for run, rate, extra in (("run1", "0.28", ""), ("run2", "0.43", ""))},
+       for run, rate, extra in (("run1", "0.28", ""), ("run2", "0.43", ""), ("run3", "0.43", " --same-estimator"))},
 }
 
 
@@ -558,6 +558,10 @@ def _ab_run(d: dict[str, Any]) -> dict[str, Any]:
             s = [f["short_p99_e2e_s"] for f in rr]
             reading.append(f"The round-robin runs' short P99 differ by {100 * (max(s) / min(s) - 1):.0f}% among "
                            "themselves.")
+    lost = [f"{f['requests'] - f['ok']} of {f['requests']} requests in the {_arm_label(a)} arm" for a, f in arms.items()
+            if f["ok"] < f["requests"]]
+    if lost:
+        reading.append(f"Not completed (left out of the figures): {', '.join(lost)}.")
     spread = d.get("server_speed_spread")
     if spread is None:
         comparable = "The servers' speed was not measured in every arm: comparability unknown."
@@ -576,7 +580,14 @@ def _ab_run(d: dict[str, Any]) -> dict[str, Any]:
     else:
         comparable = (f"The servers' speed differed by {100 * spread:.1f}% between arms (within "
                       f"{100 * SPREAD_LIMIT:.0f}%): the arms are comparable.")
+    rec_vs_rr = None  # the recommended arm's servers' speed against the round-robin mean, and whether slowest
+    if rec and rr and all(f["decode_tok_s_median"] for f in arms.values()):
+        a, f = rec[0]
+        v = f["decode_tok_s_median"]
+        rec_vs_rr = (v / statistics.fmean(x["decode_tok_s_median"] for x in rr) - 1,
+                     v == min(x["decode_tok_s_median"] for x in arms.values()))
     return {"table": t, "reading": " ".join(reading) or "-", "comparable": comparable, "rate": f"{d['rate_rps']:g}",
+            "rec_vs_rr": rec_vs_rr,
             "load": f"{d['load_vs_decode_capacity']:.2f}", "short": f"{d['short_threshold_tokens']:g}",
             "busy_missing": all((f.get("utilization") or {}).get("mean") is None for f in arms.values())}
 
@@ -606,6 +617,8 @@ def router_figures(manifest: dict[str, Any], before1: dict[str, Any], before2: d
     before = [before1, before2]
     m = sorted(made(manifest, f"router/overhead-{w}-{i}.json") for w in ("before", "after") for i in (1, 2))
     span = f"{m[0][:16]}-{m[-1][11:]}" if m[0][:10] == m[-1][:10] else f"{m[0]} to {m[-1]}"  # "DAY HH:MM-HH:MM UTC"
+    ab = [{**_ab_run(d), "made": made(manifest, f"router/ab-run{i}.json")} for i, d in enumerate(ab_runs, 1)]
+    speeds = [r["rec_vs_rr"] for r in ab]
     return {
         "overhead": t, "goal": after1["goal"], "goal_ms": f"{goal:g}",
         "first_after": verdict("first_token", after), "chunk_after": verdict("per_chunk", after),
@@ -614,7 +627,10 @@ def router_figures(manifest: dict[str, Any], before1: dict[str, Any], before2: d
         "tokens": after1["tokens"], "tok_s": f"{after1['tokens_per_s']:g}",
         "router_core": ",".join(map(str, (after1["placement"] or {}).get("router", []))) or "-",
         "made": span,
-        "ab": [{**_ab_run(d), "made": made(manifest, f"router/ab-run{i}.json")} for i, d in enumerate(ab_runs, 1)],
+        "ab": ab,
+        # the recommended arm's servers slowest in every run, and by how much against the round-robin mean
+        "rec_slowest_all": bool(speeds) and all(r is not None and r[1] for r in speeds),
+        "rec_speed": ", ".join("-" if r is None else pct(r[0]) for r in speeds),
     }
 
 

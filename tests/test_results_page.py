@@ -150,6 +150,14 @@ def test_the_router_readings_are_computed_from_the_figures(tmp_path):
     assert changed[0][1].startswith("| recommended (proxy) | - | 68.7 tok/s | 3.8 s | **16.7 s** |"), changed
     assert "short P99 16.7 s against 33.4 s" in changed[1][1] and "(**-50.0%**)" in changed[1][1], changed
 
+    def all_done(d):
+        f = d["arms"]["recommended-proxy"]
+        f["ok"] = f["requests"]
+
+    changed = _changed_lines(root, "router_ab_run3", all_done)  # run 3 lost one request of its recommended arm
+    assert len(changed) == 1 and "Not completed (left out of the figures): 1 of 192" in changed[0][0], changed
+    assert "Not completed" not in changed[0][1], changed
+
     def under_goal(d):
         d["overhead_ms"]["first_token"]["p99"] = 4.2
 
