@@ -443,7 +443,7 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
     # counted, so the true load is a little higher than this figure)
     mean_out = float(np.mean(outs)) if outs else float("nan")
     cap = 2 * float(np.median(list(speeds.values()))) / mean_out if speeds and outs else float("nan")
-    res: dict[str, Any] = {"bench": "router-ab", "server_speed_spread": rounded(drift, 1, 3), "requests": len(rows), "rate_rps": args.rate,
+    res: dict[str, Any] = {"bench": "router-ab", "args": {k: v for k, v in vars(args).items() if k != "out"}, "server_speed_spread": rounded(drift, 1, 3), "requests": len(rows), "rate_rps": args.rate,
                            "max_tokens": max_tokens, "short_threshold_tokens": short_thr, "arms": figs,
                            "mean_output_tokens": rounded(mean_out, 1, 1), "decode_capacity_req_s": rounded(cap, 1, 4),
                            "load_vs_decode_capacity": rounded(args.rate / cap, 1, 3) if cap == cap else None,
