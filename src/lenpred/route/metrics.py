@@ -4,6 +4,8 @@ scrape time by a collector rather than kept in gauges that could drift."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,7 +67,7 @@ class RouterMetrics:
                                    "|predicted - produced| output tokens (requests that finished)",
                                    buckets=_TOKENS, registry=r)
         self.loop_lag = Histogram("lenpred_route_loop_lag_seconds",
-                                  "how late the event loop ran a timer (sampled every LAG_EVERY_S): a stall here "
+                                  f"how late the event loop ran a timer (sampled every {LAG_EVERY_S * 1e3:g} ms): a stall here "
                                   "delays every stream the router relays", buckets=_MS, registry=r)
         r.register(_Backends(pool))  # type: ignore[arg-type]
 
@@ -75,9 +77,6 @@ class RouterMetrics:
 
 async def watch_loop_lag(hist: Histogram, every_s: float = LAG_EVERY_S) -> None:
     """Sleep ``every_s`` and record how much later than asked the loop woke us, for ever (cancel to stop)."""
-    import asyncio
-    import time
-
     while True:
         t = time.monotonic()
         await asyncio.sleep(every_s)

@@ -38,8 +38,7 @@ class PriorityMapper:
         self.cfg = cfg
         self.default_tokens = default_tokens
         self.t0 = time.monotonic() if t0 is None else t0
-        aging = cfg.aging if cfg.queue != "fcfs" else 0.0
-        self.policy = make_queue_policy(cfg.queue, aging=aging, quantile_z=cfg.quantile_z)
+        self.policy = make_queue_policy(cfg.queue, aging=cfg.aging, quantile_z=cfg.quantile_z)  # fcfs ignores both
 
     def key(self, tokens: float | None, spread: float | None, now: float | None = None) -> float:
         """The priority key (smaller first) of a request predicted at ``tokens`` arriving ``now``."""
