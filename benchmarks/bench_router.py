@@ -253,7 +253,7 @@ def _ab_body(row: dict[str, Any], sampling: dict[str, Any], max_tokens: int, k: 
 
 
 async def _replay(url: str, rows: list[dict[str, Any]], arrivals: np.ndarray, sampling: dict[str, Any],
-                  max_tokens: int, model: str, timeout: float) -> list[dict[str, Any]]:
+                  max_tokens: int, model: str, timeout: float, seed_offset: int = 0) -> list[dict[str, Any]]:
     async with client(len(rows), timeout) as c:
         t0 = time.monotonic()
         tasks = []
@@ -262,7 +262,7 @@ async def _replay(url: str, rows: list[dict[str, Any]], arrivals: np.ndarray, sa
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(measure_stream(c, url + "/v1/chat/completions",
-                                                     _ab_body(row, sampling, max_tokens, k, model))))
+                                                     _ab_body(row, sampling, max_tokens, seed_offset + k, model))))
         recs = await asyncio.gather(*tasks)
     for r, row, at in zip(recs, rows, arrivals, strict=True):
         r["arrival_s"] = float(at)
@@ -274,11 +274,17 @@ async def _replay(url: str, rows: list[dict[str, Any]], arrivals: np.ndarray, sa
     return list(recs)
 
 
+def _span(recs: list[dict[str, Any]]) -> float:
+    """First send to last completion of the requests that completed (nan if none did)."""
+    ok = [r for r in recs if r.get("done") and r["error"] is None]
+    return max(r["t_send"] + r["e2e"] for r in ok) - min(r["t_send"] for r in recs) if ok else float("nan")
+
+
 def _arm_figures(recs: list[dict[str, Any]], short_thr: float) -> dict[str, Any]:
     ok = [r for r in recs if r.get("done") and r["error"] is None]
     e2e = [r["e2e"] for r in ok]
     short = [r["e2e"] for r in ok if r["output_tokens"] < short_thr]
-    span = max(r["t_send"] + r["e2e"] for r in ok) - min(r["t_send"] for r in recs) if ok else float("nan")
+    span = _span(recs)
     toks = sum(r["output_tokens"] for r in ok)
     # the servers' own speed in this arm: tokens per second while a response streams (a llama.cpp server
     # answers one request at a time, so this is its service rate, free of queueing) -- if it differs
@@ -316,6 +322,67 @@ def _utilization(recs: list[dict[str, Any]]) -> dict[str, Any]:
         out[b] = rounded(busy / (end - t0), 1, 3)
     return {"per_server": out, "mean": rounded(float(np.mean(list(out.values()))), 1, 3),
             "mean_service_s": rounded(float(np.mean(service)), 1, 3)}
+
+
+def block_schedule(arms: list[str], n: int, blocks: int) -> list[tuple[int, str, np.ndarray]]:
+    """The A/B's running order: the requests cut into ``blocks`` consecutive parts, each part run by every arm
+    in turn, the order reversed every other block (A B, B A, A B, ...): a slow drift of the machine then
+    falls on every arm alike, where whole arms one after another (A B A) leave each arm its own stretch of
+    time. Returns (block, arm, request indices)."""
+    parts = np.array_split(np.arange(n), blocks)
+    out = []
+    for b, idx in enumerate(parts):
+        for arm in (arms if b % 2 == 0 else arms[::-1]):
+            out.append((b, arm, idx))
+    return out
+
+
+def _pooled_figures(recs: list[dict[str, Any]], short_thr: float) -> dict[str, Any]:
+    """An arm's figures over its blocks: latencies pooled, throughput and busy share over the blocks' own
+    spans (not the time between blocks, which other arms used)."""
+    by_block: dict[int, list[dict[str, Any]]] = {}
+    for r in recs:
+        by_block.setdefault(int(r.get("block", 0)), []).append(r)
+    f = _arm_figures(recs, short_thr)
+    if len(by_block) <= 1:
+        return {**f, "utilization": _utilization(recs)}
+    parts = [_utilization(rs) for rs in by_block.values()]
+    span = [_span(rs) for rs in by_block.values()]
+    toks = sum(r["output_tokens"] for r in recs if r.get("done") and r["error"] is None)
+    total = sum(x for x in span if x == x)
+    f["throughput_tok_s"] = rounded(toks / total, 1, 2) if total else None
+    f["throughput_req_s"] = rounded(f["ok"] / total, 1, 4) if total else None
+    busy = [(u["mean"], x) for u, x in zip(parts, span, strict=True) if u.get("mean") is not None and x == x]
+    f["utilization"] = {"mean": rounded(sum(u * x for u, x in busy) / sum(x for _, x in busy), 1, 3) if busy else None,
+                        "per_block": [u.get("mean") for u in parts]}
+    return f
+
+
+def _paired(results: dict[str, list[dict[str, Any]]], short_thr: float) -> dict[str, Any]:
+    """Per block, each arm's short-request P99 and its servers' speed; the largest speed gap between two arms
+    that ran the same block next to each other (what drift could still do to the comparison)."""
+    per: dict[str, dict[int, dict[str, Any]]] = {}
+    for arm, recs in results.items():
+        blocks: dict[int, list[dict[str, Any]]] = {}
+        for r in recs:
+            blocks.setdefault(int(r["block"]), []).append(r)
+        per[arm] = {b: _arm_figures(rs, short_thr) for b, rs in sorted(blocks.items())}
+    arms = list(per)
+    gaps = []
+    for b in per[arms[0]]:
+        sp = [per[a][b]["decode_tok_s_median"] for a in arms if b in per[a] and per[a][b]["decode_tok_s_median"]]
+        if len(sp) >= 2:
+            gaps.append(max(sp) / min(sp) - 1)
+    wins = {}
+    if len(arms) >= 2:
+        base = arms[0]
+        for a in arms[1:]:
+            pairs = [(per[base][b]["short_p99_e2e_s"], per[a][b]["short_p99_e2e_s"]) for b in per[base] if b in per[a]]
+            wins[a] = sum(1 for x, y in pairs if x is not None and y is not None and y < x)
+    return {"short_p99_per_block": {a: [v["short_p99_e2e_s"] for v in per[a].values()] for a in arms},
+            "speed_per_block": {a: [v["decode_tok_s_median"] for v in per[a].values()] for a in arms},
+            "neighbour_speed_gap": rounded(max(gaps), 1, 3) if gaps else None,
+            "blocks_won_vs_first_arm": wins}
 
 
 def _calibrate(server: LlamaServer, rows: list[dict[str, Any]], sampling: dict[str, Any], model: str,
@@ -395,10 +462,15 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
         arms["lpt-chars"] = {"policy": "least-predicted-tokens", "estimator": {"kind": "chars"}}
     if not arms:
         raise SystemExit("bench_router ab: no arm to run -- fix: --arms rr,... and a --head for lpt/recommended")
+    if args.blocks < 1 or args.blocks > len(rows):
+        raise SystemExit(f"bench_router ab: --blocks {args.blocks} -- fix: between 1 and --requests ({len(rows)})")
+    if args.blocks > 1 and args.repeat_first:
+        raise SystemExit("bench_router ab: --blocks and --repeat-first both guard against drift -- fix: use one of them")
     if args.repeat_first:  # A B C ... A: a drift of the machine during the A/B shows in the two A runs
         first = next(iter(arms))
         arms[f"{first}-again"] = dict(arms[first])
-    results: dict[str, list[dict[str, Any]]] = {}
+    schedule = block_schedule(list(arms), len(rows), args.blocks)
+    results: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
     timings: list[dict[str, Any]] = []
     try:
         for s in servers:
@@ -410,7 +482,8 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
             _calibrate(s, rows[::-1], sampling, s.alias, args.warmup)
         if args.sim:
             timings = _calibrate(servers[0], rows[::-1], sampling, servers[0].alias, args.calib)
-        for arm, spec in arms.items():
+        for block, arm, idx in schedule:
+            spec = arms[arm]
             est = spec.get("estimator") or {"kind": "remote", "url": serves[spec["head"]].url, "timeout_s": 5.0}
             # "recommended": the router's own defaults (priority.queue fcfs, no field sent), max_outstanding = the
             # server's slots, so requests wait in the router's queue and go to whichever server frees first
@@ -422,16 +495,20 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
                    "timeouts": {"read_s": 600.0, "total_s": 3600.0},
                    "limits": {"max_queued": 4096, "queue_timeout_s": 3600.0},
                    "health": {"interval_s": 2.0, "timeout_s": 5.0}}
-            with RouterProcess(cfg, name=arm, log_dir=logs, log_level="info") as router:
-                print(f"arm {arm}: {len(rows)} requests at {args.rate:g}/s ...", file=sys.stderr, flush=True)
-                results[arm] = asyncio.run(_replay(router.url, rows, arrivals, sampling, max_tokens,
-                                                   servers[0].alias, timeout=3600))
+            tag = arm if args.blocks == 1 else f"{arm}-block{block}"
+            with RouterProcess(cfg, name=tag, log_dir=logs, log_level="info") as router:
+                print(f"arm {tag}: {len(idx)} requests at {args.rate:g}/s ...", file=sys.stderr, flush=True)
+                recs = asyncio.run(_replay(router.url, [rows[i] for i in idx], arrivals[idx] - arrivals[idx[0]],
+                                           sampling, max_tokens, servers[0].alias, timeout=3600, seed_offset=int(idx[0])))
+                for r in recs:
+                    r["block"] = block
+                results[arm].extend(recs)
     finally:
         for p in [*serves.values(), *servers]:
             p.stop()
     outs = [r["output_tokens"] for recs in results.values() for r in recs if r.get("done")]
     short_thr = float(np.median(outs)) if outs else 0.0
-    figs = {arm: {**_arm_figures(recs, short_thr), "utilization": _utilization(recs)} for arm, recs in results.items()}
+    figs = {arm: _pooled_figures(recs, short_thr) for arm, recs in results.items()}
     with open(logs / "requests.jsonl", "w") as f:  # every request of every arm, for figures computed later
         for arm, recs in results.items():
             for r in recs:
@@ -448,6 +525,8 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
                            "mean_output_tokens": rounded(mean_out, 1, 1), "decode_capacity_req_s": rounded(cap, 1, 4),
                            "load_vs_decode_capacity": rounded(args.rate / cap, 1, 3) if cap == cap else None,
                            "heads": heads, "run": args.run, "prompt_weight": args.prompt_weight, "machine": _machine(), "logs": str(logs)}
+    if args.blocks > 1:
+        res["blocks"] = {"n": args.blocks, "order": [[b, a] for b, a, _ in schedule], **_paired(results, short_thr)}
     if args.sim and timings:
         res["sim"] = _simulate(timings, results, {a: s["policy"] for a, s in arms.items()}, short_thr, logs)
     rows_t = []
@@ -466,6 +545,13 @@ def ab(args: argparse.Namespace) -> dict[str, Any]:
     if cap == cap:
         print(f"offered load: {args.rate:g} req/s x {mean_out:.0f} tokens = {args.rate / cap:.2f} x the pair's decode "
               f"capacity ({cap:.3f} req/s; prefill not counted)")
+    if args.blocks > 1:
+        pb = res["blocks"]
+        print(f"{args.blocks} blocks, arms interleaved {' '.join(a for _, a in res['blocks']['order'])}: short P99 "
+              "per block " + "; ".join(f"{a} " + ", ".join("-" if v is None else f"{v:g}" for v in vals)
+                                                    for a, vals in pb["short_p99_per_block"].items()))
+        print("servers' speed, neighbouring blocks of two arms (the drift the interleaving cancels): largest gap "
+              f"{pb['neighbour_speed_gap']}")
     if drift is not None and drift > 0.05:
         print(f"warning: the servers' speed differed by {100 * drift:.0f}% between arms: the machine changed "
               "under the A/B (other load, clock); compare arms of equal speed only, or rerun on a quiet host")
@@ -514,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--sim", action="store_true", help="fit a latency profile and add the simulator's figures")
     a.add_argument("--repeat-first", action="store_true",
                    help="run the round-robin arm again at the end (A B ... A), to see a drift of the machine")
+    a.add_argument("--blocks", type=int, default=1,
+                   help="cut the requests into this many blocks and run every arm on each block, the order reversed "
+                        "every other block (A B B A ...): drift of a shared machine falls on every arm alike")
     a.add_argument("--calib", type=int, default=12, help="--sim: calibration requests")
     a.add_argument("--warmup", type=int, default=2, help="requests sent straight to each server before the first arm")
     a.add_argument("--prompt-weight", type=float, default=0.5,

@@ -24,3 +24,41 @@ def test_arm_figures_by_hand():
     assert f["decode_tok_s_median"] == pytest.approx(7.5)  # median of 10 and 5
     assert f["throughput_tok_s"] == pytest.approx(127 / 11.0, abs=0.01)  # tokens over first send .. last end
     assert f["short_p99_e2e_s"] == pytest.approx(3.5 + 0.99 * (9.0 - 3.5), abs=1e-3)  # outputs 21 and 5 are short
+
+
+def test_block_schedule_reverses_every_other_block():
+    sched = br.block_schedule(["rr", "lpt"], 10, 4)
+    assert [(b, a) for b, a, _ in sched] == [(0, "rr"), (0, "lpt"), (1, "lpt"), (1, "rr"),
+                                            (2, "rr"), (2, "lpt"), (3, "lpt"), (3, "rr")]
+    # every request in exactly one block, blocks consecutive, both arms of a block on the same requests
+    idx = {b: list(i) for b, _, i in sched}
+    assert sum(idx.values(), []) == list(range(10))
+    assert [list(i) for b, a, i in sched if b == 2] == [idx[2], idx[2]]
+    assert [(b, a) for b, a, _ in br.block_schedule(["a", "b", "c"], 6, 2)] == [
+        (0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"), (1, "a")]
+
+
+def test_pooled_figures_leave_out_the_time_between_blocks():
+    # block 0 runs 0..10 s on server a; block 1 runs 100..104 s, a busy 100..102, b 100..104: 14 s of the
+    # arm's own time, not 104
+    recs = [{**_rec(0.0, 1.0, 10.0, 91), "block": 0},
+            {**_rec(100.0, 1.0, 4.0, 31, "b"), "block": 1}, {**_rec(100.0, 0.5, 2.0, 5, "a"), "block": 1}]
+    f = br._pooled_figures(recs, short_thr=50)
+    assert f["throughput_tok_s"] == pytest.approx(127 / 14.0, abs=0.01)
+    assert f["throughput_req_s"] == pytest.approx(3 / 14.0, abs=1e-4)
+    # busy share per block: 1.0 (a alone, all the time); (2/4 + 4/4) / 2 = 0.75; weighted by span 10 and 4
+    assert f["utilization"]["per_block"] == [1.0, 0.75]
+    assert f["utilization"]["mean"] == pytest.approx((10 * 1.0 + 4 * 0.75) / 14, abs=1e-3)
+    assert f["short_p99_e2e_s"] == pytest.approx(2.0 + 0.99 * (4.0 - 2.0), abs=1e-3)  # pooled: outputs 31 and 5
+
+
+def test_paired_reports_the_speed_gap_between_neighbours():
+    # block 0: rr streams at 10 tok/s, lpt at 11 (10% apart); block 1: both at 10
+    res = {"rr": [{**_rec(0, 1.0, 11.0, 101), "block": 0}, {**_rec(50, 1.0, 11.0, 101), "block": 1},
+                  {**_rec(60, 0.5, 2.0, 8), "block": 1}],
+           "lpt": [{**_rec(20, 1.0, 10.0909, 101), "block": 0}, {**_rec(70, 1.0, 11.0, 101), "block": 1},
+                   {**_rec(80, 0.5, 1.5, 8), "block": 1}]}
+    p = br._paired(res, short_thr=50)
+    assert p["neighbour_speed_gap"] == pytest.approx(0.10, abs=0.002)
+    assert p["speed_per_block"]["rr"] == [10.0, pytest.approx(10.0)]
+    assert p["blocks_won_vs_first_arm"] == {"lpt": 1}  # block 1: 1.5 s < 2.0 s; block 0 has no short request
