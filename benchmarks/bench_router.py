@@ -21,6 +21,10 @@
   serve`` process each) or the chars fallback. Reports short-request P99 latency (output below the
   median) and throughput; with ``--sim``, a latency profile fitted to calibration requests (sequential,
   straight to one server) and the simulator's figures for the same requests, predictions and policies.
+  On a shared machine the servers' speed drifts by 10-25% over half an hour, as much as the policies
+  differ: ``--blocks N`` cuts the requests into N blocks and runs every arm on each block, the order
+  reversed every other block (A B B A ...), so the drift falls on every arm alike; the JSON then has
+  per-block figures and the largest speed gap between two arms of one block.
 
 The clients that measure (one stream or unary request, the overhead waves) are in router_load.py; the
 stub and server processes in tests/route/route_procs.py. Each writes its figures as JSON (``--out``, default out/bench/router/<mode>.json) beside the printed table.
@@ -34,6 +38,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
@@ -612,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--logs", default=None, help="folder for the servers' logs and configs")
     args = ap.parse_args(argv)
+    # a SIGTERM (kill, a CI timeout) unwinds like Ctrl-C, so the servers, routers and stubs this run started are
+    # stopped by their `finally`, not left running
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     res = {"overhead": overhead, "fault": fault, "ab": ab}[args.mode](args)
     _write(Path(args.out or f"out/bench/router/{args.mode}.json"), res)
     return 0
