@@ -72,9 +72,19 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
 
 
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def _machine() -> dict[str, Any]:
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
-            "nice": os.nice(0), "packages": _versions()}
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "cpu_model": _cpu_model(),
+            "load_avg_1m": round(os.getloadavg()[0], 2), "nice": os.nice(0), "packages": _versions()}
 
 
 def _versions() -> dict[str, str | None]:

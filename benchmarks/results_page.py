@@ -28,6 +28,8 @@ TEMPLATE = "docs/results.template.md"
 PAGE = "docs/results.md"
 COMMAND = "python benchmarks/results_page.py"
 
+AB_RUNS = 5  # the A/B runs of the router on two llama.cpp servers: docs/results/router/ab-run1..N.json
+
 # the figure files, by the name the template knows them under: (path from the root, what writes it)
 SOURCES: dict[str, tuple[str, str]] = {
     "policies": ("docs/policies/policies.json", "python benchmarks/bench_policies.py --out docs/policies"),
@@ -59,11 +61,10 @@ SOURCES: dict[str, tuple[str, str]] = {
                                        "python benchmarks/bench_router.py overhead --rounds 6 "
                                        f"--out docs/results/router/overhead-{when}-{i}.json")
        for when in ("before", "after") for i in (1, 2)},
-    **{f"router_ab_{run}": (f"docs/results/router/ab-{run}.json",
-                            f"python benchmarks/bench_router.py ab --requests 192 --rate {rate} --arms rr,recommended "
-                            f"--repeat-first{extra} --head proxy=data/heads/proxy-smollm2-sharegpt "
-                            f"--out docs/results/router/ab-{run}.json")
-       for run, rate, extra in (("run1", "0.28", ""), ("run2", "0.43", ""), ("run3", "0.43", " --same-estimator"))},
+    **{f"router_ab_run{i}": (f"docs/results/router/ab-run{i}.json",
+                             "python benchmarks/bench_router.py ab --requests 192 ... (the flags: docs/results.md, "
+                             f"run {i}), then python benchmarks/results_page.py --adopt OUT.json router/ab-run{i}.json")
+       for i in range(1, AB_RUNS + 1)},
 }
 
 
@@ -527,8 +528,41 @@ def _arm_label(arm: str) -> str:
     return label + (" again" if again else "")
 
 
+def _policy_arms(arms: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The arms that run a policy against round robin: the router's default with its queue in front of the
+    slots (recommended-HEAD) or with every request sent on at once (lpt-HEAD)."""
+    return [(a, f) for a, f in arms.items() if a.startswith(("recommended-", "lpt-"))]
+
+
+def _ab_flags(d: dict[str, Any]) -> str:
+    """The run's command-line flags that shaped it, from the arguments it recorded."""
+    a = d.get("args") or {}
+    flags = [f"--rate {d['rate_rps']:g}", f"--arms {a.get('arms', 'rr,lpt')}"]
+    flags += [f"--{k.replace('_', '-')}" for k in ("repeat_first", "same_estimator") if a.get(k)]
+    if (a.get("blocks") or 1) > 1:
+        flags.append(f"--blocks {a['blocks']}")
+    if a.get("slots", 1) != 1 and "recommended" in a.get("arms", ""):
+        flags.append(f"--slots {a['slots']}")
+    return " ".join(flags)
+
+
+def _ab_desc(d: dict[str, Any]) -> str:
+    """What a run did differently, from the arguments it recorded."""
+    a = d.get("args") or {}
+    out = []
+    if a.get("same_estimator"):
+        out.append("`--same-estimator` (round robin asks the proxy head too, so every arm pays its CPU)")
+    if (a.get("blocks") or 1) > 1:
+        order = " ".join("A" if arm == "round-robin" else "B" for _, arm in d["blocks"]["order"])
+        out.append(f"`--blocks {a['blocks']}`: {d['requests'] // a['blocks']} requests per block, every arm on "
+                   f"every block, arms in the order {order} (A round robin): the machine's drift falls on both")
+    elif a.get("repeat_first"):
+        out.append("A-B-A (round robin again at the end)")
+    return "; ".join(out)
+
+
 def _ab_run(d: dict[str, Any]) -> dict[str, Any]:
-    """One A/B run: its table, and the reading computed from it (the recommended arm against the mean of
+    """One A/B run: its table, and the reading computed from it (the policy arm against the mean of
     the round-robin runs; whether the servers ran at one speed in every arm)."""
     arms = d["arms"]
 
@@ -544,20 +578,30 @@ def _ab_run(d: dict[str, Any]) -> dict[str, Any]:
                      sec(f["mean_e2e_s"])])
     t = table(["arm", "busy share", "servers' speed", "short P50", "**short P99**", "P99 e2e", "mean e2e"], rows)
     rr = [f for a, f in arms.items() if a.removesuffix("-again") == "round-robin"]
-    rec = [(a, f) for a, f in arms.items() if a.startswith("recommended-")]
+    rec = _policy_arms(arms)
     reading = []
     if rr and rec:
         rr_short = statistics.fmean(f["short_p99_e2e_s"] for f in rr)
         rr_p99 = statistics.fmean(f["p99_e2e_s"] for f in rr)
-        n = {1: "one", 2: "two", 3: "three"}.get(len(rr), str(len(rr)))
+        against = ("round robin's" if len(rr) == 1 else
+                   f"the mean of the {({2: 'two', 3: 'three'}).get(len(rr), str(len(rr)))} round-robin runs")
         for a, f in rec:
             reading.append(f"The {_arm_label(a)} arm: short P99 {f['short_p99_e2e_s']:.1f} s against {rr_short:.1f} s, "
-                           f"the mean of the {n} round-robin runs (**{pct(f['short_p99_e2e_s'] / rr_short - 1)}**); "
-                           f"P99 e2e {pct(f['p99_e2e_s'] / rr_p99 - 1)} against theirs.")
+                           f"{against} (**{pct(f['short_p99_e2e_s'] / rr_short - 1)}**); "
+                           f"P99 e2e {pct(f['p99_e2e_s'] / rr_p99 - 1)}, mean e2e "
+                           f"{pct(f['mean_e2e_s'] / statistics.fmean(x['mean_e2e_s'] for x in rr) - 1)}.")
         if len(rr) > 1:
             s = [f["short_p99_e2e_s"] for f in rr]
             reading.append(f"The round-robin runs' short P99 differ by {100 * (max(s) / min(s) - 1):.0f}% among "
                            "themselves.")
+    blocks = d.get("blocks")
+    if blocks and rec:
+        per = blocks["short_p99_per_block"]
+        a = rec[0][0]
+        won = blocks["blocks_won_vs_first_arm"].get(a)
+        reading.append(f"Per block, short P99 round robin {', '.join(sec(x) for x in per['round-robin'])}; "
+                       f"{_arm_label(a)} {', '.join(sec(x) for x in per[a])} (lower in {won} of {len(per[a])} "
+                       "blocks).")
     lost = [f"{f['requests'] - f['ok']} of {f['requests']} requests in the {_arm_label(a)} arm" for a, f in arms.items()
             if f["ok"] < f["requests"]]
     if lost:
@@ -580,14 +624,17 @@ def _ab_run(d: dict[str, Any]) -> dict[str, Any]:
     else:
         comparable = (f"The servers' speed differed by {100 * spread:.1f}% between arms (within "
                       f"{100 * SPREAD_LIMIT:.0f}%): the arms are comparable.")
-    rec_vs_rr = None  # the recommended arm's servers' speed against the round-robin mean, and whether slowest
+    if blocks and blocks.get("neighbour_speed_gap") is not None:
+        comparable += (f" Between the two arms of one block the servers' speed differed by up to "
+                       f"{100 * blocks['neighbour_speed_gap']:.0f}% (the drift the interleaving spreads over both).")
+    rec_vs_rr = None  # the policy arm's servers' speed against the round-robin mean, and whether slowest
     if rec and rr and all(f["decode_tok_s_median"] for f in arms.values()):
         a, f = rec[0]
         v = f["decode_tok_s_median"]
         rec_vs_rr = (v / statistics.fmean(x["decode_tok_s_median"] for x in rr) - 1,
                      v == min(x["decode_tok_s_median"] for x in arms.values()))
     return {"table": t, "reading": " ".join(reading) or "-", "comparable": comparable, "rate": f"{d['rate_rps']:g}",
-            "rec_vs_rr": rec_vs_rr,
+            "rec_vs_rr": rec_vs_rr, "desc": _ab_desc(d),
             "load": f"{d['load_vs_decode_capacity']:.2f}", "short": f"{d['short_threshold_tokens']:g}",
             "busy_missing": all((f.get("utilization") or {}).get("mean") is None for f in arms.values())}
 
@@ -617,7 +664,8 @@ def router_figures(manifest: dict[str, Any], before1: dict[str, Any], before2: d
     before = [before1, before2]
     m = sorted(made(manifest, f"router/overhead-{w}-{i}.json") for w in ("before", "after") for i in (1, 2))
     span = f"{m[0][:16]}-{m[-1][11:]}" if m[0][:10] == m[-1][:10] else f"{m[0]} to {m[-1]}"  # "DAY HH:MM-HH:MM UTC"
-    ab = [{**_ab_run(d), "made": made(manifest, f"router/ab-run{i}.json")} for i, d in enumerate(ab_runs, 1)]
+    ab = [{**_ab_run(d), "made": made(manifest, f"router/ab-run{i}.json"), "flags": _ab_flags(d)}
+          for i, d in enumerate(ab_runs, 1)]
     speeds = [r["rec_vs_rr"] for r in ab]
     return {
         "overhead": t, "goal": after1["goal"], "goal_ms": f"{goal:g}",
@@ -628,9 +676,8 @@ def router_figures(manifest: dict[str, Any], before1: dict[str, Any], before2: d
         "router_core": ",".join(map(str, (after1["placement"] or {}).get("router", []))) or "-",
         "made": span,
         "ab": ab,
-        # the recommended arm's servers slowest in every run, and by how much against the round-robin mean
-        "rec_slowest_all": bool(speeds) and all(r is not None and r[1] for r in speeds),
-        "rec_speed": ", ".join("-" if r is None else pct(r[0]) for r in speeds),
+        # runs 1-3 (the router's queue in front of one slot): the policy arm's servers' speed against round robin's
+        "rec_speed_first3": ", ".join("-" if r is None else pct(r[0]) for r in speeds[:3]),
     }
 
 
@@ -692,12 +739,48 @@ def first_difference(a: str, b: str) -> int:
     return min(len(la), len(lb)) + 1
 
 
+def adopt(root: Path, src: Path, name: str) -> None:
+    """docs/results/NAME := SRC (a benchmark's JSON, its scratch `logs` path nulled), and its manifest entry."""
+    import time
+
+    dest = (root / "docs/results" / name).resolve()
+    if not dest.is_relative_to(root / "docs/results") or dest.suffix != ".json":
+        raise PageError(f"--adopt NAME {name!r} is not a .json path inside docs/results/ -- fix: e.g. router/ab-run5.json")
+    try:
+        d = json.loads(src.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise PageError(f"--adopt {src}: not a readable JSON file ({e}) -- fix: the JSON a benchmark wrote (--out)") from e
+    nulled = [k for k in ("logs",) if d.get(k) is not None]
+    for k in nulled:
+        d[k] = None
+    mpath = root / "docs/results/manifest.json"
+    manifest = json.loads(mpath.read_text())
+    made = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(src.stat().st_mtime))
+    manifest["files"][name] = {"from": str(src), "made": made, "dropped": [], "nulled": nulled}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    for path, text in ((dest, json.dumps(d, indent=1) + "\n"),
+                       (mpath, json.dumps(manifest, indent=1, sort_keys=True) + "\n")):
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    print(f"adopted {src} as docs/results/{name} (made {made})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help=f"exit 1 if {PAGE} differs from what would be written")
     ap.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout)")
+    ap.add_argument("--adopt", nargs=2, metavar=("SRC", "NAME"),
+                    help="copy a benchmark's JSON into docs/results/NAME (e.g. router/ab-run5.json) with its manifest "
+                         "entry (where from, made = SRC's mtime), its `logs` folder nulled; then render")
     args = ap.parse_args(argv)
     root = args.root.resolve()
+    if args.adopt:
+        try:
+            adopt(root, Path(args.adopt[0]), args.adopt[1])
+        except PageError as e:
+            print(f"results_page: {e}", file=sys.stderr)
+            return 1
     try:
         page = render(root)
     except PageError as e:

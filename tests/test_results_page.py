@@ -158,6 +158,14 @@ def test_the_router_readings_are_computed_from_the_figures(tmp_path):
     assert len(changed) == 1 and "Not completed (left out of the figures): 1 of 192" in changed[0][0], changed
     assert "Not completed" not in changed[0][1], changed
 
+    def blocks_won(d):  # the blocked run's per-block reading: the wins are counted from the planted figures
+        d["blocks"]["short_p99_per_block"]["lpt-proxy"] = [1.0, 2.0, 3.0, 99.0]
+        d["blocks"]["blocks_won_vs_first_arm"]["lpt-proxy"] = 3
+
+    changed = _changed_lines(root, "router_ab_run5", blocks_won)
+    assert len(changed) == 1, changed
+    assert "least predicted tokens, proxy 1.0 s, 2.0 s, 3.0 s, 99.0 s (lower in 3 of 4 blocks)" in changed[0][1], changed
+
     def under_goal(d):
         d["overhead_ms"]["first_token"]["p99"] = 4.2
 
@@ -179,3 +187,32 @@ def test_a_missing_figure_file_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and rel in err and made_by in err, err
     assert (root / rp.PAGE).read_text() == page  # nothing half-written
+
+
+def test_adopt_copies_a_benchmark_json_with_its_manifest_entry(tmp_path, capsys):
+    """--adopt puts a benchmark's JSON where the page reads it, nulls its scratch `logs` path, records where it
+    came from in the manifest, and refuses a name outside docs/results/ or a file that is not JSON."""
+    root = _copy(tmp_path)
+    src = tmp_path / "scratch" / "ab.json"
+    src.parent.mkdir()
+    d = json.loads((root / rp.SOURCES["router_ab_run5"][0]).read_text())
+    d["logs"] = "/tmp/bench-router-ab-xyz"
+    d["arms"]["round-robin"]["short_p99_e2e_s"] = 98.7
+    src.write_text(json.dumps(d))
+    assert rp.main(["--root", str(root), "--adopt", str(src), "router/ab-run5.json"]) == 0
+    got = json.loads((root / "docs/results/router/ab-run5.json").read_text())
+    assert got["logs"] is None and got["arms"]["round-robin"]["short_p99_e2e_s"] == 98.7
+    entry = json.loads((root / "docs/results/manifest.json").read_text())["files"]["router/ab-run5.json"]
+    assert entry["from"] == str(src) and entry["nulled"] == ["logs"] and entry["made"].endswith("UTC")
+    assert "| round robin | " in (root / rp.PAGE).read_text() and "**98.7 s**" in (root / rp.PAGE).read_text()
+    manifest = (root / "docs/results/manifest.json").read_text()
+    for bad in ("../../escape.json", "router/ab-run5.txt"):
+        capsys.readouterr()
+        assert rp.main(["--root", str(root), "--adopt", str(src), bad]) == 1
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "not a .json path inside docs/results/" in err, err
+    (tmp_path / "scratch" / "broken.json").write_text('{"arms": ')
+    assert rp.main(["--root", str(root), "--adopt", str(tmp_path / "scratch" / "broken.json"), "router/x.json"]) == 1
+    assert "not a readable JSON file" in capsys.readouterr().err
+    assert (root / "docs/results/manifest.json").read_text() == manifest  # nothing written by a refusal
+    assert not (root / "docs/results/router/x.json").exists() and not (tmp_path / "escape.json").exists()
