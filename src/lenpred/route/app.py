@@ -22,14 +22,44 @@ from fastapi.responses import JSONResponse, Response
 from lenpred.route.config import RouterConfig
 from lenpred.route.forward import error_response
 from lenpred.route.openai import ApiError
-from lenpred.route.router import Router
+from lenpred.route.router import PATHS, Router
 
-__all__ = ["Router", "create_app"]
+__all__ = ["RouterApp", "Router", "create_app"]
 
 log = logging.getLogger("lenpred.route")
 
+_KINDS = {path: kind for kind, path in PATHS.items()}
 
-def create_app(cfg: RouterConfig, estimator: Any = None) -> FastAPI:
+
+class RouterApp(FastAPI):
+    """FastAPI, except that a POST to one of the two completion paths goes straight to the router.
+
+    Every request and every relayed chunk through FastAPI's stack (its middlewares, routing, request
+    handler, each ``send`` wrapped once per middleware) cost the router about as much CPU as its own
+    work; at 200 concurrent streams that CPU is the queue a first token waits in. What the stack did for
+    these two routes is done here: the route, the ``Request``, and the crash handler's OpenAI-format 500.
+    Every other request (and the lifespan) takes the FastAPI path, and both routes stay declared there
+    (OpenAPI schema, 405 for another method)."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            kind = _KINDS.get(scope["path"])
+            if kind is not None:
+                await self._complete(scope, receive, send, kind)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def _complete(self, scope: Any, receive: Any, send: Any, kind: str) -> None:
+        scope["app"] = self
+        request = Request(scope, receive)
+        try:
+            response = await self.state.router.handle(request, kind)
+        except Exception as exc:
+            response = _crash_response(request, exc)
+        await response(scope, receive, send)
+
+
+def create_app(cfg: RouterConfig, estimator: Any = None) -> RouterApp:
     """The FastAPI app of a router (``estimator``: any object with start / estimate / stop, for tests)."""
     router = Router(cfg, estimator=estimator)
 
@@ -45,7 +75,7 @@ def create_app(cfg: RouterConfig, estimator: Any = None) -> FastAPI:
         finally:
             await router.stop()
 
-    app = FastAPI(title="lenpred route", version="1", lifespan=lifespan,
+    app = RouterApp(title="lenpred route", version="1", lifespan=lifespan,
                   description="A length-aware OpenAI-compatible router (docs/route.md).")
     app.state.router = router
 
@@ -91,6 +121,10 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return error_response(ApiError(500, f"internal router error ({type(exc).__name__}); see the router's log",
-                               "server_error", code="internal_error"))
+        return _crash_response(request, exc)
+
+
+def _crash_response(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(ApiError(500, f"internal router error ({type(exc).__name__}); see the router's log",
+                                   "server_error", code="internal_error"))
