@@ -28,6 +28,9 @@ TEMPLATE = "docs/results.template.md"
 PAGE = "docs/results.md"
 COMMAND = "python benchmarks/results_page.py"
 
+# the router's overhead before and after each fix (two runs each): "" the relay fix (commit 69b5b9c, the first
+# machine), "fastpath_" the completion routes past FastAPI's middlewares (commit 3ab8c6c, the second machine)
+OVERHEAD_FIXES = ("", "fastpath_")
 AB_RUNS = 5  # the A/B runs of the router on two llama.cpp servers: docs/results/router/ab-run1..N.json
 
 # the figure files, by the name the template knows them under: (path from the root, what writes it)
@@ -57,10 +60,11 @@ SOURCES: dict[str, tuple[str, str]] = {
     "predictors": ("docs/results/predictors.json", "python benchmarks/bench_predictors.py ... (zoo_reference.sh)"),
     "sim_real": ("docs/results/sim_real.json", "python benchmarks/bench_sim_real.py ... (zoo_reference.sh)"),
     # the router (bench_router.py on an idle machine, 2026-12-02; copied here with `logs` set to null, see the manifest)
-    **{f"router_overhead_{when}_{i}": (f"docs/results/router/overhead-{when}-{i}.json",
-                                       "python benchmarks/bench_router.py overhead --rounds 6 "
-                                       f"--out docs/results/router/overhead-{when}-{i}.json")
-       for when in ("before", "after") for i in (1, 2)},
+    **{f"router_overhead_{fix}{when}_{i}": (f"docs/results/router/overhead-{fix.replace('_', '-')}{when}-{i}.json",
+                                             "python benchmarks/bench_router.py overhead --rounds 6 --out OUT.json, then "
+                                             "python benchmarks/results_page.py --adopt OUT.json "
+                                             f"router/overhead-{fix.replace('_', '-')}{when}-{i}.json")
+       for fix in OVERHEAD_FIXES for when in ("before", "after") for i in (1, 2)},
     **{f"router_ab_run{i}": (f"docs/results/router/ab-run{i}.json",
                              "python benchmarks/bench_router.py ab --requests 192 ... (the flags: docs/results.md, "
                              f"run {i}), then python benchmarks/results_page.py --adopt OUT.json router/ab-run{i}.json")
@@ -639,42 +643,56 @@ def _ab_run(d: dict[str, Any]) -> dict[str, Any]:
             "busy_missing": all((f.get("utilization") or {}).get("mean") is None for f in arms.values())}
 
 
-def router_figures(manifest: dict[str, Any], before1: dict[str, Any], before2: dict[str, Any],
-                   after1: dict[str, Any], after2: dict[str, Any], *ab_runs: dict[str, Any]) -> dict[str, Any]:
-    """The router (bench_router.py): added latency and CPU before and after the relay fix (overhead), and the
-    A/B of the recommended default on two llama.cpp servers, one entry of ``runs`` per committed run."""
-    runs = [("before the fix, 1", before1), ("before the fix, 2", before2),
-            ("**after the fix, 1**", after1), ("**after the fix, 2**", after2)]
-
+def _overhead(before: list[dict[str, Any]], after: list[dict[str, Any]], names: tuple[str, str]) -> dict[str, Any]:
+    """One fix's overhead table (two runs before, two after) and the goal's verdicts."""
     def added(d: dict[str, Any], k: str, p50: str) -> str:
         o = d["overhead_ms"][k]
         return f"{o['p50']:+{p50}} / {o['p99']:+.1f} ms"
 
+    runs = [(f"{names[0]}, {i}", d) for i, d in enumerate(before, 1)] + \
+           [(f"**{names[1]}, {i}**", d) for i, d in enumerate(after, 1)]
     t = table(["run", "first token added p50 / p99", "per chunk added p50 / p99", "router CPU / request"],
               [[name, added(d, "first_token", ".1f"), added(d, "per_chunk", ".2f"), f"{d['router_cpu_ms_per_request']:.2f} ms"]
                for name, d in runs])
-    goal = _goal_ms(after1["goal"])
+    goal = _goal_ms(after[0]["goal"])
 
     def verdict(kind: str, ds: list[dict[str, Any]]) -> str:
         p99 = [d["overhead_ms"][kind]["p99"] for d in ds]
         met = all(x < goal for x in p99)
         return f"{'met' if met else 'not met'} ({rng(p99, '+.1f', ' to ')} ms)"
 
-    after = [after1, after2]
-    before = [before1, before2]
-    m = sorted(made(manifest, f"router/overhead-{w}-{i}.json") for w in ("before", "after") for i in (1, 2))
-    span = f"{m[0][:16]}-{m[-1][11:]}" if m[0][:10] == m[-1][:10] else f"{m[0]} to {m[-1]}"  # "DAY HH:MM-HH:MM UTC"
+    cpu = [d["router_cpu_ms_per_request"] for d in before], [d["router_cpu_ms_per_request"] for d in after]
+    return {"table": t, "first_after": verdict("first_token", after), "chunk_after": verdict("per_chunk", after),
+            "first_before": verdict("first_token", before), "chunk_before": verdict("per_chunk", before),
+            "cpu_change": pct(statistics.fmean(cpu[1]) / statistics.fmean(cpu[0]) - 1),
+            "cpu_model": (after[0].get("machine") or {}).get("cpu_model")}
+
+
+def router_figures(manifest: dict[str, Any], *files: dict[str, Any]) -> dict[str, Any]:
+    """The router (bench_router.py): added latency and CPU before and after each fix (overhead, four files per
+    fix in OVERHEAD_FIXES order), and the A/B runs on two llama.cpp servers, one entry of ``ab`` per run."""
+    n = 4 * len(OVERHEAD_FIXES)
+    fixes, ab_runs = files[:n], files[n:]
+    relay = _overhead(list(fixes[0:2]), list(fixes[2:4]), ("before the fix", "after the fix"))
+    fast = _overhead(list(fixes[4:6]), list(fixes[6:8]), ("before", "after"))
+    after1 = fixes[2]
+
+    def span(prefix: str) -> str:
+        m = sorted(made(manifest, f"router/overhead-{prefix}{w}-{i}.json") for w in ("before", "after") for i in (1, 2))
+        return f"{m[0][:16]}-{m[-1][11:]}" if m[0][:10] == m[-1][:10] else f"{m[0]} to {m[-1]}"  # "DAY HH:MM-HH:MM UTC"
+
     ab = [{**_ab_run(d), "made": made(manifest, f"router/ab-run{i}.json"), "flags": _ab_flags(d)}
           for i, d in enumerate(ab_runs, 1)]
     speeds = [r["rec_vs_rr"] for r in ab]
     return {
-        "overhead": t, "goal": after1["goal"], "goal_ms": f"{goal:g}",
-        "first_after": verdict("first_token", after), "chunk_after": verdict("per_chunk", after),
-        "first_before": verdict("first_token", before), "chunk_before": verdict("per_chunk", before),
+        "overhead": relay["table"], "goal": after1["goal"], "goal_ms": f"{_goal_ms(after1['goal']):g}",
+        "first_after": relay["first_after"], "chunk_after": relay["chunk_after"],
+        "first_before": relay["first_before"], "chunk_before": relay["chunk_before"],
+        "fast": {**fast, "made": span("fastpath-")},
         "streams": after1["streams"], "rounds": after1["rounds"], "measured": count(after1["router"]["requests"]),
         "tokens": after1["tokens"], "tok_s": f"{after1['tokens_per_s']:g}",
         "router_core": ",".join(map(str, (after1["placement"] or {}).get("router", []))) or "-",
-        "made": span,
+        "made": span(""),
         "ab": ab,
         # runs 1-3 (the router's queue in front of one slot): the policy arm's servers' speed against round robin's
         "rec_speed_first3": ", ".join("-" if r is None else pct(r[0]) for r in speeds[:3]),
@@ -691,7 +709,8 @@ FIGURES: dict[str, tuple[tuple[str, ...], Callable[..., dict[str, Any]]]] = {
     "curve": (("zoo_manifest", "learning_curve"), curve_figures),
     "latency": (("zoo_manifest", "predictors"), predictors_figures),
     "sim_real": (("zoo_manifest", "sim_real", "bench_home"), sim_real_figures),
-    "router": (("zoo_manifest", *(f"router_overhead_{w}_{i}" for w in ("before", "after") for i in (1, 2)),
+    "router": (("zoo_manifest", *(f"router_overhead_{f}{w}_{i}" for f in OVERHEAD_FIXES for w in ("before", "after")
+                                  for i in (1, 2)),
                 *sorted(k for k in SOURCES if k.startswith("router_ab_"))), router_figures),
 }
 
