@@ -77,3 +77,32 @@ def test_a_stream_arrives_whole_with_the_routers_headers(stub):
         text = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1] if e.get("choices"))
         assert text == " t0 t1 t2 t3 t4"
         assert r.router.pool.backends[0].outstanding_requests() == 0
+
+
+def test_an_empty_relayed_body_is_headers_then_the_end():
+    """A relay whose body yields nothing still answers (headers, then the end of the body) and closes it."""
+    import asyncio
+
+    from lenpred.route.forward import RelayStream
+
+    closed = []
+
+    async def body():
+        try:
+            return
+            yield b""  # an async generator that yields nothing
+        finally:
+            closed.append(True)
+
+    sent = []
+
+    async def send(msg):
+        sent.append(msg)
+
+    async def receive():
+        await asyncio.Event().wait()  # the client stays
+
+    asyncio.run(RelayStream(body(), media_type="text/event-stream")({"type": "http"}, receive, send))
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+    assert closed == [True]

@@ -86,10 +86,14 @@ class RelayStream(StreamingResponse):
         watcher: asyncio.Task[None] | None = None
         try:
             try:
-                first = await body.__anext__()  # type: ignore[attr-defined]  # in hand: starts the generator
+                try:  # in hand already: this starts the generator
+                    first: bytes | None = await body.__anext__()  # type: ignore[attr-defined]
+                except StopAsyncIteration:  # an empty body: headers, then the end
+                    first = None
                 watcher = asyncio.create_task(watch())
                 await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-                await send({"type": "http.response.body", "body": first, "more_body": True})
+                if first is not None:
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
                 async for chunk in body:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
