@@ -25,7 +25,9 @@ THREADS=${THREADS:-1}
 STEPS=${STEPS:-4000}
 LP=${LENPRED:-.venv/bin/lenpred}
 echo 19 > /proc/self/autogroup 2>/dev/null || true
-run() { echo "+ $*" >&2; taskset -c "$CORES" nice -n 10 env OMP_NUM_THREADS="$THREADS" "$LP" "$@"; }
+# LENPRED may be a command of several words ("python3 -m lenpred" where the package is not installed)
+# shellcheck disable=SC2086
+run() { echo "+ $*" >&2; taskset -c "$CORES" nice -n 10 env OMP_NUM_THREADS="$THREADS" $LP "$@"; }
 
 # 1. teacher forcing: every training, validation and test sample into the shared state cache
 run draft cache --run $R --cache "$CACHE" --roles train,val,test --threads "$THREADS" --device "$DEVICE"

@@ -58,3 +58,20 @@ def test_a_reader_closing_the_pipe_is_not_an_error(tmp_path):
     _, err = p.communicate(timeout=120)
     assert p.returncode == 0, err.decode()
     assert b"Traceback" not in err and b"BrokenPipe" not in err
+
+
+def test_python_dash_m_lenpred_runs_the_cli_from_the_source_tree(tmp_path):
+    """`python -m lenpred` works with the package on PYTHONPATH only (no console script): how a lent GPU
+    machine without network runs it; its exit status is the CLI's."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "src"
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    ok = subprocess.run([sys.executable, "-m", "lenpred", "--help"], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert ok.returncode == 0 and "lenpred" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "lenpred", "no-such-verb"], env=env, cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert bad.returncode != 0 and "no-such-verb" in bad.stderr
