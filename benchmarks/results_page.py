@@ -31,7 +31,7 @@ COMMAND = "python benchmarks/results_page.py"
 # the router's overhead before and after each fix (two runs each): "" the relay fix (commit 69b5b9c, the first
 # machine), "fastpath_" the completion routes past FastAPI's middlewares (commit 3ab8c6c, the second machine)
 OVERHEAD_FIXES = ("", "fastpath_")
-AB_RUNS = 5  # the A/B runs of the router on two llama.cpp servers: docs/results/router/ab-run1..N.json
+AB_RUNS = 6  # the A/B runs of the router on two llama.cpp servers: docs/results/router/ab-run1..N.json
 
 # the figure files, by the name the template knows them under: (path from the root, what writes it)
 SOURCES: dict[str, tuple[str, str]] = {
@@ -541,7 +541,9 @@ def _policy_arms(arms: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def _ab_flags(d: dict[str, Any]) -> str:
     """The run's command-line flags that shaped it, from the arguments it recorded."""
     a = d.get("args") or {}
-    flags = [f"--rate {d['rate_rps']:g}", f"--arms {a.get('arms', 'rr,lpt')}"]
+    flags = [f"--requests {d['requests']}", f"--rate {d['rate_rps']:g}", f"--arms {a.get('arms', 'rr,lpt')}"]
+    if a.get("seed"):
+        flags.append(f"--seed {a['seed']}")
     flags += [f"--{k.replace('_', '-')}" for k in ("repeat_first", "same_estimator") if a.get(k)]
     if (a.get("blocks") or 1) > 1:
         flags.append(f"--blocks {a['blocks']}")
