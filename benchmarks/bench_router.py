@@ -289,14 +289,27 @@ async def _replay(url: str, rows: list[dict[str, Any]], arrivals: np.ndarray, sa
     return list(recs)
 
 
+def _completed(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The requests that streamed to the end without an error (the ones every figure is computed from)."""
+    return [r for r in recs if r.get("done") and r["error"] is None]
+
+
+def _by_block(recs: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Records grouped by the block they ran in (``--blocks``; block 0 for a run without blocks), in block order."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for r in recs:
+        out.setdefault(int(r.get("block", 0)), []).append(r)
+    return dict(sorted(out.items()))
+
+
 def _span(recs: list[dict[str, Any]]) -> float:
     """First send to last completion of the requests that completed (nan if none did)."""
-    ok = [r for r in recs if r.get("done") and r["error"] is None]
+    ok = _completed(recs)
     return max(r["t_send"] + r["e2e"] for r in ok) - min(r["t_send"] for r in recs) if ok else float("nan")
 
 
 def _arm_figures(recs: list[dict[str, Any]], short_thr: float) -> dict[str, Any]:
-    ok = [r for r in recs if r.get("done") and r["error"] is None]
+    ok = _completed(recs)
     e2e = [r["e2e"] for r in ok]
     short = [r["e2e"] for r in ok if r["output_tokens"] < short_thr]
     span = _span(recs)
@@ -318,7 +331,7 @@ def _utilization(recs: list[dict[str, Any]]) -> dict[str, Any]:
     """Each server's busy share of the arm: a server that runs one request at a time (llama-cpp-python) and
     takes them in order of arrival serves request i from max(its arrival, the previous completion on that
     server) to its completion. Busy time / the arm's span = the load it carried (1.0 = saturated)."""
-    ok = [r for r in recs if r.get("done") and r["error"] is None and r.get("backend")]
+    ok = [r for r in _completed(recs) if r.get("backend")]
     if not ok:
         return {}
     t0 = min(r["t_send"] for r in recs)
@@ -355,15 +368,13 @@ def block_schedule(arms: list[str], n: int, blocks: int) -> list[tuple[int, str,
 def _pooled_figures(recs: list[dict[str, Any]], short_thr: float) -> dict[str, Any]:
     """An arm's figures over its blocks: latencies pooled, throughput and busy share over the blocks' own
     spans (not the time between blocks, which other arms used)."""
-    by_block: dict[int, list[dict[str, Any]]] = {}
-    for r in recs:
-        by_block.setdefault(int(r.get("block", 0)), []).append(r)
+    by_block = _by_block(recs)
     f = _arm_figures(recs, short_thr)
     if len(by_block) <= 1:
         return {**f, "utilization": _utilization(recs)}
     parts = [_utilization(rs) for rs in by_block.values()]
     span = [_span(rs) for rs in by_block.values()]
-    toks = sum(r["output_tokens"] for r in recs if r.get("done") and r["error"] is None)
+    toks = sum(r["output_tokens"] for r in _completed(recs))
     total = sum(x for x in span if x == x)
     f["throughput_tok_s"] = rounded(toks / total, 1, 2) if total else None
     f["throughput_req_s"] = rounded(f["ok"] / total, 1, 4) if total else None
@@ -376,12 +387,7 @@ def _pooled_figures(recs: list[dict[str, Any]], short_thr: float) -> dict[str, A
 def _paired(results: dict[str, list[dict[str, Any]]], short_thr: float) -> dict[str, Any]:
     """Per block, each arm's short-request P99 and its servers' speed; the largest speed gap between two arms
     that ran the same block next to each other (what drift could still do to the comparison)."""
-    per: dict[str, dict[int, dict[str, Any]]] = {}
-    for arm, recs in results.items():
-        blocks: dict[int, list[dict[str, Any]]] = {}
-        for r in recs:
-            blocks.setdefault(int(r["block"]), []).append(r)
-        per[arm] = {b: _arm_figures(rs, short_thr) for b, rs in sorted(blocks.items())}
+    per = {arm: {b: _arm_figures(rs, short_thr) for b, rs in _by_block(recs).items()} for arm, recs in results.items()}
     arms = list(per)
     gaps = []
     for b in per[arms[0]]:
@@ -432,7 +438,7 @@ def _simulate(timings: list[dict[str, Any]], arms: dict[str, list[dict[str, Any]
     prof_path.write_text(json.dumps(prof.describe(), indent=2))
     out: dict[str, Any] = {"profile": prof.describe(), "arms": {}}
     for name, recs in arms.items():
-        ok = [r for r in recs if r.get("done") and r["error"] is None]
+        ok = _completed(recs)
         pred = [r["predicted"] if r["predicted"] == r["predicted"] else float(r["output_tokens"]) for r in ok]
         table = folder / f"requests-{name}.csv"
         pd.DataFrame({"arrival_s": [r["arrival_s"] for r in ok], "prompt_tokens": [r["prompt_tokens"] for r in ok],
