@@ -18,6 +18,7 @@ import json
 import re
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -28,10 +29,21 @@ TEMPLATE = "docs/results.template.md"
 PAGE = "docs/results.md"
 COMMAND = "python benchmarks/results_page.py"
 
-# the router's overhead before and after each fix (two runs each): "" the relay fix (commit 69b5b9c, the first
-# machine), "fastpath_" the completion routes past FastAPI's middlewares (commit 3ab8c6c, the second machine)
-OVERHEAD_FIXES = ("", "fastpath_")
+# the router's overhead before and after each fix (two runs each), by the files' prefix, with the table's row
+# names: "" the relay fix (commit 69b5b9c, the first machine), "fastpath-" the completion routes past FastAPI's
+# middlewares (commit 3ab8c6c, the second machine)
+OVERHEAD_FIXES = {"": ("before the fix", "after the fix"), "fastpath-": ("before", "after")}
 AB_RUNS = 6  # the A/B runs of the router on two llama.cpp servers: docs/results/router/ab-run1..N.json
+
+def _overhead_file(fix: str, when: str, i: int) -> str:
+    """An overhead run's figure file under docs/results/ (``fix``: a key of OVERHEAD_FIXES)."""
+    return f"router/overhead-{fix}{when}-{i}.json"
+
+
+def _overhead_source(fix: str, when: str, i: int) -> str:
+    """Its name in SOURCES (router_overhead_after_1, router_overhead_fastpath_before_2, ...)."""
+    return f"router_overhead_{fix.replace('-', '_')}{when}_{i}"
+
 
 # the figure files, by the name the template knows them under: (path from the root, what writes it)
 SOURCES: dict[str, tuple[str, str]] = {
@@ -60,10 +72,9 @@ SOURCES: dict[str, tuple[str, str]] = {
     "predictors": ("docs/results/predictors.json", "python benchmarks/bench_predictors.py ... (zoo_reference.sh)"),
     "sim_real": ("docs/results/sim_real.json", "python benchmarks/bench_sim_real.py ... (zoo_reference.sh)"),
     # the router (bench_router.py on an idle machine, 2026-12-02; copied here with `logs` set to null, see the manifest)
-    **{f"router_overhead_{fix}{when}_{i}": (f"docs/results/router/overhead-{fix.replace('_', '-')}{when}-{i}.json",
-                                             "python benchmarks/bench_router.py overhead --rounds 6 --out OUT.json, then "
-                                             "python benchmarks/results_page.py --adopt OUT.json "
-                                             f"router/overhead-{fix.replace('_', '-')}{when}-{i}.json")
+    **{_overhead_source(fix, when, i): (f"docs/results/{_overhead_file(fix, when, i)}",
+                                        "python benchmarks/bench_router.py overhead --rounds 6 --out OUT.json, then "
+                                        f"python benchmarks/results_page.py --adopt OUT.json {_overhead_file(fix, when, i)}")
        for fix in OVERHEAD_FIXES for when in ("before", "after") for i in (1, 2)},
     **{f"router_ab_run{i}": (f"docs/results/router/ab-run{i}.json",
                              "python benchmarks/bench_router.py ab --requests 192 ... (the flags: docs/results.md, "
@@ -633,13 +644,10 @@ def _ab_run(d: dict[str, Any]) -> dict[str, Any]:
     if blocks and blocks.get("neighbour_speed_gap") is not None:
         comparable += (f" Between the two arms of one block the servers' speed differed by up to "
                        f"{100 * blocks['neighbour_speed_gap']:.0f}% (the drift the interleaving spreads over both).")
-    rec_vs_rr = None  # the policy arm's servers' speed against the round-robin mean, and whether slowest
+    rec_vs_rr = None  # the policy arm's servers' speed against the round-robin mean
     if rec and rr and all(f["decode_tok_s_median"] for f in arms.values()):
-        a, f = rec[0]
-        v = f["decode_tok_s_median"]
-        rec_vs_rr = (v / statistics.fmean(x["decode_tok_s_median"] for x in rr) - 1,
-                     v == min(x["decode_tok_s_median"] for x in arms.values()))
-    return {"table": t, "reading": " ".join(reading) or "-", "comparable": comparable, "rate": f"{d['rate_rps']:g}",
+        rec_vs_rr = rec[0][1]["decode_tok_s_median"] / statistics.fmean(x["decode_tok_s_median"] for x in rr) - 1
+    return {"table": t, "reading": " ".join(reading) or "-", "comparable": comparable,
             "rec_vs_rr": rec_vs_rr, "desc": _ab_desc(d),
             "load": f"{d['load_vs_decode_capacity']:.2f}", "short": f"{d['short_threshold_tokens']:g}",
             "busy_missing": all((f.get("utilization") or {}).get("mean") is None for f in arms.values())}
@@ -675,13 +683,15 @@ def router_figures(manifest: dict[str, Any], *files: dict[str, Any]) -> dict[str
     fix in OVERHEAD_FIXES order), and the A/B runs on two llama.cpp servers, one entry of ``ab`` per run."""
     n = 4 * len(OVERHEAD_FIXES)
     fixes, ab_runs = files[:n], files[n:]
-    relay = _overhead(list(fixes[0:2]), list(fixes[2:4]), ("before the fix", "after the fix"))
-    fast = _overhead(list(fixes[4:6]), list(fixes[6:8]), ("before", "after"))
-    after1 = fixes[2]
 
-    def span(prefix: str) -> str:
-        m = sorted(made(manifest, f"router/overhead-{prefix}{w}-{i}.json") for w in ("before", "after") for i in (1, 2))
+    def span(fix: str) -> str:
+        m = sorted(made(manifest, _overhead_file(fix, w, i)) for w in ("before", "after") for i in (1, 2))
         return f"{m[0][:16]}-{m[-1][11:]}" if m[0][:10] == m[-1][:10] else f"{m[0]} to {m[-1]}"  # "DAY HH:MM-HH:MM UTC"
+
+    # four files per fix, in OVERHEAD_FIXES' order: before 1, before 2, after 1, after 2
+    ov = {fix: {**_overhead(list(fixes[4 * k:4 * k + 2]), list(fixes[4 * k + 2:4 * k + 4]), names), "made": span(fix)}
+          for k, (fix, names) in enumerate(OVERHEAD_FIXES.items())}
+    relay, after1 = ov[""], fixes[2]
 
     ab = [{**_ab_run(d), "made": made(manifest, f"router/ab-run{i}.json"), "flags": _ab_flags(d)}
           for i, d in enumerate(ab_runs, 1)]
@@ -690,14 +700,14 @@ def router_figures(manifest: dict[str, Any], *files: dict[str, Any]) -> dict[str
         "overhead": relay["table"], "goal": after1["goal"], "goal_ms": f"{_goal_ms(after1['goal']):g}",
         "first_after": relay["first_after"], "chunk_after": relay["chunk_after"],
         "first_before": relay["first_before"], "chunk_before": relay["chunk_before"],
-        "fast": {**fast, "made": span("fastpath-")},
+        "fast": ov["fastpath-"],
         "streams": after1["streams"], "rounds": after1["rounds"], "measured": count(after1["router"]["requests"]),
         "tokens": after1["tokens"], "tok_s": f"{after1['tokens_per_s']:g}",
         "router_core": ",".join(map(str, (after1["placement"] or {}).get("router", []))) or "-",
-        "made": span(""),
+        "made": relay["made"],
         "ab": ab,
         # runs 1-3 (the router's queue in front of one slot): the policy arm's servers' speed against round robin's
-        "rec_speed_first3": ", ".join("-" if r is None else pct(r[0]) for r in speeds[:3]),
+        "rec_speed_first3": ", ".join("-" if r is None else pct(r) for r in speeds[:3]),
     }
 
 
@@ -711,7 +721,7 @@ FIGURES: dict[str, tuple[tuple[str, ...], Callable[..., dict[str, Any]]]] = {
     "curve": (("zoo_manifest", "learning_curve"), curve_figures),
     "latency": (("zoo_manifest", "predictors"), predictors_figures),
     "sim_real": (("zoo_manifest", "sim_real", "bench_home"), sim_real_figures),
-    "router": (("zoo_manifest", *(f"router_overhead_{f}{w}_{i}" for f in OVERHEAD_FIXES for w in ("before", "after")
+    "router": (("zoo_manifest", *(_overhead_source(f, w, i) for f in OVERHEAD_FIXES for w in ("before", "after")
                                   for i in (1, 2)),
                 *sorted(k for k in SOURCES if k.startswith("router_ab_"))), router_figures),
 }
@@ -762,8 +772,6 @@ def first_difference(a: str, b: str) -> int:
 
 def adopt(root: Path, src: Path, name: str) -> None:
     """docs/results/NAME := SRC (a benchmark's JSON, its scratch `logs` path nulled), and its manifest entry."""
-    import time
-
     dest = (root / "docs/results" / name).resolve()
     if not dest.is_relative_to(root / "docs/results") or dest.suffix != ".json":
         raise PageError(f"--adopt NAME {name!r} is not a .json path inside docs/results/ -- fix: e.g. router/ab-run5.json")
