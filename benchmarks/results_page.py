@@ -775,10 +775,18 @@ def adopt(root: Path, src: Path, name: str) -> None:
     dest = (root / "docs/results" / name).resolve()
     if not dest.is_relative_to(root / "docs/results") or dest.suffix != ".json":
         raise PageError(f"--adopt NAME {name!r} is not a .json path inside docs/results/ -- fix: e.g. router/ab-run5.json")
+    if dest.name == "manifest.json":
+        raise PageError(f"--adopt NAME {name!r} is the manifest itself -- fix: name the figure file, e.g. router/ab-run7.json")
     try:
         d = json.loads(src.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise PageError(f"--adopt {src}: not a readable JSON file ({e}) -- fix: the JSON a benchmark wrote (--out)") from e
+    if dest.is_file():  # replace only a figure of the same benchmark (its JSON's "bench" field), never another kind
+        old = json.loads(dest.read_text())
+        kind, new_kind = old.get("bench") if isinstance(old, dict) else None, d.get("bench") if isinstance(d, dict) else None
+        if kind is None or kind != new_kind:
+            raise PageError(f"--adopt: docs/results/{name} holds {kind or 'figures of another kind'}, {src} holds "
+                            f"{new_kind or 'no bench field'} -- fix: a new NAME, or the same benchmark's JSON")
     nulled = [k for k in ("logs",) if d.get(k) is not None]
     for k in nulled:
         d[k] = None

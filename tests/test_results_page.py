@@ -211,6 +211,14 @@ def test_adopt_copies_a_benchmark_json_with_its_manifest_entry(tmp_path, capsys)
         assert rp.main(["--root", str(root), "--adopt", str(src), bad]) == 1
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "not a .json path inside docs/results/" in err, err
+    # never over another kind of figure file, nor the manifest: an A/B's JSON onto an overhead run or the bound
+    for other in ("router/overhead-after-1.json", "bound-all.json", "manifest.json"):
+        before_other = (root / "docs/results" / other).read_text()
+        capsys.readouterr()
+        assert rp.main(["--root", str(root), "--adopt", str(src), other]) == 1
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and ("another kind" in err or "holds router-overhead" in err or "manifest itself" in err), err
+        assert (root / "docs/results" / other).read_text() == before_other
     (tmp_path / "scratch" / "broken.json").write_text('{"arms": ')
     assert rp.main(["--root", str(root), "--adopt", str(tmp_path / "scratch" / "broken.json"), "router/x.json"]) == 1
     assert "not a readable JSON file" in capsys.readouterr().err
