@@ -60,15 +60,23 @@ class Progress:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
+            ProgressColumn,
             TextColumn,
             TimeElapsedColumn,
             TimeRemainingColumn,
         )
         from rich.progress import Progress as RichProgress
+        from rich.text import Text
+
+        unit = self.unit
+
+        class Rate(ProgressColumn):  # units per second (rich's speed column counts bytes)
+            def render(self, task: Any) -> Text:
+                return Text(f"{task.speed:.3g} {unit}/s" if task.speed else "")
 
         columns: list[Any] = [TextColumn(f"[bold]{self.desc}"), BarColumn(), MofNCompleteColumn()]
         if self.unit:
-            columns.append(TextColumn(self.unit))
+            columns += [TextColumn(self.unit), Rate()]
         columns += [TextColumn("{task.fields[info]}"), TimeElapsedColumn()]
         if self.eta:
             columns.append(TimeRemainingColumn())

@@ -114,7 +114,7 @@ _F = ["outlets", "features", "--run", "{run}", "--draft", "{head}", "--out", "{t
 CASES: list[BadInput] = [
     BadInput("outlets-features-draft-of-another-target", _F, _draft_of_another_target,
              expect="was trained for target tiny"),
-    BadInput("outlets-features-draft-of-another-shape", [*_F, "--model", "{model}", "--no-cache"],
+    BadInput("outlets-features-draft-of-another-shape", [*_F, "--model", "{model}"],
              _draft_of_another_shape, expect="hidden size mismatch"),
     BadInput("outlets-features-no-token-ids", _F, _run_without_token_ids, expect="without token ids"),
     BadInput("outlets-features-unknown-role", [*_F, "--roles", "train,bogus"], _run_and_draft,

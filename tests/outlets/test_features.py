@@ -37,9 +37,20 @@ def setup(tmp_path, model):
     return run, head
 
 
-def _compute(run, head, out, model, **kw):
+def _compute(run, head, out, model, *, cfg=None, kill_after=None, **kw):
+    """compute_trajectory on the tiny target, float32 unless the test asks otherwise; ``kill_after=n``
+    raises KeyboardInterrupt after the n-th chunk, as a kill would."""
     kw.setdefault("cache", False)
-    return compute_trajectory(run.path, head, out, target=Target(model, LAYERS), progress=False, **kw)
+    cfg = cfg or TrajectoryConfig()
+    if "compute_dtype" not in cfg.model_fields_set:
+        cfg = cfg.model_copy(update={"compute_dtype": "float32"})
+
+    def on_chunk(n: int) -> None:
+        if kill_after is not None and n >= kill_after:
+            raise KeyboardInterrupt
+
+    return compute_trajectory(run.path, head, out, cfg, target=Target(model, LAYERS), progress=False,
+                              on_chunk=on_chunk, **kw)
 
 
 # ------------------------------------------------------------------------------------------ positions
@@ -204,7 +215,7 @@ def test_resume_after_a_kill_gives_the_uninterrupted_result(setup, model, tmp_pa
     cfg = TrajectoryConfig(stride=16, chunk_prompts=1)
     full = _compute(run, head, tmp_path / "full", model, cfg=cfg)
     with pytest.raises(KeyboardInterrupt):
-        _compute(run, head, tmp_path / "t", model, cfg=cfg, _stop_after=2)
+        _compute(run, head, tmp_path / "t", model, cfg=cfg, kill_after=2)
     work = tmp_path / "t.work"
     assert len(list(work.glob("chunk-*.safetensors"))) == 2 and not (tmp_path / "t").exists()
     (work / ".chunk-00002.safetensors.x.tmp").write_bytes(b"half a chunk")  # a writer killed mid-write
@@ -223,7 +234,7 @@ def test_resume_after_a_kill_gives_the_uninterrupted_result(setup, model, tmp_pa
 def test_work_folder_of_other_settings_is_refused(setup, model, tmp_path) -> None:
     run, head = setup
     with pytest.raises(KeyboardInterrupt):
-        _compute(run, head, tmp_path / "t", model, cfg=TrajectoryConfig(chunk_prompts=1), _stop_after=1)
+        _compute(run, head, tmp_path / "t", model, cfg=TrajectoryConfig(chunk_prompts=1), kill_after=1)
     with pytest.raises(DataError, match="other settings"):
         _compute(run, head, tmp_path / "t", model, cfg=TrajectoryConfig(chunk_prompts=1, stride=8))
 

@@ -99,7 +99,7 @@ def test_online_rows_equal_the_extracted_trajectory(model, draft, tmp_path) -> N
     prompt = PROMPTS[0]
     g, rows, _ = _online_rows(model, draft.model, prompt)
     run = make_run(tmp_path / "run", model, prompts=[prompt], responses=[[g.tokens]], roles={"p0": "test"})
-    compute_trajectory(run.path, draft.path, tmp_path / "traj", TrajectoryConfig(stride=8, dtype="float32"),
+    compute_trajectory(run.path, draft.path, tmp_path / "traj", TrajectoryConfig(stride=8, dtype="float32", compute_dtype="float32"),
                        cache=False, target=Target(model, LAYERS), progress=False)
     traj = load_trajectory(tmp_path / "traj")
     ts = traj.index["t"].to_numpy()

@@ -44,17 +44,16 @@ def add_features_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--run", default=None, help="run directory with token ids and a split (read only)")
     p.add_argument("--draft", default=None, help="EAGLE-3 draft head directory (its target must be the run's model)")
-    p.add_argument("--out", required=True, help="trajectory artifact directory to write")
+    p.add_argument("--out", default=None,
+                   help="trajectory artifact directory to write (default: $LENPRED_HOME/trajectories/RUN--DRAFT--ROLES)")
     p.add_argument("--merge", nargs="+", default=None, metavar="SHARD",
                    help="merge these shard outputs (of --shard I/N runs) into --out instead of computing")
     p.add_argument("--roles", default="train,val,test", help="split roles whose prompts to compute (default %(default)s)")
     p.add_argument("--shard", default=None, metavar="I/N", help="compute only slice I of N of the prompts (0 <= I < N)")
     p.add_argument("--model", default=None, help="target model (default: the run card's model; its fingerprint must match)")
-    p.add_argument("--cache", default=None,
-                   help="teacher-forced state cache to read and fill (default: the one the draft head was trained "
-                        "with, if it fits, else $LENPRED_HOME/draft-states/...)")
-    p.add_argument("--no-cache", action="store_true",
-                   help="teacher-force in memory in float32; read and write no cache")
+    p.add_argument("--cache", default=None, metavar="DIR",
+                   help="read and fill this draft-training state cache (logits included, float16 states) instead of "
+                        "the states-only pass (default: no cache; the target's states only, in --compute-dtype)")
     p.add_argument("--max-prompts", type=int, default=None, help="only the first N prompts of each role (smoke runs)")
     p.add_argument("--max-samples-per-prompt", type=int, default=None, help="at most N samples of each prompt")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default; default %(default)s)")
@@ -77,7 +76,7 @@ def run_features(a: argparse.Namespace) -> int:
             torch.set_num_threads(a.threads)
     say = _say("features")
     say(features(a.out, run=a.run, draft=a.draft, merge=a.merge, cfg=cfg, roles=a.roles, shard=a.shard,
-                 model=a.model, cache=a.cache, no_cache=a.no_cache, max_prompts=a.max_prompts,
+                 model=a.model, cache=a.cache, max_prompts=a.max_prompts,
                  max_samples_per_prompt=a.max_samples_per_prompt, device=a.device, progress=not a.no_progress,
                  log=say))
     return 0

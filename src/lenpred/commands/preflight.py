@@ -55,11 +55,20 @@ def _draft_convert(a: argparse.Namespace) -> None:
 
 def _outlets_features(a: argparse.Namespace) -> None:
     if a.merge is not None:
+        if a.out is None:
+            from lenpred.errors import ConfigError
+
+            raise ConfigError("--merge needs --out (the merged trajectory)",
+                              "lenpred outlets features --merge SHARD_OUT... --out TRAJ")
         check_out(a.out, kind="trajectory", inputs={"--merge": a.merge})
         return
     check_device(a.device)
     check_threads(a.threads)
     if a.run is not None and a.draft is not None:  # else the verb says what is missing
+        if a.out is None:
+            from lenpred.outlets.pipeline import default_trajectory_out
+
+            a.out = default_trajectory_out(a.run, a.draft, a.roles, a.shard)
         check_out(a.out, kind="trajectory", card=_card(a.run),
                   inputs={"--run": a.run, "--draft": a.draft, "--cache": a.cache})
 

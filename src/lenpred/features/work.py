@@ -98,9 +98,11 @@ class WorkDir:
     def chunk_paths(self) -> list[Path]:
         return sorted(p for p in self.path.glob("chunk-*.safetensors") if _CHUNK.search(p.name))
 
-    def read(self, parse: Callable[[dict[str, str], dict[str, np.ndarray]], T]) -> Iterator[T]:
-        """``parse(header metadata, tensors)`` of every finished chunk, in order; a chunk that cannot
-        be read or parsed is named with the fix (delete it: a rerun recomputes what it held)."""
+    def read(self, parse: Callable[[dict[str, str], dict[str, np.ndarray]], T],
+             warn: Callable[[str], None] | None = None) -> Iterator[T]:
+        """``parse(header metadata, tensors)`` of every finished chunk, in order. A chunk that cannot be
+        read or parsed (truncated, corrupt) is named through ``warn``, set aside as ``NAME.corrupt`` and
+        skipped, so a rerun recomputes what it held; without ``warn`` it is an error naming the fix."""
         from safetensors import safe_open
 
         for p in self.chunk_paths():
@@ -110,8 +112,14 @@ class WorkDir:
                     t = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
                 item = parse(md, t)
             except Exception as e:  # noqa: BLE001 - a damaged chunk: name it and the fix
-                raise DataError(f"{p} is not a readable {self.what} chunk ({type(e).__name__})",
-                                "delete that file; a rerun recomputes what it held") from None
+                if warn is None:
+                    raise DataError(f"{p} is not a readable {self.what} chunk ({type(e).__name__})",
+                                    "delete that file; a rerun recomputes what it held") from None
+                aside = p.with_name(p.name + ".corrupt")
+                p.replace(aside)
+                warn(f"{p} is not a readable {self.what} chunk ({type(e).__name__}): set aside as {aside.name}; "
+                     "its samples are computed again")
+                continue
             yield item
 
     def write(self, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> Path:

@@ -5,21 +5,24 @@ run has token ids and a split, the roles exist, the draft head is for the run's 
 is ours), then teacher-forces each selected sample through the target and the draft head and keeps
 the rows of :func:`lenpred.outlets.features.positions`.
 
-**Target states.** The teacher-forced target states come from the draft-training state cache
-(:mod:`lenpred.draft.states`) when it holds the sample, and are computed and added to it otherwise,
-so draft training and OUTLETS share one cache. By default that is the cache the draft head was
-trained with (its meta.json names it) when it was made for this run, target and layers, else the
-default ``$LENPRED_HOME/draft-states/<card>-<fp>-L<a>-<b>-<c>-k64``. The cache keeps float16
-states, so with a cache every row reads float16-rounded target states (samples longer than the
-cache's ``max_seq_len`` are computed in memory and rounded the same way, not stored); ``--no-cache``
-computes in float32 and stores nothing (the exact online == offline check uses that path).
+**Target states.** By default the pass computes only what the rows read
+(:class:`lenpred.outlets.teacher.StatesOnlyTarget`): the target's three captured states, no LM head,
+a prompt's samples batched on its cache, in bf16 autocast where the CPU has bf16 hardware (or on a
+GPU) and float32 elsewhere (``compute_dtype``); nothing is written but the rows. With ``cache=DIR``
+the states come from the draft-training state cache (:mod:`lenpred.draft.states`) when it holds the
+sample and are computed into it otherwise (logits and top-k included, for ``lenpred draft train``);
+the cache keeps float16 states, so every row of such an artifact reads float16-rounded target
+states (samples longer than the cache's ``max_seq_len`` are computed in memory and rounded the same
+way, not stored). The spec's ``target_states`` says which: ``float32``, ``bfloat16`` or ``float16``.
 
 **Resumable.** Finished chunks (``chunk_prompts`` prompts each) wait in ``OUT.work/`` as single
 safetensors files written atomically (blocks, index columns, and the finished sample keys in the
 header); a rerun computes only samples no chunk holds, so a kill loses at most one chunk and never
-duplicates a row. ``--shard I/N`` computes a deterministic slice of the prompts (sorted by total
-tokens, every N-th: balanced work) into its own artifact; :func:`merge_trajectories` joins them.
-Rows are ordered by (prompt_id, sample_idx, t) whatever the sharding, so merged == unsharded.
+duplicates a row; a damaged chunk is named, set aside and recomputed. A rerun with another
+precision, other layers or another draft head than the chunks it would extend is refused, naming
+both. ``--shard I/N`` computes a deterministic slice of the prompts (sorted by total tokens, every
+N-th: balanced work) into its own artifact; :func:`merge_trajectories` joins them. Rows are ordered
+by (prompt_id, sample_idx, t) whatever the sharding, so merged == unsharded.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from lenpred.fileio import canonical_json, file_sha256
 from lenpred.outlets.features import TrajectoryConfig, block_names, make_spec, positions, sample_rows
 from lenpred.outlets.inputs import CACHE_MAX_SEQ, Prompt, keys_sha, open_cache, select_prompts, shard_prompts
 from lenpred.outlets.store import KIND, Trajectory, load_trajectory, save_trajectory
+from lenpred.outlets.teacher import StatesOnlyTarget, resolve_compute_dtype
 from lenpred.progress import Progress
 
 __all__ = ["TrajectoryRun", "compute_trajectory", "draft_identity", "parse_roles"]
@@ -165,7 +169,8 @@ def _resolve_target(rd: Any, model: str | None, target: Any) -> tuple[Path | Non
 
 def _prepare(run: str | Path, draft: str | Path, out: Path, cfg: TrajectoryConfig, roles: tuple[str, ...],
              shard: tuple[int, int], model: str | None, cache: str | Path | bool | None,
-             limits: tuple[int | None, int | None], target: Any) -> _Job:
+             limits: tuple[int | None, int | None], target: Any, device: str,
+             warn: Callable[[str], None] | None) -> _Job:
     """Every check of :func:`compute_trajectory`, before anything is written."""
     from lenpred.data.lengths import check_token_ids
     from lenpred.data.rundir import RunDir
@@ -187,11 +192,12 @@ def _prepare(run: str | Path, draft: str | Path, out: Path, cfg: TrajectoryConfi
     dt = int(tcfg.hidden_size)
     widths = dict(zip(block_names(layers), (head.config.hidden_size, head.config.hidden_size, dt,
                                             head.config.hidden_size), strict=True))
-    state_cache = open_cache(cache, head, rd, fp, target_id, layers)
+    state_cache = open_cache(cache, head, rd, fp, target_id, layers) if cache else None
+    tstates = "float16" if state_cache is not None else resolve_compute_dtype(cfg.compute_dtype, device, warn=warn)
     tspec = make_spec(target={"id": target_id, "fingerprint": fp, "num_hidden_layers": int(tcfg.num_hidden_layers),
                               "hidden_size": dt},
                       draft=draft_identity(head), layers=layers, widths=widths, cfg=cfg,
-                      target_states="float32" if state_cache is None else "float16")
+                      target_states=tstates)
     identity = {"spec": tspec, "card_hash": rd.card_hash, "shard": [i_sh, n_sh], "dtype": cfg.dtype}
     selection = {"roles": list(roles), "max_prompts": limits[0], "max_samples_per_prompt": limits[1],
                  "samples_sha256": keys_sha(selected), "total_samples": sum(len(p.samples) for p in selected),
@@ -205,19 +211,19 @@ def compute_trajectory(run: str | Path, draft: str | Path, out: str | Path, cfg:
                        cache: str | Path | bool | None = None, max_prompts: int | None = None,
                        max_samples_per_prompt: int | None = None, device: str = "cpu", progress: bool = True,
                        log: Callable[[str], None] | None = None, target: Any = None,
-                       _stop_after: int | None = None) -> TrajectoryRun:
+                       on_chunk: Callable[[int], None] | None = None) -> TrajectoryRun:
     """Compute (or resume) the trajectory features of ``run``'s samples into ``out``.
 
-    ``cache``: a state-cache directory, ``None`` (the default choice, see the module docstring) or
-    ``False`` (in memory, float32). ``target``: an already loaded :class:`lenpred.draft.target.Target`
-    (tests); otherwise the run card's model (or ``model``) is loaded. ``_stop_after`` (tests) raises
-    KeyboardInterrupt after that many chunks of this call, as a kill would.
+    ``cache``: a state-cache directory to read and fill; ``None`` or ``False``: none (the states-only
+    pass, see the module docstring). ``target``: an already loaded :class:`lenpred.draft.target.Target`
+    (tests); otherwise the run card's model (or ``model``) is loaded. ``on_chunk(n)`` is called after
+    the n-th chunk of this call is written (a test raises KeyboardInterrupt there, as a kill would).
     """
     say = log or (lambda m: None)
     cfg = cfg or TrajectoryConfig()
     out = Path(out)
     job = _prepare(run, draft, out, cfg, parse_roles(roles), shard, model, cache,
-                   (max_prompts, max_samples_per_prompt), target)
+                   (max_prompts, max_samples_per_prompt), target, device, say)
     cache_root = getattr(job.state_cache, "root", None)
     keys_all = {(p.prompt_id, s) for p in job.part for s, _, _ in p.samples}
     if _up_to_date(out, job.identity, job.selection):
@@ -226,18 +232,19 @@ def compute_trajectory(run: str | Path, draft: str | Path, out: str | Path, cfg:
 
     # ---- from here on, files are written
     work = WorkDir.open(work_path(out), job.identity, what="trajectory")
-    done, chunks = _finished(work)
+    done, chunks = _finished(work, say)
     todo = [p for p in job.part if any((p.prompt_id, s) not in done for s, _, _ in p.samples)]
     n_todo = sum(1 for p in todo for s, _, _ in p.samples if (p.prompt_id, s) not in done)
     i_sh, n_sh = job.shard
     say(f"{len(keys_all)} samples of {len(job.part)} prompts (shard {i_sh}/{n_sh}, roles {','.join(job.roles)}), "
         f"{len(keys_all) - n_todo} done, {n_todo} to compute; layers {job.layers}; "
-        f"state cache {cache_root if job.state_cache is not None else '(none: float32 in memory)'}")
+        f"target states {job.spec['target_states']}"
+        f"{f' from the state cache {cache_root}' if job.state_cache is not None else ' (states only, no cache)'}")
     t0 = time.perf_counter()
     stats = {"computed": 0, "from_cache": 0, "tokens": 0}
     if todo:
         _compute_all(job, todo, done, work, cfg, stats, target=target, device=device, progress=progress,
-                     n_todo=n_todo, stop_after=_stop_after)
+                     n_todo=n_todo, on_chunk=on_chunk)
         done, chunks = _finished(work)
     seconds = time.perf_counter() - t0
     traj = _assemble(sorted(keys_all), done, chunks, block_names(job.layers), job.spec)
@@ -258,12 +265,13 @@ def _parse_chunk(md: dict[str, str], t: dict[str, np.ndarray]) -> tuple[list[tup
     return keys, json.loads(md["prompt_ids"]), t
 
 
-def _finished(work: WorkDir) -> tuple[dict[tuple[str, int], tuple[int, int, int]],
-                                      list[tuple[list[str], dict[str, np.ndarray]]]]:
-    """The finished samples of the work folder: key -> (chunk, first row, rows), and the chunks."""
+def _finished(work: WorkDir, warn: Callable[[str], None] | None = None
+              ) -> tuple[dict[tuple[str, int], tuple[int, int, int]], list[tuple[list[str], dict[str, np.ndarray]]]]:
+    """The finished samples of the work folder: key -> (chunk, first row, rows), and the chunks (a damaged
+    chunk is set aside through ``warn``: its samples count as not done)."""
     done: dict[tuple[str, int], tuple[int, int, int]] = {}
     chunks: list[tuple[list[str], dict[str, np.ndarray]]] = []
-    for keys, pids, tensors in work.read(_parse_chunk):
+    for keys, pids, tensors in work.read(_parse_chunk, warn or (lambda m: None)):
         ci = len(chunks)
         chunks.append((pids, tensors))
         sidx = tensors["_idx.sample_idx"]
@@ -275,28 +283,31 @@ def _finished(work: WorkDir) -> tuple[dict[tuple[str, int], tuple[int, int, int]
 
 def _compute_all(job: _Job, todo: list[Prompt], done: dict[Any, Any], work: WorkDir, cfg: TrajectoryConfig,
                  stats: dict[str, int], *, target: Any, device: str, progress: bool, n_todo: int,
-                 stop_after: int | None) -> None:
+                 on_chunk: Callable[[int], None] | None) -> None:
     """Teacher-force the prompts still to do, a chunk of ``cfg.chunk_prompts`` at a time, into ``work``."""
-    import torch
-
     if target is None:
         from lenpred.draft.target import Target
 
         target = Target(_load_target_model(job.folder, device), job.layers)
+    # the cache path fills the draft-training cache (logits included) through `target`; rows of samples
+    # it cannot hold, and every row without a cache, come from the states-only pass
+    dtype = "float32" if job.state_cache is not None else job.spec["target_states"]
+    states = StatesOnlyTarget(target.model, job.layers, dtype)
     model_d = job.head.model.to(device)
     model_d.attach_embeddings(target.embedding)
-    bar = Progress("trajectory", total=n_todo, unit="samples", enabled=progress and n_todo > 0)
+    n_tokens = sum(len(r) for p in todo for s, r, _ in p.samples if (p.prompt_id, s) not in done)
+    bar = Progress("trajectory", total=n_tokens, unit="tokens", enabled=progress and n_todo > 0)
     n_chunks = 0
     try:
         for c0 in range(0, len(todo), cfg.chunk_prompts):
             group = todo[c0 : c0 + cfg.chunk_prompts]
-            keys, pids, tensors = _compute_chunk(group, done, target, model_d, job.layers, cfg, job.state_cache,
-                                                 stats, bar, torch)
+            keys, pids, tensors = _compute_chunk(group, done, (target, states), model_d, job.layers, cfg,
+                                                 job.state_cache, stats, bar)
             work.write(tensors, {"samples": json.dumps([[k, int(i)] for k, i in keys]),
                                  "prompt_ids": json.dumps(pids)})
             n_chunks += 1
-            if stop_after is not None and n_chunks >= stop_after:
-                raise KeyboardInterrupt
+            if on_chunk is not None:
+                on_chunk(n_chunks)
     finally:
         bar.close()
 
@@ -314,25 +325,10 @@ def _up_to_date(out: Path, identity: dict[str, Any], selection: dict[str, Any]) 
     return same and canonical_json(m.get("selection")) == canonical_json(selection)
 
 
-def _teacher_force(target: Any, prompt: list[int], responses: list[list[int]], torch: Any) -> list[Any]:
-    """Target states (N, 3d) float32 of prompt + each response: the prompt once, each response after it."""
-    out = []
-    with torch.inference_mode():
-        kv = target.new_cache()
-        _, p_aux = target.forward(torch.tensor([prompt], device=target.device), kv)  # (1, P, 3d)
-        for r in responses:
-            if r:
-                _, r_aux = target.forward(torch.tensor([r], device=target.device), kv)  # (1, n_r, 3d)
-                target.crop(kv, len(prompt))
-                out.append(torch.cat([p_aux[0], r_aux[0]]).float())
-            else:
-                out.append(p_aux[0].float())
-    return out
-
-
-def _compute_chunk(group: list[Prompt], done: dict[Any, Any], target: Any, draft: Any, layers: Sequence[int],
-                   cfg: TrajectoryConfig, cache: Any, stats: dict[str, int], bar: Any,
-                   torch: Any) -> tuple[list[tuple[str, int]], list[str], dict[str, np.ndarray]]:
+def _compute_chunk(group: list[Prompt], done: dict[Any, Any], targets: tuple[Any, StatesOnlyTarget], draft: Any,
+                   layers: Sequence[int], cfg: TrajectoryConfig, cache: Any, stats: dict[str, int],
+                   bar: Any) -> tuple[list[tuple[str, int]], list[str], dict[str, np.ndarray]]:
+    target, states = targets
     todo = [(p, [s for s in p.samples if (p.prompt_id, s[0]) not in done]) for p in group]
     pre = set(cache.index()) if cache is not None else set()
     if cache is not None:  # fill the shared cache with what fits its max_seq_len (draft training would cut the rest)
@@ -360,8 +356,8 @@ def _compute_chunk(group: list[Prompt], done: dict[Any, Any], target: Any, draft
                     if st.n_prompt == P and np.array_equal(st.tokens, np.asarray(p.ids + r, dtype=st.tokens.dtype)):
                         cached[i] = st.aux
         missing = [(i, r) for i, r, _ in ss if i not in cached]
-        if missing:  # no cache, or too long for it: in memory
-            for (i, _), a in zip(missing, _teacher_force(target, p.ids, [r for _, r in missing], torch), strict=True):
+        if missing:  # no cache, or too long for it: the states-only pass
+            for (i, _), a in zip(missing, states.sample_states(p.ids, [r for _, r in missing]), strict=True):
                 aux_mem[i] = a.half().float() if cache is not None else a  # one precision per artifact
             stats["tokens"] += P + sum(len(r) for _, r in missing)
         for i, r, tr in ss:
@@ -378,7 +374,7 @@ def _compute_chunk(group: list[Prompt], done: dict[Any, Any], target: Any, draft
             keys.append((p.prompt_id, i))
             stats["computed"] += 1
             stats["from_cache"] += int((p.prompt_id, i) in pre)
-            bar.update(1)
+            bar.update(L)
     names = list(parts[0]) if parts else []
     dtype = np.float16 if cfg.dtype == "float16" else np.float32
     tensors: dict[str, np.ndarray] = {}

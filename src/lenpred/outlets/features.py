@@ -66,6 +66,9 @@ class TrajectoryConfig(Config):
     max_positions: int | None = Field(None, description="at most N positions per sample (fixed points kept first)")
     chunk_prompts: int = Field(4, ge=1, description="prompts per resumable chunk (a kill loses at most one chunk)")
     dtype: Literal["float16", "float32"] = Field("float16", description="dtype of the stored blocks")
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="precision of the target's forward pass: auto = bfloat16 where the CPU has amx_bf16 or "
+                            "avx512_bf16 (or on a GPU), else float32 (ignored with --cache: the state cache's own)")
 
     @field_validator("max_positions")
     @classmethod

@@ -103,7 +103,7 @@ def open_cache(cache: str | Path | bool | None, head: Any, run: Any, fp: str, ta
         why = _cache_matches(c.manifest, run.card_hash, fp, layers)
         if why:
             raise DataError(f"state cache {path} was made for another run, target or layers ({why})",
-                            "pass another --cache directory, or --no-cache")
+                            "pass another --cache directory, or none (the states-only pass)")
         return c
     manifest = {"target_fingerprint": fp, "layers": [int(j) for j in layers], "topk": CACHE_TOPK, "dtype": "float16",
                 "card_hash": run.card_hash, "max_seq_len": CACHE_MAX_SEQ, "target_id": target_id, "run": str(run.path)}

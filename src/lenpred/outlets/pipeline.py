@@ -26,7 +26,7 @@ from typing import Any
 from lenpred.artifacts import check_out
 from lenpred.errors import ConfigError, DataError
 
-__all__ = ["features", "train_variant", "predict_table", "bench", "schedule", "named"]
+__all__ = ["default_trajectory_out", "features", "train_variant", "predict_table", "bench", "schedule", "named"]
 
 
 def named(items: Sequence[str]) -> list[tuple[str | None, str]]:
@@ -39,9 +39,21 @@ def named(items: Sequence[str]) -> list[tuple[str | None, str]]:
 
 
 # ---------------------------------------------------------------- features
-def features(out: str, *, run: str | None = None, draft: str | None = None, merge: Sequence[str] | None = None,
+def default_trajectory_out(run: str, draft: str, roles: str, shard: str | None) -> str:
+    """Where ``lenpred outlets features`` writes without ``--out``: under ``$LENPRED_HOME/trajectories``,
+    named by the run, the draft head, the roles and the shard."""
+    from lenpred.features.shards import parse_shard
+    from lenpred.paths import home
+
+    i_sh, n_sh = parse_shard(shard)
+    tail = f"-shard-{i_sh}-of-{n_sh}" if n_sh > 1 else ""
+    name = f"{Path(run).resolve().name}--{Path(draft).resolve().name}--{roles.replace(',', '-')}{tail}"
+    return str(home() / "trajectories" / name)
+
+
+def features(out: str | None, *, run: str | None = None, draft: str | None = None, merge: Sequence[str] | None = None,
              cfg: Any = None, roles: str = "train,val,test", shard: str | None = None, model: str | None = None,
-             cache: str | None = None, no_cache: bool = False, max_prompts: int | None = None,
+             cache: str | None = None, max_prompts: int | None = None,
              max_samples_per_prompt: int | None = None, device: str = "cpu", progress: bool = True,
              log: Callable[[str], None] | None = None) -> str:
     """``lenpred outlets features``: merge the shard outputs ``merge`` into ``out``, or compute the
@@ -51,6 +63,8 @@ def features(out: str, *, run: str | None = None, draft: str | None = None, merg
     from lenpred.outlets.store import merge_trajectories
 
     if merge is not None:
+        if out is None:
+            raise ConfigError("--merge needs --out (the merged trajectory)", "lenpred outlets features --merge S0 S1 --out TRAJ")
         if run is not None or shard is not None or draft is not None:
             raise ConfigError("--merge combines finished shards; it takes no --run, --draft or --shard",
                               "lenpred outlets features --merge SHARD_OUT... --out TRAJ")
@@ -59,15 +73,14 @@ def features(out: str, *, run: str | None = None, draft: str | None = None, merg
     if run is None or draft is None:
         raise ConfigError("lenpred outlets features needs --run RUN and --draft HEAD (or --merge SHARD...)",
                           "lenpred outlets features --run data/runs/NAME --draft HEAD --out TRAJ")
-    if cache is not None and no_cache:
-        raise ConfigError("--cache and --no-cache contradict each other", "pass one of them")
     for flag, v in (("--max-prompts", max_prompts), ("--max-samples-per-prompt", max_samples_per_prompt)):
         if v is not None and v < 1:
             raise ConfigError(f"{flag} must be >= 1, got {v}")
     from lenpred.features.shards import parse_shard
 
+    out = out or default_trajectory_out(run, draft, roles, shard)
     res = compute_trajectory(run, draft, out, cfg, roles=parse_roles(roles), shard=parse_shard(shard), model=model,
-                             cache=False if no_cache else cache, max_prompts=max_prompts,
+                             cache=cache, max_prompts=max_prompts,
                              max_samples_per_prompt=max_samples_per_prompt, device=device, progress=progress, log=log)
     return res.summary()
 
