@@ -100,3 +100,15 @@ def test_cli_writes_report_artifact(tmp_path, capsys):
     md = (out / "bench.md").read_text()
     assert "| **oracle bound** |" in md and "| const | all |" in md
     assert (out / "bench_mae_vs_bound.png").stat().st_size > 0 and (out / "bench_coverage.png").is_file()
+
+
+def test_short_label_precision_and_recall_by_hand() -> None:
+    from lenpred.bench.metrics import short_label_metrics
+
+    # rows at t: true totals t + remaining = 50, 90, 150, 300; threshold 100: truly short = rows 0, 1
+    t = np.array([10.0, 40.0, 50.0, 100.0])
+    remaining = np.array([40.0, 50.0, 100.0, 200.0])
+    predicted = np.array([30.0, 80.0, 20.0, 250.0])  # totals 40 (short), 120 (long), 70 (short), 350 (long)
+    prec, rec = short_label_metrics(remaining, predicted, t, 100.0)
+    assert prec == 0.5 and rec == 0.5  # labelled short: rows 0 and 2, of which row 0 is; truly short 0, 1
+    assert short_label_metrics(remaining, predicted + 1000, t, 100.0) == (None, 0.0)  # nothing labelled short

@@ -70,6 +70,12 @@ def test_score_methods_by_hand():
     assert by["outlets"].points["t0"].coverage80 == 1.0
     assert by["prefill-x"].beats_oracle_from["progress"] is None
     assert infos[0].n_prompts == 2 and infos[0].n_samples == 3
+    # the label "short" (threshold: the median length, 30): truly short = sample a/0 (10 tokens)
+    assert by["outlets"].points["t0"].short_precision == 1.0 and by["outlets"].points["t0"].short_recall == 1.0
+    assert by["prefill-x"].points["t0"].short_precision == 0.5 and by["prefill-x"].points["t0"].short_recall == 1.0
+    assert by["prefill-y"].points["t0"].short_precision == pytest.approx(1 / 3)  # all three labelled short
+    assert by["outlets"].points["t0"].kendall_tau == pytest.approx(1.0)
+    assert by["prefill-y"].points["t0"].kendall_tau is None  # a constant prediction ranks nothing
     with pytest.raises(ConfigError, match="reference 'nope' is not a method"):
         score_methods(idx, [exact, off], points=pts, n_boot=50, reference="nope")
     with pytest.raises(ConfigError, match="unique"):

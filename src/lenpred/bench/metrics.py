@@ -15,7 +15,7 @@ from scipy.stats import kendalltau
 
 from lenpred.stats.bootstrap import mean_ci
 
-__all__ = ["per_prompt_mean", "pinball", "PointMetrics", "point_metrics"]
+__all__ = ["per_prompt_mean", "pinball", "PointMetrics", "point_metrics", "short_label_metrics"]
 
 
 def per_prompt_mean(values: np.ndarray, prompt_ids: np.ndarray) -> np.ndarray:
@@ -89,3 +89,15 @@ def point_metrics(
         coverage80=cov,
         pinball=pin,
     )
+
+
+def short_label_metrics(remaining: np.ndarray, predicted: np.ndarray, t: np.ndarray, threshold: float
+                        ) -> tuple[float | None, float | None]:
+    """Precision and recall of the label "short" on rows at positions ``t``: a row is truly short when
+    t + remaining < ``threshold`` and labelled short when t + predicted < ``threshold`` (None: no row
+    labelled, or none truly, short)."""
+    true_s, pred_s = t + remaining < threshold, t + predicted < threshold
+    both = float((true_s & pred_s).sum())
+    prec = both / float(pred_s.sum()) if pred_s.any() else None
+    rec = both / float(true_s.sum()) if true_s.any() else None
+    return prec, rec

@@ -11,6 +11,9 @@ belong to the split's test prompts:
   Averages are over prompts of the per-prompt mean over its samples (as the prefill bench); 95%
   intervals resample prompts (:func:`lenpred.bench.metrics.point_metrics`);
 * **80% interval coverage** at each point (share of rows inside [q10, q90]) and the pinball loss;
+* **what a scheduler reads**, at each point: Kendall tau-b of the predicted against the true remaining
+  length over the rows there (on the tokens series: the requests still running), and the precision and
+  recall of the label "short" (t + predicted remaining below the median length of the test samples);
 * **paired ratios**: each method's MAE over the reference's (the best carried prefill head: lowest
   MAE at t = 0, or ``reference=``) and over the carried oracle's, at each point and averaged over the
   ``progress`` series, with intervals from resampling prompts jointly (so the comparison is paired);
@@ -50,7 +53,7 @@ from lenpred.outlets.baselines import CarriedConstant, Remaining, carried_oracle
 
 __all__ = [
     "FORMAT", "SCHEMA_VERSION", "FRACTIONS", "TOKENS", "PointSpec", "default_points", "point_rows", "MethodInput",
-    "OutletsBench", "MethodResult", "Score", "PointInfo", "score_methods", "bound_on", "run_bench", "head_method",
+    "OutletsBench", "MethodResult", "Score", "PointInfo", "score_methods", "short_threshold_of", "bound_on", "run_bench", "head_method",
 ]
 
 FORMAT = "lenpred.outlets.bench"
@@ -131,6 +134,12 @@ class Score(Config):
     ratio_vs_reference_ci: Interval
     ratio_vs_oracle: float | None = Field(description="MAE / the carried oracle's MAE (same rows)")
     ratio_vs_oracle_ci: Interval
+    kendall_tau: float | None = Field(None, description="Kendall tau-b of predicted vs true remaining length over "
+                                                       "the rows at this point (the order a scheduler reads)")
+    short_precision: float | None = Field(None, description="of the rows labelled short (t + predicted remaining < "
+                                                           "the short threshold), the share truly short")
+    short_recall: float | None = Field(None, description="of the truly short rows (length < the threshold), the "
+                                                        "share labelled short")
 
 
 class MethodResult(Config):
@@ -193,6 +202,8 @@ class Protocol(Config):
     test_samples: int
     test_rows: int
     reference: str | None = Field(description="the method ratios are taken against (best carried prefill head)")
+    short_threshold: float | None = Field(None, description="a sample is short when its length (as served) is below "
+                                                           "this: the median length of the test samples")
     n_boot: int
     ci: float
     seed: int
@@ -281,11 +292,18 @@ def _beats(ratios: Sequence[float | None]) -> int | None:
     return first
 
 
+def short_threshold_of(index: pd.DataFrame) -> float:
+    """The short/long boundary: the median length (as served) of the samples of ``index``."""
+    per_sample = index.drop_duplicates(["prompt_id", "sample_idx"])["length"].to_numpy(dtype=np.float64)
+    return float(np.median(per_sample)) if per_sample.size else float("nan")
+
+
 def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points: Sequence[PointSpec] | None = None,
-                  reference: str | None = None, n_boot: int = 1000, ci: float = 0.95, seed: int = 0
-                  ) -> tuple[list[PointInfo], list[MethodResult], str | None]:
-    """Score every method at every point (see the module docstring). ``index``: the test rows."""
-    from lenpred.bench.metrics import point_metrics
+                  reference: str | None = None, n_boot: int = 1000, ci: float = 0.95, seed: int = 0,
+                  short_threshold: float | None = None) -> tuple[list[PointInfo], list[MethodResult], str | None]:
+    """Score every method at every point (see the module docstring). ``index``: the test rows;
+    ``short_threshold``: the short/long boundary (default: the median length of its samples)."""
+    from lenpred.bench.metrics import point_metrics, short_label_metrics
 
     points = list(points or default_points())
     names = [m.name for m in methods]
@@ -296,6 +314,10 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
             raise DataError(f"method {m.name!r} has {m.remaining.q50.shape[0]} predictions for {len(index)} rows")
     y_all = index["remaining"].to_numpy(dtype=np.float64)
     pid_all = index["prompt_id"].astype(str).to_numpy()
+    t_all = index["t"].to_numpy(dtype=np.float64)
+    if short_threshold is None:
+        short_threshold = short_threshold_of(index)
+    order: dict[str, dict[str, tuple[float | None, float | None, float | None]]] = {m.name: {} for m in methods}
     infos: list[PointInfo] = []
     raw: dict[str, dict[str, Any]] = {m.name: {} for m in methods}
     per_prompt: dict[str, dict[str, pd.Series]] = {m.name: {} for m in methods}
@@ -310,6 +332,7 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
             r = m.remaining.take(rows)
             pm = point_metrics(y, r.q50, pids, r.q10, r.q50, r.q90, n_boot=n_boot, ci=ci, seed=seed)
             raw[m.name][p.id] = pm
+            order[m.name][p.id] = (_f(pm.kendall_tau), *short_label_metrics(y, r.q50, t_all[rows], short_threshold))
             per_prompt[m.name][p.id] = _per_prompt(np.abs(y - r.q50), pids)
     if not infos:
         raise DataError("no trajectory row of a test prompt lies at any evaluation point",
@@ -335,7 +358,8 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
                                  coverage80=_f(pm.coverage80) if pm.coverage80 is not None else None,
                                  pinball=_f(pm.pinball) if pm.pinball is not None else None,
                                  ratio_vs_reference=rr, ratio_vs_reference_ci=rr_ci, ratio_vs_oracle=ro,
-                                 ratio_vs_oracle_ci=ro_ci)
+                                 ratio_vs_oracle_ci=ro_ci, kendall_tau=order[m.name][info.id][0],
+                                 short_precision=order[m.name][info.id][1], short_recall=order[m.name][info.id][2])
         prog = [i for i in ser["progress"] if i in pts]
         avg = pd.concat([per_prompt[m.name][i] for i in prog], axis=1).mean(axis=1) if prog else pd.Series(dtype=float)
         mean_prog = _f(avg.mean()) if len(avg) else None
@@ -464,7 +488,7 @@ def run_bench(traj_path: str | os.PathLike[str], run: str | os.PathLike[str], *,
     prot = Protocol(run=str(rd.path), card_hash=rd.card_hash, trajectory=str(traj_path),
                     trajectory_spec=_jsonable(traj.spec), cap=cap, test_prompts=int(idx["prompt_id"].nunique()),
                     test_samples=int(len(idx[["prompt_id", "sample_idx"]].drop_duplicates())), test_rows=int(test.n),
-                    reference=ref, n_boot=n_boot, ci=ci, seed=seed)
+                    reference=ref, short_threshold=_f(short_threshold_of(idx)), n_boot=n_boot, ci=ci, seed=seed)
     return OutletsBench(protocol=prot, points=infos, series=series_of([p for p in (points or default_points())
                                                                          if any(i.id == p.id for i in infos)]),
                         methods=results, total_t0=total)

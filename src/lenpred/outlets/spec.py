@@ -38,6 +38,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "outlets-running": {"blocks": ("draft", "draft_running"), "progress": True, "loss": "l1-log"},
     "outlets-l1raw": {"blocks": ("draft",), "progress": True, "loss": "l1"},
     "outlets-softlabel": {"blocks": ("draft",), "progress": True, "loss": "softlabel"},
+    "outlets-target": {"blocks": ("target",), "progress": True, "loss": "l1-log"},
     "probe": {"blocks": ("target",), "progress": False, "loss": "softlabel", "bins": "linear", "n_bins": 10,
               "smoothing": 0.0, "refine": True, "hidden": 128, "depth": 1},
 }

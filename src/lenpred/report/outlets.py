@@ -74,6 +74,7 @@ def render_markdown(res: OutletsBench) -> str:
     rows = [[m.name] + [_n(None if m.points.get(i) is None or m.points[i].coverage80 is None
                            else 100 * m.points[i].coverage80, "{:.0f}%") for i in ids] for m in res.methods]
     out += _table(["method"] + [lab[i] for i in ids], rows) + [""]
+    out += _scheduler_tables(res, lab)
     out += ["## Summary", ""]
     rows = []
     for m in res.methods:
@@ -99,6 +100,30 @@ def render_markdown(res: OutletsBench) -> str:
     if notes:
         out += ["## Methods", ""] + notes + [""]
     return "\n".join(out)
+
+
+def _scheduler_tables(res: OutletsBench, lab: dict[str, str]) -> list[str]:
+    """Kendall tau and the label "short" (precision / recall) per point: what a scheduler reads."""
+    thr = res.protocol.short_threshold
+    out = ["## What a scheduler reads", "",
+           "Kendall tau-b of predicted vs true remaining length over the rows at each point, and the label "
+           f"\"short\" (t + predicted remaining < {_n(thr, '{:.0f}')} tokens, the test samples' median length) "
+           "as precision / recall against the true class. On the tokens series the rows are the requests still "
+           "running.", ""]
+    for s, ids in res.series.items():
+        rows = [[m.name] + [_n(m.points[i].kendall_tau if i in m.points else None, "{:.2f}") for i in ids]
+                for m in res.methods]
+        out += [f"Kendall tau, {s}:", ""] + _table(["method"] + [lab[i] for i in ids], rows) + [""]
+        rows = []
+        for m in res.methods:
+            cells = []
+            for i in ids:
+                sc = m.points.get(i)
+                cells.append("-" if sc is None else f"{_n(sc.short_precision, '{:.2f}')} / {_n(sc.short_recall, '{:.2f}')}")
+            rows.append([m.name, *cells])
+        out += [f"Label \"short\", precision / recall, {s}:", ""] + _table(["method"] + [lab[i] for i in ids], rows)
+        out += [""]
+    return out
 
 
 def _x(res: OutletsBench, ids: list[str], kind: str) -> list[float]:
