@@ -146,7 +146,8 @@ def test_bound_verdicts_and_commands(full_page: Path, inputs: Inputs) -> None:
         assert verdict.split(": ")[0] in text
     assert f"lenpred bound {inputs.run} --out {inputs.bound}" in text
     assert f"lenpred bench --run {inputs.run} --predictions constant=" in text
-    assert "lenpred outlets bench --traj out/traj-test" in text
+    traj = json.loads((inputs.outlets / "outlets_bench.json").read_text())["protocol"]["trajectory"]
+    assert f"lenpred outlets bench --traj {traj}" in text  # the trajectory the committed bench read
     assert "python benchmarks/policies.py --tiny" in text  # the command the policies file records
 
 
