@@ -8,6 +8,7 @@ backend; a failure after it ends the stream with an SSE error event and ``[DONE]
 4xx (a bad parameter) is passed on as it is. Every outcome, the router's own 404 / 405 / 500 included,
 is an OpenAI-format error with the right status code, and so is the end of a request still running at a
 stop's drain limit (:class:`lenpred.route.forward.Drain`: every HTTP request's task is registered with it).
+The OpenAPI document describes the request bodies the router accepts (:mod:`lenpred.route.schema`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from lenpred.route.config import RouterConfig
 from lenpred.route.forward import Drain, error_response
 from lenpred.route.openai import ApiError
 from lenpred.route.router import PATHS, Router
+from lenpred.route.schema import CHAT_REQUEST, COMPLETION_REQUEST, ERROR_RESPONSES, request_body
 
 __all__ = ["RouterApp", "Router", "create_app"]
 
@@ -93,11 +95,13 @@ def create_app(cfg: RouterConfig, estimator: Any = None) -> RouterApp:
     app.state.router = router
     app.drain = router.drain
 
-    @app.post("/v1/chat/completions", summary="OpenAI chat completions, routed")
+    @app.post("/v1/chat/completions", summary="OpenAI chat completions, routed", responses=ERROR_RESPONSES,
+              openapi_extra=request_body(CHAT_REQUEST))
     async def chat(request: Request) -> Response:
         return await router.handle(request, "chat")
 
-    @app.post("/v1/completions", summary="OpenAI completions, routed")
+    @app.post("/v1/completions", summary="OpenAI completions, routed", responses=ERROR_RESPONSES,
+              openapi_extra=request_body(COMPLETION_REQUEST))
     async def completions(request: Request) -> Response:
         return await router.handle(request, "completion")
 
