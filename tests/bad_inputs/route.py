@@ -1,6 +1,7 @@
 """Bad inputs of `lenpred route` (rows for tests/test_bad_input.py): the router's config is checked before
 anything starts, so each of these exits 1 with one line naming the problem and the fix, and listens on
-nothing. (Bad *requests* to a running router are tested in tests/route/test_router_stub.py.)"""
+nothing. (Bad *requests* to a running router are tested in tests/route/test_router_stub.py and
+tests/route/test_router_door.py.)"""
 
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ _ROWS = {
                                        _cfg({"backends": _OK_BACKENDS, "priority": {"queue": "gittins"}})),
     "route-negative-aging": _route("priority.aging must be >= 0",
                                    _cfg({"backends": _OK_BACKENDS, "priority": {"queue": "sjf", "aging": -5}})),
+    "route-negative-drain": _route("timeouts.drain_s must be >= 0",
+                                   _cfg({"backends": _OK_BACKENDS, "timeouts": {"drain_s": -1}})),
     "route-annotate-two": _route("mode 'annotate' forwards to one upstream",
                                  _cfg({"mode": "annotate", "backends": [{"url": "http://a:1"}, {"url": "http://b:1"}]})),
     "route-remote-no-url": _route("estimator.url is required for kind 'remote'",

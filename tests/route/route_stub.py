@@ -11,7 +11,8 @@ Plain asyncio HTTP/1.1, no framework, so that 200 concurrent streams cost it lit
   process on the machine), so a client can measure the delivery latency of each chunk.
   ``--role-chunks 1`` frames a chat stream as llama.cpp and vLLM do: a role chunk first and a finish
   chunk last, neither with text. ``--slots K`` serves K requests at once (the rest queue, first come
-  first served), like an engine with K sequences; 0 (the default) serves all at once.
+  first served), like an engine with K sequences; 0 (the default) serves all at once. ``--cap-tokens N``
+  answers at most N tokens whatever ``max_tokens`` asks (0: no cap), for a fuzzer's large values.
 * ``GET /v1/models``, ``GET /health``.
 * ``POST /stub/fault {"mode": M, "count": N}``: the next N completions (all, when N is null) fail as M:
   ``500``, ``503``, ``429``, ``400`` (an HTTP error), ``garbage`` (200 with an HTML page),
@@ -43,8 +44,10 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requ
 
 class StubServer:
     def __init__(self, name: str = "stub", model: str = "stub", tokens_per_s: float = 50.0, ttft_ms: float = 20.0,
-                 default_tokens: int = 16, slots: int = 0, fault: str = "ok", role_chunks: bool = False) -> None:
+                 default_tokens: int = 16, slots: int = 0, fault: str = "ok", role_chunks: bool = False,
+                 cap_tokens: int = 0) -> None:
         self.name, self.model = name, model
+        self.cap_tokens = cap_tokens
         self.role_chunks = role_chunks
         self.interval = 1.0 / tokens_per_s
         self.ttft = ttft_ms / 1e3
@@ -152,6 +155,8 @@ class StubServer:
             await asyncio.sleep(3600)
             return False
         n = int(body.get("max_completion_tokens") or body.get("max_tokens") or self.default_tokens)
+        if self.cap_tokens:
+            n = min(n, self.cap_tokens)
         stream = bool(body.get("stream"))
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
         self._seq += 1
@@ -249,7 +254,7 @@ def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
 
 async def serve(args: argparse.Namespace) -> None:
     stub = StubServer(args.name, args.model, args.tokens_per_s, args.ttft_ms, args.default_tokens, args.slots,
-                      args.fault, bool(args.role_chunks))
+                      args.fault, bool(args.role_chunks), args.cap_tokens)
     server = await asyncio.start_server(stub.handle, args.host, args.port, backlog=1024, reuse_address=True)
     port = server.sockets[0].getsockname()[1]
     print(f"stub {args.name} listening on http://{args.host}:{port}", flush=True)
@@ -275,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--role-chunks", type=int, default=0,
                    help="1: chat streams open with a role chunk and end with a finish chunk, neither with text "
                         "(as llama.cpp and vLLM do); 0: the first and last tokens carry them")
+    p.add_argument("--cap-tokens", type=int, default=0, help="at most this many tokens per answer (0: no cap)")
     args = p.parse_args(argv)
     asyncio.run(serve(args))
     return 0

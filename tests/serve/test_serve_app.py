@@ -61,6 +61,9 @@ BAD = [
     ("lone-surrogate-ignored-key", '{"messages": [{"role": "user", "content": "hi", "name": "\\ud83d"}]}', 400,
      "messages[0].name holds a lone surrogate", "messages[0].name"),
     ("too-large", json.dumps({"prompt": "x" * (LIMIT + 10)}), 413, f"limit of {LIMIT} bytes", None),
+    # refused before it is parsed, as the router refuses it (Python's parser fails past ~1000 levels)
+    ("nested-1500-deep", '{"prompt": "x", "pad": ' + "[" * 1500 + "]" * 1500 + "}", 400,
+     "1501 levels deep, deeper than the limit of 128 levels", None),
 ]
 
 

@@ -6,11 +6,14 @@ and :mod:`lenpred.route.forward` (one attempt on one backend). A failure before 
 the client (unreachable, 5xx, 429, garbage, no first token within ``read_s``) is retried on another
 backend; a failure after it ends the stream with an SSE error event and ``[DONE]``. The backend's own
 4xx (a bad parameter) is passed on as it is. Every outcome, the router's own 404 / 405 / 500 included,
-is an OpenAI-format error with the right status code.
+is an OpenAI-format error with the right status code, and so is the end of a request still running at a
+stop's drain limit (:class:`lenpred.route.forward.Drain`: every HTTP request's task is registered with it).
+The OpenAPI document describes the request bodies the router accepts (:mod:`lenpred.route.schema`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -20,9 +23,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from lenpred.route.config import RouterConfig
-from lenpred.route.forward import error_response
+from lenpred.route.forward import Drain, error_response
 from lenpred.route.openai import ApiError
 from lenpred.route.router import PATHS, Router
+from lenpred.route.schema import CHAT_REQUEST, COMPLETION_REQUEST, ERROR_RESPONSES, request_body
 
 __all__ = ["RouterApp", "Router", "create_app"]
 
@@ -41,13 +45,24 @@ class RouterApp(FastAPI):
     Every other request (and the lifespan) takes the FastAPI path, and both routes stay declared there
     (OpenAPI schema, 405 for another method)."""
 
+    drain: Drain | None = None  # set by create_app: the request tasks in flight are registered with it
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
-            kind = _KINDS.get(scope["path"])
-            if kind is not None:
-                await self._complete(scope, receive, send, kind)
-                return
-        await super().__call__(scope, receive, send)
+        task = asyncio.current_task() if scope["type"] == "http" and self.drain is not None else None
+        if task is None:
+            await super().__call__(scope, receive, send)
+            return
+        tasks = self.drain.tasks  # type: ignore[union-attr]
+        tasks.add(task)
+        try:
+            if scope["method"] == "POST" and not scope.get("root_path"):
+                kind = _KINDS.get(scope["path"])
+                if kind is not None:
+                    await self._complete(scope, receive, send, kind)
+                    return
+            await super().__call__(scope, receive, send)
+        finally:
+            tasks.discard(task)
 
     async def _complete(self, scope: Any, receive: Any, send: Any, kind: str) -> None:
         scope["app"] = self
@@ -78,12 +93,15 @@ def create_app(cfg: RouterConfig, estimator: Any = None) -> RouterApp:
     app = RouterApp(title="lenpred route", version="1", lifespan=lifespan,
                   description="A length-aware OpenAI-compatible router (docs/route.md).")
     app.state.router = router
+    app.drain = router.drain
 
-    @app.post("/v1/chat/completions", summary="OpenAI chat completions, routed")
+    @app.post("/v1/chat/completions", summary="OpenAI chat completions, routed", responses=ERROR_RESPONSES,
+              openapi_extra=request_body(CHAT_REQUEST))
     async def chat(request: Request) -> Response:
         return await router.handle(request, "chat")
 
-    @app.post("/v1/completions", summary="OpenAI completions, routed")
+    @app.post("/v1/completions", summary="OpenAI completions, routed", responses=ERROR_RESPONSES,
+              openapi_extra=request_body(COMPLETION_REQUEST))
     async def completions(request: Request) -> Response:
         return await router.handle(request, "completion")
 

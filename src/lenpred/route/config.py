@@ -187,15 +187,20 @@ class PriorityConfig(Config):
 
 
 class TimeoutConfig(Config):
-    """Timeouts on the way to a backend (seconds)."""
+    """Timeouts (seconds): on the way to a backend, and the drain of a stop."""
 
     connect_s: float = Field(2.0, description="opening a connection")
     read_s: float = Field(60.0, description="waiting for the first byte or between two chunks")
     total_s: float = Field(600.0, description="a whole request, streamed or not")
+    drain_s: float = Field(5.0, description="on SIGINT / SIGTERM: how long the requests in flight may still run; "
+                                            "then the router ends them (a stream with an SSE error event and "
+                                            "[DONE], any other with a 503 error)")
 
     @model_validator(mode="after")
     def _check(self) -> TimeoutConfig:
         _positive("timeouts", connect_s=self.connect_s, read_s=self.read_s, total_s=self.total_s)
+        if not (math.isfinite(self.drain_s) and self.drain_s >= 0):
+            raise ConfigError(f"timeouts.drain_s must be >= 0, got {self.drain_s!r}")
         return self
 
 

@@ -2,15 +2,18 @@
 relayed (JSON, or SSE as it streams), the load drawn down as tokens arrive, and which failures are
 retried on another backend (:class:`Retry`: nothing has reached the client yet) and which are the
 client's answer. :class:`Forwarder` is the half of :class:`lenpred.route.router.Router` that talks to a
-backend; the router decides which backend, and how often to try.
+backend; the router decides which backend, and how often to try. :class:`Drain` ends the requests still
+running when a stop's drain limit passes, each with an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +28,7 @@ from lenpred.route.openai import ApiError, Query, SSECounter, backend_message, s
 from lenpred.route.priority import PriorityMapper
 from lenpred.route.upstream import Client, UpstreamError, UpstreamResponse
 
-__all__ = ["Ctx", "Forwarder", "RelayStream", "Retry", "close", "error_response"]
+__all__ = ["Ctx", "Drain", "Forwarder", "RelayStream", "Retry", "close", "error_response"]
 
 log = logging.getLogger("lenpred.route")
 
@@ -57,6 +60,49 @@ class Ctx:
     reasons: list[str] = field(default_factory=list)
 
 
+class Drain:
+    """A stop of the router. :meth:`begin` (the server is stopping: it listens no more) gives the requests in
+    flight ``limit_s`` to finish; then :meth:`end` cancels the request tasks still running, and each ends with
+    an answer instead of a cut connection: a stream with an SSE error event and ``[DONE]``
+    (:class:`RelayStream`), a request not yet answered with :meth:`error` as a 503 JSON body (the router's
+    ``handle``). A task tells this cancellation from a client that left by :attr:`over`."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()  # the request tasks in flight
+        self.over = False  # the drain limit has passed: the tasks still running are being ended
+        self.limit_s = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def begin(self, limit_s: float) -> None:
+        """Start the drain (on the server's event loop); once only."""
+        if self._timer is None and not self.over:
+            self.limit_s = limit_s
+            self._timer = asyncio.get_running_loop().call_later(limit_s, self.end)
+
+    def end(self) -> None:
+        self.over = True
+        for task in list(self.tasks):
+            task.cancel()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def error(self) -> ApiError:
+        return ApiError(503, f"the router is stopping, and this request did not finish within its drain limit of "
+                             f"{self.limit_s:g} s (timeouts.drain_s); retry it", "server_error", code="shutting_down")
+
+    def stopped(self) -> bool:
+        """Whether the current task's cancellation is this drain's; if so, the cancellation is taken back (the
+        task goes on to answer)."""
+        if not self.over:
+            return False
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        return True
+
+
 class RelayStream(StreamingResponse):
     """A relayed SSE answer. It always watches for the client going away (so the backend's request is
     closed at once, not at the next write) and always closes its body iterator (which frees the slot).
@@ -65,12 +111,20 @@ class RelayStream(StreamingResponse):
     and the first chunk (already in hand) go out at once, not one turn of a busy event loop later, when
     a new task would first run. Measured at 200 concurrent streams, that turn was most of the first
     token's added tail (docs/route.md). Starlette's own ``__call__`` (an anyio task group, a send through
-    every middleware per chunk) cost the router more CPU per chunk than the relay itself."""
+    every middleware per chunk) cost the router more CPU per chunk than the relay itself.
+
+    At a stop's drain limit (``drain``) the stream ends with ``closing()``: an SSE error event and ``[DONE]``."""
+
+    def __init__(self, content: Any, status_code: int = 200, headers: dict[str, str] | None = None,
+                 media_type: str | None = None, *, drain: Drain | None = None,
+                 closing: Callable[[], bytes] | None = None) -> None:
+        super().__init__(content, status_code, headers, media_type)
+        self.drain, self.closing = drain, closing
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         task = asyncio.current_task()
         assert task is not None
-        gone = False
+        gone = started = False
 
         async def watch() -> None:
             nonlocal gone
@@ -92,6 +146,7 @@ class RelayStream(StreamingResponse):
                     first = None
                 watcher = asyncio.create_task(watch())
                 await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+                started = True
                 if first is not None:
                     await send({"type": "http.response.body", "body": first, "more_body": True})
                 async for chunk in body:
@@ -101,14 +156,25 @@ class RelayStream(StreamingResponse):
                 if watcher is not None:
                     watcher.cancel()
         except asyncio.CancelledError:
-            if not gone:
+            if gone:
+                task.uncancel()  # our own cancellation: the client left
+            elif self.drain is not None and self.drain.stopped():
+                with contextlib.suppress(OSError):
+                    await self._close(send, started)
+            else:
                 raise
-            task.uncancel()  # our own cancellation: the client left
         except OSError:  # a server that reports a write to a closed connection
             pass
         finally:
             # the relay's own cleanup is synchronous (no await): a cancellation cannot cut it short
             await body.aclose()  # type: ignore[attr-defined]
+
+    async def _close(self, send: Any, started: bool) -> None:
+        """End the stream at a stop's drain limit: the error event and ``[DONE]``, then the end of the body."""
+        if not started:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        end = self.closing() if self.closing is not None else b""
+        await send({"type": "http.response.body", "body": end, "more_body": False})
 
 
 def error_response(e: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -124,6 +190,7 @@ class Forwarder:
     prio: PriorityMapper
     client: Client
     targets: list[dict[str, URL]]  # each backend's endpoints by request kind
+    drain: Drain
 
     def _payload(self, ctx: Ctx, b: Backend) -> bytes:
         if self.cfg.priority.sends and b.priority_on:
@@ -291,8 +358,12 @@ class Forwarder:
         ctx.flight.gen = counter.tokens
         b.last_progress = time.monotonic()
         self.metrics.ttfb.observe(time.monotonic() - ctx.t_in)
+        def closing() -> bytes:  # the end of a stream that the drain limit cuts: after a blank line, which ends
+            # an event left open (a backend's chunk may end between an event's line and the blank line after it)
+            return b"" if counter.done else b"\n\n" + sse_error_event(self.drain.error().message, code="shutting_down")
+
         return RelayStream(self._relay(ctx, b, r, it, bytes(first), counter), 200, headers=self._reply_headers(ctx),
-                       media_type="text/event-stream")
+                           media_type="text/event-stream", drain=self.drain, closing=closing)
 
     async def _relay(self, ctx: Ctx, b: Backend, r: UpstreamResponse, it: Any, first: bytes,
                      counter: SSECounter) -> Any:
@@ -320,7 +391,7 @@ class Forwarder:
                 outcome = "stream_error"
                 yield sse_error_event(err)
         except BaseException:
-            outcome = "client_gone"
+            outcome = "stopped" if self.drain.over else "client_gone"
             raise
         finally:
             r.close()

@@ -1,23 +1,44 @@
 """What the router needs to know about the OpenAI API: request checks, errors, SSE counting.
 
-The router forwards bodies as they are (plus the priority field), so it checks only what it reads
-itself: the body is a JSON object, ``model`` is a string, chat requests have ``messages`` (a list of
-objects with a ``role``), completions a ``prompt`` (a string, a list of strings, or token ids),
-``stream`` / ``n`` / ``max_tokens`` have the right types. Everything else is the backend's to judge,
-except text that is not Unicode (a lone surrogate), which no backend can read: it is refused here.
-The error body and a message's text are the prediction service's (:mod:`lenpred.serve.openai`).
+The router forwards bodies as they are (plus the priority field), but a body that OpenAI's schema calls
+malformed is refused here with 400, before any backend sees it: a backend may answer such a request with
+500 (llama.cpp does for ``"content": null`` or ``"temperature": "hot"``), which the router would take for
+a failing backend and retry. Checked: the body is a JSON object nested at most
+:data:`lenpred.serve.openai.MAX_JSON_DEPTH` levels; ``model`` is a string; chat requests have ``messages``
+(objects with a string ``role`` and a ``content`` that is a string or a list of content parts, null only
+for an assistant or function message; a part is an object with a string ``type``, a ``text`` part has
+a string ``text``), completions a ``prompt`` (a string, a list of strings, or token ids); the common
+fields, when present and not null, have OpenAI's types and ranges (:data:`INTEGERS`, :data:`NUMBERS`,
+``stream``, ``stop``, ``stream_options``, ``logprobs``, ...). Unknown fields pass through untouched. Text
+that is not Unicode (a lone surrogate) is refused too: no backend can read it. The error body and a
+message's text are the prediction service's (:mod:`lenpred.serve.openai`); :mod:`lenpred.route.schema`
+is the same contract as JSON schemas (the router's OpenAPI document).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from lenpred.serve.openai import content_text, error_body, find_lone_surrogate, may_hold_surrogate
+from lenpred.serve.openai import content_text, error_body, find_lone_surrogate, may_hold_surrogate, too_deep
 
-__all__ = ["ApiError", "Query", "SSECounter", "parse_request", "sse_error_event"]
+__all__ = ["INT64", "INTEGERS", "NO_CONTENT_ROLES", "NUMBERS", "ApiError", "Query", "SSECounter", "parse_request",
+           "sse_error_event"]
+
+# integer fields: the lowest value allowed (None: any); every integer must fit in 64 bits, as the engines parse it
+INTEGERS: dict[str, int | None] = {"n": 1, "max_tokens": 1, "max_completion_tokens": 1, "seed": None,
+                                   "top_logprobs": 0, "best_of": 1, "top_k": None}
+INT64 = (-(1 << 63), (1 << 63) - 1)
+# number fields: (lowest, highest) allowed (None: unbounded), OpenAI's ranges where vLLM, SGLang and llama.cpp
+# agree with them (none caps the temperature at OpenAI's 2); every number must be a finite double
+NUMBERS: dict[str, tuple[float | None, float | None]] = {
+    "temperature": (0.0, None), "top_p": (0.0, 1.0), "frequency_penalty": (-2.0, 2.0),
+    "presence_penalty": (-2.0, 2.0), "min_p": (0.0, 1.0), "repetition_penalty": (0.0, None)}
+# roles whose message may have no content (a tool call instead)
+NO_CONTENT_ROLES = frozenset({"assistant", "function"})
 
 
 class ApiError(Exception):
@@ -58,24 +79,117 @@ class Query:
         return len(self.prompt or "")
 
 
-def _int_field(body: dict[str, Any], name: str, low: int) -> int | None:
+def _shown(v: Any) -> str:
+    """A value as an error message quotes it: short."""
+    if isinstance(v, dict | list):
+        return "an object" if isinstance(v, dict) else "an array"
+    return json.dumps(v)[:40]
+
+
+def _integral(v: Any) -> int | None:
+    """``v`` as an int when it is a JSON integer: an int, or a float without a fraction (JSON Schema's integer,
+    which the engines' parsers take too); None otherwise."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _int_field(body: dict[str, Any], name: str, low: int | None) -> int | None:
     v = body.get(name)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise ApiError(400, f"'{name}' must be an integer >= {low}, got {json.dumps(v)[:40]}", param=name)
-    return v
+    i = _integral(v)
+    lo = INT64[0] if low is None else low
+    if i is None or not lo <= i <= INT64[1]:
+        what = "an integer" if low is None else f"an integer >= {low}"
+        if i is not None and i >= lo:
+            what += " that fits in 64 bits"
+        raise ApiError(400, f"'{name}' must be {what}, got {_shown(v)}", param=name)
+    return i
 
 
-def _content_text(content: Any, i: int) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
+def _as_float(v: Any) -> float | None:
+    """``v`` as a finite double, or None when it is not a JSON number that is one (a boolean, NaN, 1e400)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _number_field(body: dict[str, Any], name: str, low: float | None, high: float | None) -> None:
+    v = body.get(name)
+    if v is None:
+        return
+    f = _as_float(v)
+    if f is None or (low is not None and f < low) or (high is not None and f > high):
+        bounds = (f" from {low:g} to {high:g}" if low is not None and high is not None
+                  else f" >= {low:g}" if low is not None else "")
+        raise ApiError(400, f"'{name}' must be a number{bounds}, got {_shown(v)}", param=name)
+
+
+def _typed_field(body: dict[str, Any], name: str, types: tuple[type, ...], what: str) -> None:
+    v = body.get(name)
+    if v is not None and not isinstance(v, types):
+        raise ApiError(400, f"'{name}' must be {what}, got {_shown(v)}", param=name)
+
+
+def _check_common(body: dict[str, Any], kind: str) -> None:
+    """The common optional fields: OpenAI's types and ranges when present and not null."""
+    for name, low in INTEGERS.items():
+        _int_field(body, name, low)
+    for name, (lo, hi) in NUMBERS.items():
+        _number_field(body, name, lo, hi)
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str) and not (
+            isinstance(stop, list) and all(isinstance(x, str) for x in stop)):
+        raise ApiError(400, f"'stop' must be a string or a list of strings, got {_shown(stop)}", param="stop")
+    opts = body.get("stream_options")
+    _typed_field(body, "stream_options", (dict,), "an object")
+    if isinstance(opts, dict) and opts.get("include_usage") is not None and not isinstance(opts["include_usage"], bool):
+        raise ApiError(400, "'stream_options.include_usage' must be true or false", param="stream_options.include_usage")
+    if kind == "chat":
+        _typed_field(body, "logprobs", (bool,), "true or false")
+        _typed_field(body, "parallel_tool_calls", (bool,), "true or false")
+        _typed_field(body, "tool_choice", (str, dict), "a string or an object")
+        tools = body.get("tools")
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            raise ApiError(400, f"'tools' must be a list of objects, got {_shown(tools)}", param="tools")
+    else:
+        _int_field(body, "logprobs", 0)
+        _typed_field(body, "echo", (bool,), "true or false")
+        _typed_field(body, "suffix", (str,), "a string")
+    _typed_field(body, "user", (str,), "a string")
+    _typed_field(body, "response_format", (dict,), "an object")
+    bias = body.get("logit_bias")
+    if bias is not None and not (isinstance(bias, dict) and all(_as_float(x) is not None for x in bias.values())):
+        raise ApiError(400, "'logit_bias' must be an object of token ids to numbers", param="logit_bias")
+
+
+def _content_text(content: Any, i: int, role: str) -> str:
+    where = f"messages[{i}].content"
+    if isinstance(content, str):
+        return content
+    if content is None:
+        if role in NO_CONTENT_ROLES:
+            return ""
+        raise ApiError(400, f"{where} must be a string or a list of content parts (a {role} message needs "
+                            "content; only an assistant or function message may leave it null)", param=where)
     if isinstance(content, list):  # content parts: keep the text ones
-        if not all(isinstance(p, dict) for p in content):
-            raise ApiError(400, f"messages[{i}].content parts must be objects", param=f"messages[{i}].content")
+        for j, p in enumerate(content):
+            if not isinstance(p, dict) or not isinstance(p.get("type"), str):
+                raise ApiError(400, f"{where}[{j}] must be an object with a string 'type'", param=f"{where}[{j}]")
+            text = p.get("text")
+            if (p["type"] == "text" or text is not None) and not isinstance(text, str):
+                raise ApiError(400, f"{where}[{j}].text must be a string", param=f"{where}[{j}].text")
         return content_text(content)
-    raise ApiError(400, f"messages[{i}].content must be a string or a list of content parts",
-                   param=f"messages[{i}].content")
+    raise ApiError(400, f"{where} must be a string or a list of content parts, got {_shown(content)}", param=where)
 
 
 def _messages(body: dict[str, Any]) -> tuple[dict[str, str], ...]:
@@ -86,7 +200,9 @@ def _messages(body: dict[str, Any]) -> tuple[dict[str, str], ...]:
     for i, m in enumerate(msgs):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ApiError(400, f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]")
-        out.append({"role": m["role"], "content": _content_text(m.get("content"), i)})
+        if m.get("name") is not None and not isinstance(m["name"], str):
+            raise ApiError(400, f"messages[{i}].name must be a string", param=f"messages[{i}].name")
+        out.append({"role": m["role"], "content": _content_text(m.get("content"), i, m["role"])})
     return tuple(out)
 
 
@@ -100,42 +216,57 @@ def _prompt(body: dict[str, Any]) -> tuple[str | None, int | None, int]:
         raise bad
     if all(isinstance(x, str) for x in p):
         return p[0], None, len(p)
-    if all(isinstance(x, int) and not isinstance(x, bool) for x in p):
+    if all(_integral(x) is not None for x in p):
         return None, len(p), 1
-    if all(isinstance(x, list) and x and all(isinstance(t, int) for t in x) for x in p):
+    if all(isinstance(x, list) and x and all(_integral(t) is not None for t in x) for x in p):
         return None, len(p[0]), len(p)
     raise bad
 
 
-def parse_request(raw: bytes, kind: str) -> tuple[dict[str, Any], Query]:
-    """The body as a dict and what the router reads from it; :class:`ApiError` (400) if it is not a
-    request of this kind."""
+def _decode(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or :class:`ApiError` (400) naming why not."""
+    deep = too_deep(raw)  # before parsing: the parser (and every walk after it) recurses per level
+    if deep is not None:
+        raise ApiError(400, deep, code="json_too_deep")
     try:
         body = json.loads(raw)
     except UnicodeDecodeError:
         raise ApiError(400, "the request body is not UTF-8 text") from None
     except json.JSONDecodeError as e:
         raise ApiError(400, f"the request body is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except (ValueError, RecursionError) as e:  # an integer of more digits than Python converts
+        raise ApiError(400, f"the request body is not valid JSON ({e})"[:200]) from None
     if not isinstance(body, dict):
         raise ApiError(400, f"the request body must be a JSON object, got {type(body).__name__}")
     if may_hold_surrogate(raw):
         bad = find_lone_surrogate(body)
         if bad is not None:  # no backend can read it (llama.cpp answers 500): refused here, not retried
             raise ApiError(400, str(bad), code="invalid_text", param=bad.param)
+    return body
+
+
+def parse_request(raw: bytes, kind: str) -> tuple[dict[str, Any], Query]:
+    """The body as a dict and what the router reads from it; :class:`ApiError` (400) if it is not a
+    well-formed request of this kind."""
+    body = _decode(raw)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(400, "you must provide a model parameter (a non-empty string)", param="model")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
         raise ApiError(400, "'stream' must be true or false", param="stream")
+    _check_common(body, kind)
+    if kind == "chat":
+        messages = _messages(body)
+    else:
+        text, ids, n_prompts = _prompt(body)
     n = _int_field(body, "n", 1) or 1
     max_tokens = _int_field(body, "max_tokens", 1)
     if kind == "chat":
         max_tokens = _int_field(body, "max_completion_tokens", 1) or max_tokens
-        q = Query("chat", model, stream, None, _messages(body), None, n, max_tokens)
+        q = Query("chat", model, bool(stream), None, messages, None, n, max_tokens)
     else:
-        text, ids, n_prompts = _prompt(body)
-        q = Query("completion", model, stream, text, None, ids, n * n_prompts, max_tokens)
+        q = Query("completion", model, bool(stream), text, None, ids, n * n_prompts, max_tokens)
     return body, q
 
 

@@ -3,7 +3,8 @@ request of that kind and that some backend serves its model, predict its output 
 priority key, take a slot on a backend chosen by the dispatch policy (or wait for one, bounded), and
 forward it (:class:`lenpred.route.forward.Forwarder`), on another backend when the attempt failed before
 anything reached the client. Every outcome is an OpenAI-format error with the right status code; none
-hangs (every wait has a timeout) and none crashes the router.
+hangs (every wait has a timeout) and none crashes the router. A request still unanswered at a stop's drain
+limit (:class:`lenpred.route.forward.Drain`) gets a 503 ``shutting_down``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from yarl import URL
 from lenpred.route.backends import Flight, Pool, QueueFull, QueueTimeout
 from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import make_estimator
-from lenpred.route.forward import Ctx, Forwarder, RelayStream, Retry, close, error_response
+from lenpred.route.forward import Ctx, Drain, Forwarder, RelayStream, Retry, close, error_response
 from lenpred.route.metrics import RouterMetrics, watch_loop_lag
 from lenpred.route.openai import ApiError, parse_request
 from lenpred.route.priority import PriorityMapper
@@ -56,6 +57,7 @@ class Router(Forwarder):
         self.targets = [{kind: URL(b.url + path) for kind, path in PATHS.items()} for b in self.pool.backends]
         self._health: asyncio.Task[None] | None = None
         self._lag: asyncio.Task[None] | None = None
+        self.drain = Drain()
 
     async def start(self) -> None:
         await self.client.start()
@@ -69,6 +71,7 @@ class Router(Forwarder):
         self._lag = asyncio.create_task(watch_loop_lag(self.metrics.loop_lag))
 
     async def stop(self) -> None:
+        self.drain.stop()
         for task in (self._health, self._lag):
             if task is not None:
                 task.cancel()
@@ -79,6 +82,16 @@ class Router(Forwarder):
 
     # ------------------------------------------------------------------ one request
     async def handle(self, request: Request, kind: str) -> Response:
+        """The answer to one completion request (a stream's answer is sent by the caller)."""
+        try:
+            return await self._handle(request, kind)
+        except asyncio.CancelledError:
+            if not self.drain.stopped():
+                raise
+            self.metrics.requests.labels("-", "stopped").inc()
+            return error_response(self.drain.error())
+
+    async def _handle(self, request: Request, kind: str) -> Response:
         t_in = time.monotonic()
         rid = request.headers.get("x-request-id", "")
         if not _RID.match(rid):
@@ -196,6 +209,10 @@ class Router(Forwarder):
                 r = await self.client.request(request.method, URL(b.url + path, encoded=True), headers, raw,
                                               self.cfg.timeouts.read_s)
                 body = await r.read()
+        except asyncio.CancelledError:
+            if not self.drain.stopped():
+                raise
+            return error_response(self.drain.error())
         except TimeoutError:
             return error_response(ApiError(504, f"upstream {b.label} did not answer in time", "server_error", code="timeout"))
         except UpstreamError as e:

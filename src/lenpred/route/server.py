@@ -1,7 +1,9 @@
 """Run a router under uvicorn (what ``lenpred route`` calls), as ``lenpred serve`` runs the prediction
 service (:mod:`lenpred.serve.server`): the app is built first (a bad head or estimator fails before
 anything listens), the address bound next (a busy port fails with one line), and SIGINT or SIGTERM
-stops it gracefully: streams in flight finish (for up to ``DRAIN_S``), then it exits 0.
+stops it gracefully: the requests in flight may finish for ``timeouts.drain_s``; those still running then
+are ended by the router, each with an OpenAI-format answer (:class:`lenpred.route.forward.Drain`), and it
+exits 0.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import sys
 from lenpred.errors import ConfigError
 from lenpred.route.config import RouterConfig
 
-__all__ = ["DRAIN_S", "route"]
+__all__ = ["route"]
 
-DRAIN_S = 5.0  # how long a stop waits for requests in flight before it cancels them
+# uvicorn's own limit on a stop, past the router's drain: it cancels what is left (the router's ending of the
+# requests writes a few bytes each, so nothing is normally left by then)
+_BACKSTOP_S = 2.0
 
 
 def route(cfg: RouterConfig, log_level: str = "info") -> int:
@@ -35,7 +39,8 @@ def route(cfg: RouterConfig, log_level: str = "info") -> int:
     host, port = sock.getsockname()[:2]
     print(f"lenpred route: {cfg.mode} mode, policy {cfg.policy}, {len(cfg.backends)} backend(s), "
           f"estimator {cfg.estimator.kind}; listening on http://{host}:{port}", file=sys.stderr, flush=True)
-    started = run_app(app, sock, log_level=log_level, access_log=False, timeout_graceful_shutdown=DRAIN_S,
-                      backlog=2048)
+    drain_s = cfg.timeouts.drain_s
+    started = run_app(app, sock, log_level=log_level, access_log=False, timeout_graceful_shutdown=drain_s + _BACKSTOP_S,
+                      backlog=2048, on_stop=lambda: app.state.router.drain.begin(drain_s))
     print("lenpred route: stopped", file=sys.stderr, flush=True)
     return 0 if started else 1

@@ -8,8 +8,9 @@
 Every error is OpenAI's body ``{"error": {"message", "type", "param", "code"}}`` with its status:
 400 for a request that is not valid JSON or not a valid predict request (FastAPI's default would
 be 422; OpenAI-compatible servers answer 400), 404 / 405 for an unknown route or method, 413 for a
-body over ``max_body_bytes`` (checked before the body is parsed), 503 for a full queue or a
-stopped service, 504 for a timeout, 500 for anything else -- never a traceback.
+body over ``max_body_bytes`` (checked before the body is parsed), 400 for a body nested deeper than
+:data:`lenpred.serve.openai.MAX_JSON_DEPTH` levels (checked before it is parsed, as the router does), 503
+for a full queue or a stopped service, 504 for a timeout, 500 for anything else -- never a traceback.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from lenpred import __version__
 from lenpred.errors import LenpredError
 from lenpred.serve.errors import ServeError
 from lenpred.serve.metrics import CONTENT_TYPE, ServeMetrics
-from lenpred.serve.openai import InvalidText, error_body
+from lenpred.serve.openai import InvalidText, error_body, too_deep
 from lenpred.serve.schema import ErrorResponse, HealthResponse, PredictRequest, PredictResponse
 from lenpred.serve.service import PredictionService
 
@@ -52,7 +53,8 @@ def _error(status: int, message: str, type_: str, param: str | None = None, code
 
 
 class BodyLimit:
-    """Pure ASGI middleware: a request body over ``limit`` bytes gets 413 before the app reads it.
+    """Pure ASGI middleware: a request body over ``limit`` bytes gets 413 before the app reads it, and one
+    nested too deep (:func:`lenpred.serve.openai.too_deep`) gets 400 before it is parsed.
 
     A declared ``Content-Length`` over the limit is refused at once; otherwise the body is read
     (at most ``limit + 1`` bytes are kept) and replayed to the app, so chunked bodies are bounded too.
@@ -95,7 +97,14 @@ class BodyLimit:
                 return
             chunks.append(body)
             more = bool(msg.get("more_body", False))
-        replay: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+        raw = b"".join(chunks)
+        deep = too_deep(raw)
+        if deep is not None:
+            if self.metrics is not None:
+                self.metrics.observe_request(scope.get("path", "?"), 400, None, "invalid_request_error")
+            await _error(400, deep, "invalid_request_error", None, "json_too_deep")(scope, _drain_receive, send)
+            return
+        replay: list[Message] = [{"type": "http.request", "body": raw, "more_body": False}]
 
         async def receive_again() -> Message:
             return replay.pop() if replay else await receive()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from lenpred.errors import ConfigError
@@ -66,13 +67,20 @@ def serve(cfg: ServeConfig) -> int:
     return 0
 
 
-def run_app(app: Any, sock: socket.socket, **options: Any) -> bool:
+def run_app(app: Any, sock: socket.socket, on_stop: Callable[[], None] | None = None, **options: Any) -> bool:
     """Serve the ASGI ``app`` on the bound ``sock`` under uvicorn (``options``: uvicorn.Config's) until
     SIGINT or SIGTERM, then shut down gracefully (requests in flight finish) and return; True when the
-    server had started. ``sock`` is closed on return."""
+    server had started. ``on_stop`` is called on the server's event loop when the stop begins (it no longer
+    listens; the requests in flight run on). ``sock`` is closed on return."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **options))
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            if on_stop is not None:
+                on_stop()
+            await super().shutdown(sockets)
+
+    server = Server(uvicorn.Config(app, lifespan="on", **options))
     # uvicorn shuts down gracefully on SIGINT / SIGTERM, then re-raises the signal to the handler that
     # was there before; a quiet one here makes a requested stop exit 0 (not 143, nor a KeyboardInterrupt)
     before = {s: _quiet(s) for s in (signal.SIGINT, signal.SIGTERM)}
