@@ -14,7 +14,7 @@ else
 LLAMA_CMAKE_ARGS ?=
 endif
 
-.PHONY: install demo test lint bench clean
+.PHONY: install browser demo test lint bench clean
 
 install: $(STAMP)
 
@@ -35,20 +35,22 @@ $(STAMP): pyproject.toml Makefile
 	# AlpacaEval's 805 prompts (prompt source alpaca-eval): only the package's sdist ships them; downloaded
 	# (not installed) and read from the tarball by lenpred.data.alpaca_eval.
 	$(BIN)/pip download --no-deps --no-binary :all: "alpaca-eval==0.6.6" -d $(VENV)/share/lenpred
-	# headless Chromium (Debian's package) for the browser test of `lenpred report` (tests/report); without
-	# apt-get as root it is skipped here and that one test is skipped with the reason.
-	@if command -v chromium >/dev/null 2>&1; then echo "chromium: $$(command -v chromium)"; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium || \
-	   (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)) || \
-	  echo "note: apt-get could not install chromium; the report's browser test will be skipped"; \
-	else echo "note: chromium not installed (needs apt-get as root); the report's browser test will be skipped"; fi
 	touch $(STAMP)
 
 demo: install
 	$(BIN)/lenpred demo
 
-test: install
+# headless Chromium (Debian's package) for the one browser test of `lenpred report` (tests/report): the test
+# path only (the demo installs no system package); without apt-get as root that test is skipped with the reason.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then echo "chromium: $$(command -v chromium)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium || \
+	   (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)) || \
+	  echo "note: apt-get could not install chromium; the report's browser test will be skipped"; \
+	else echo "note: chromium not installed (needs apt-get as root); the report's browser test will be skipped"; fi
+
+test: install browser
 	$(BIN)/python -m pytest -q tests
 
 lint: install
