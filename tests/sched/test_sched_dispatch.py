@@ -48,3 +48,12 @@ def test_power_of_two_is_seeded_and_picks_the_lighter_of_two() -> None:
 
 def test_the_registry_lists_its_members() -> None:
     assert DISPATCHERS.names() == ["least-predicted-tokens", "least-requests", "power-of-two", "round-robin"]
+
+
+def test_the_request_is_optional() -> None:
+    # the router dispatches on load alone: the same choice without a request
+    pool = [_Fake(0, 3, 900.0), _Fake(1, 5, 100.0), _Fake(2, 2, 500.0)]
+    for name in DISPATCHERS.names():
+        with_req = make_dispatcher(name, np.random.default_rng(3))
+        without = make_dispatcher(name, np.random.default_rng(3))
+        assert [with_req.choose(pool, Request(0, 0, 1, 1, 1)) for _ in range(5)] == [without.choose(pool) for _ in range(5)]

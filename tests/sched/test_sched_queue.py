@@ -1,10 +1,12 @@
 """Queue orderings on small, hand-made queues: point predictions, aging, re-predictions, attained service,
-limited preemption, the response ratio."""
+limited preemption, the response ratio; a request known only on arrival (the router's)."""
 
 from __future__ import annotations
 
 import pytest
 
+from lenpred.errors import ConfigError
+from lenpred.sched.job import Arrived
 from lenpred.sched.queue import LEVEL, NEVER, QUEUE_POLICIES, make_queue_policy
 from lenpred.sim.request import Request
 
@@ -83,3 +85,15 @@ def test_hrrn_orders_by_response_ratio_at_the_time() -> None:
 def test_the_registry_lists_its_members() -> None:
     assert QUEUE_POLICIES.names() == ["fcfs", "gittins", "hrrn", "las", "mlfq", "oracle", "risk", "sjf", "srpt",
                                       "trail"]
+
+
+def test_a_request_on_arrival_is_keyed_as_the_simulators_request() -> None:
+    # what the router orders: the same key as a simulated request with the same arrival and prediction
+    live = Arrived(arrival=2.0, pred=100.0, spread=10.0)
+    sim = Request(0, 2.0, 50, 400, pred=100.0, spread=10.0)
+    for name, kw in (("fcfs", {}), ("sjf", {"aging": 5.0, "quantile_z": 1.0}), ("srpt", {}), ("hrrn", {})):
+        pol = make_queue_policy(name, **kw)
+        assert pol.key(live, 0, 3.0) == pol.key(sim, 0, 3.0)
+    assert make_queue_policy("sjf", aging=5.0, quantile_z=1.0).key(live, 0) == pytest.approx(100 + 10 + 5 * 2)
+    with pytest.raises(ConfigError, match="true output length .* unknown"):
+        make_queue_policy("oracle").key(live, 0)

@@ -184,8 +184,7 @@ class Pool:
         free = [b for b in self.candidates(model, exclude) if b.has_slot()]
         if not free:
             return None
-        # the dispatcher reads each backend's load; the request itself is not needed by any of them
-        return free[self.dispatcher.choose(free, None)]  # type: ignore[arg-type]
+        return free[self.dispatcher.choose(free)]  # the backends' load decides
 
     async def acquire(self, flight: Flight, model: str, exclude: frozenset[int], timeout_s: float) -> Backend | None:
         """A backend with a slot and the flight registered on it; None when no healthy backend serves the

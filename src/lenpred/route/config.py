@@ -21,7 +21,7 @@ from pydantic import Field, field_validator, model_validator
 
 from lenpred.config import Config
 from lenpred.errors import ConfigError, FieldError
-from lenpred.sched.recommended import RECOMMENDED
+from lenpred.sched import DISPATCHERS, QUEUE_POLICIES, RECOMMENDED
 
 __all__ = [
     "BackendConfig", "EstimatorConfig", "HealthConfig", "LimitsConfig", "PriorityConfig", "ROUTER_QUEUES", "RouterConfig",
@@ -156,8 +156,6 @@ class PriorityConfig(Config):
     @field_validator("queue")
     @classmethod
     def _queue(cls, v: str) -> str:
-        from lenpred.sched.queue import QUEUE_POLICIES
-
         if v in ROUTER_QUEUES:
             return v
         if v in QUEUE_POLICIES:
@@ -264,8 +262,6 @@ class RouterConfig(Config):
     @field_validator("policy")
     @classmethod
     def _policy(cls, v: str) -> str:
-        from lenpred.sched.dispatch import DISPATCHERS
-
         if v not in DISPATCHERS:
             raise FieldError(f"unknown policy {v!r}", f"use one of: {', '.join(DISPATCHERS.names())}")
         return v

@@ -5,6 +5,10 @@ An instance (the simulator's prefill or decode instance, the router's backend) r
 instance, prompt tokens on a prefill instance): the :class:`Loaded` protocol. Dispatchers: ``round-robin``,
 ``least-requests``, ``least-predicted-tokens`` and ``power-of-two`` (the lighter of two instances
 drawn at random, from a seeded generator).
+
+The simulator and the router call the same method, ``choose(pool, req=None)``: the index in ``pool``
+of the instance to send to. ``req`` (a :class:`~lenpred.sched.job.Job`) is there for a dispatcher that
+would read the request; none of these does, and a caller without one passes nothing.
 """
 
 from __future__ import annotations
@@ -34,14 +38,15 @@ class Loaded(Protocol):
 
 
 class Dispatcher:
-    """Base: :meth:`choose` returns the index of the instance in ``pool`` to send ``req`` to."""
+    """Base: :meth:`choose` returns the index of the instance in ``pool`` to send ``req`` to (``req``
+    may be None: the load of the instances decides)."""
 
     name: ClassVar[str] = "?"
 
     def __init__(self, rng: np.random.Generator | None = None) -> None:
         self.rng = rng if rng is not None else np.random.default_rng(0)
 
-    def choose(self, pool: Sequence[Loaded], req: Job) -> int:  # pragma: no cover - abstract
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -56,7 +61,7 @@ class RoundRobin(Dispatcher):
         super().__init__(rng)
         self._next = 0
 
-    def choose(self, pool: Sequence[Loaded], req: Job) -> int:
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
         i = self._next % len(pool)
         self._next = i + 1
         return i
@@ -75,7 +80,7 @@ def _argmin(values: list[float]) -> int:
 class LeastOutstandingRequests(Dispatcher):
     name = "least-requests"
 
-    def choose(self, pool: Sequence[Loaded], req: Job) -> int:
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
         return _argmin([float(p.outstanding_requests()) for p in pool])
 
 
@@ -85,7 +90,7 @@ class LeastPredictedTokens(Dispatcher):
 
     name = "least-predicted-tokens"
 
-    def choose(self, pool: Sequence[Loaded], req: Job) -> int:
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
         return _argmin([p.outstanding_tokens() for p in pool])
 
 
@@ -108,7 +113,7 @@ class PowerOfTwoChoices(Dispatcher):
         self._pairs = list(zip(i.tolist(), j.tolist(), strict=True))[::-1]
         self._n = n
 
-    def choose(self, pool: Sequence[Loaded], req: Job) -> int:
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
         n = len(pool)
         if n == 1:
             return 0

@@ -5,14 +5,18 @@ A queue policy orders requests by their arrival, their prompt, what a predictor 
 distribution ``dist``: :class:`lenpred.sched.dists.LengthDist`) and, for the oracle yardstick, the
 true output length. The simulator's request entity has every field; a policy never sees more.
 :class:`Running` adds what the simulator knows of a request in a running batch, for choosing whom to
-preempt.
+preempt. :class:`Arrived` is a request as known when it arrives, before its first token: what the
+router orders.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Job", "Running"]
+from lenpred.errors import ConfigError
+
+__all__ = ["Arrived", "Job", "Running"]
 
 
 class Job(Protocol):
@@ -52,3 +56,29 @@ class Running(Job, Protocol):
 
     @property
     def base_step(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Arrived:
+    """A request as known when it arrives, before it has generated a token (a :class:`Job`): its arrival
+    (seconds), its prediction, and its prompt length and predictive distribution where known. Its true
+    length is not known, so the ``oracle`` policy cannot order it."""
+
+    arrival: float
+    pred: float
+    spread: float | None = None
+    prompt: int = 0
+    dist: Any = None  # LengthDist | None
+
+    @property
+    def pred_cur(self) -> float:
+        return self.pred
+
+    @property
+    def output(self) -> int:
+        raise ConfigError("the true output length of a request that has not finished is unknown",
+                          "the oracle policy orders simulated requests only")
+
+    def pred_remaining(self, gen: int) -> float:
+        r = self.pred - gen
+        return r if r > 0.0 else 0.0

@@ -25,6 +25,7 @@ import pandas as pd
 
 from lenpred.errors import ConfigError, DataError
 from lenpred.predictions import Predictions
+from lenpred.sched.dists import rescaled, row_dist
 from lenpred.sim.arrivals import require_rate, trace_arrivals, unit_arrivals
 from lenpred.sim.config import PredictionConfig, WorkloadConfig
 from lenpred.sim.length_sources import (
@@ -129,8 +130,6 @@ class Workload:
     def _request_dists(self, predictions: Predictions, a: pd.DataFrame) -> tuple[list[Any], list[tuple[Any, ...]]]:
         """Per request: the predictive distribution and one per re-prediction, built once per distinct
         sample and predictions table (every load of a sweep shares them)."""
-        from lenpred.sched.dists import rescaled, row_dist
-
         hit = self._dists.get(id(predictions))
         if hit is not None and hit[0] is predictions:
             return hit[1], hit[2]
