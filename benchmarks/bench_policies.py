@@ -183,7 +183,7 @@ def prediction(name: str, tables: dict[str, str], samples: str | None) -> Any:
 
 def samples_table(wl: Any, dest: Path) -> str:
     """The oracle distribution of the workload's prompts (each sample: its prompt's other samples)."""
-    from lenpred.sim.dists import other_samples_table
+    from lenpred.sim.predictions import other_samples_table
 
     if not dest.is_file():
         pids = set(wl.keys["prompt_id"])

@@ -57,11 +57,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lenpred.sched.dists import Z90
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "experiments" / "sim" / "real_predictions.json"
 QUEUE, DISPATCH = "sjf", "least-predicted-tokens"
 AGING = (100.0, 300.0)  # tokens per second of waiting (``--aging``)
-Q10_Z = -1.2815515655446004  # the 10% quantile of N(0, 1): sjf key pred + z * spread = a normal q10
+Q10_Z = -Z90  # the 10% quantile of N(0, 1): sjf key pred + z * spread = a normal q10
 SHORT_NAMES = {"round-robin": "rr", "least-predicted-tokens": "lpt", "least-requests": "lr", "power-of-two": "p2c"}
 
 

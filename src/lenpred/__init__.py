@@ -65,9 +65,10 @@ _EXPORTS: dict[str, str] = {
     "SimConfig": "lenpred.sim",
     "run_sweep": "lenpred.sim",
     "simulate": "lenpred.sim",
-    "QUEUE_POLICIES": "lenpred.sim",
-    "DISPATCHERS": "lenpred.sim",
     "PROFILES": "lenpred.sim",
+    # scheduling: the policies the simulator and the router share
+    "QUEUE_POLICIES": "lenpred.sched",
+    "DISPATCHERS": "lenpred.sched",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

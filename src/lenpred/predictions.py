@@ -18,7 +18,7 @@ column                 type             meaning
                                         quantiles at levels (i + 1/2) / n), where known
 =====================  ===============  ==========================================================
 
-How a scheduler reads a row's distribution (``lenpred.sim.dists``): ``dist_tokens`` when present;
+How a scheduler reads a row's distribution (``lenpred.sched.dists``): ``dist_tokens`` when present;
 else a two-piece normal through q10 / q50 / q90 read at 16 levels and clipped to [1, max_new_tokens];
 else a normal N(pred_tokens, spread). Without any of them a row has no distribution, and
 distribution-aware policies (``gittins``, ``risk``) refuse the table.

@@ -1,10 +1,16 @@
-"""No import cycles between lenpred's modules, counting every import wherever it is written.
+"""No import cycles between lenpred's modules, nor between its packages, counting every import wherever
+it is written; and the layers the package keeps: the router does not import the simulator, and the
+scheduling both share imports neither.
 
 Module-level imports count, ``if TYPE_CHECKING:`` imports count (a module that needs another's types
 to describe what it receives from it is coupled to it both ways), and imports inside functions count
 too: a lazy import keeps start-up cheap, it does not make two modules independent. The one exception
 is an explicit allow-list of lazy imports through which a registry loads a plug-in by its name
 (:data:`LAZY_BY_NAME`): such an edge may close a cycle, and nothing else may.
+
+Packages are the nodes ``lenpred.<name>`` (a top-level module is its own node): package A imports B
+when any module of A imports any module of B. :data:`PACKAGE_EDGES_TO_REMOVE` names the package
+imports that still close a cycle while they are being untangled; the list may only shrink.
 """
 
 from __future__ import annotations
@@ -22,6 +28,17 @@ LAZY_BY_NAME = {
     # which imports every head (a head that loads other heads must not make that a cycle)
     ("lenpred.predictors.io", "lenpred.predictors.registry"),
 }
+
+
+# (importer, imported) packages: the imports that still close a package cycle; each goes when its
+# package stops importing the other (outlets returns data and commands call report; the predictor
+# registry stops importing outlets' head)
+PACKAGE_EDGES_TO_REMOVE = {
+    ("lenpred.outlets", "lenpred.report"),
+    ("lenpred.predictors", "lenpred.outlets"),
+}
+# what the scheduling package may import: the simulator and the router import it, never the reverse
+SCHED_MAY_IMPORT = {"lenpred.errors", "lenpred.registry"}
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -115,6 +132,37 @@ def _cycles(g: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def _package_of(module: str, root: str = "lenpred") -> str:
+    """``lenpred.sim.engine`` -> ``lenpred.sim``; a top-level module (``lenpred.errors``) is its own node."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == root else module
+
+
+def _packages(g: dict[str, set[str]], root: str = "lenpred") -> dict[str, set[str]]:
+    """The module graph collapsed onto packages (imports within a package dropped)."""
+    out: dict[str, set[str]] = {}
+    for a, deps in g.items():
+        pa = _package_of(a, root)
+        out.setdefault(pa, set()).update(pd for pd in (_package_of(d, root) for d in deps) if pd != pa)
+    return out
+
+
+def _reachable(g: dict[str, set[str]], start: str) -> set[str]:
+    """Every node ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    stack = [start]
+    while stack:
+        for w in g.get(stack.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                stack.append(w)
+    return seen
+
+
+def _without(g: dict[str, set[str]], edges: set[tuple[str, str]]) -> dict[str, set[str]]:
+    return {a: {b for b in deps if (a, b) not in edges} for a, deps in g.items()}
+
+
 def _package(tmp: Path, files: dict[str, str]) -> Path:
     root = tmp / "planted"
     for rel, text in {"__init__.py": "", **files}.items():
@@ -165,3 +213,34 @@ def test_no_import_cycles():
 def test_the_allow_list_names_real_lazy_imports():
     g = _graph(allowed=set())
     assert all(b in g.get(a, set()) for a, b in LAZY_BY_NAME)
+
+
+def test_packages_collapse_the_module_graph(tmp_path):
+    root = _package(tmp_path, {
+        "a/__init__.py": "", "a/x.py": "import planted.b.y\n", "a/z.py": "from planted.a import x\n",
+        "b/__init__.py": "", "b/y.py": "from planted import top\n", "top.py": "",
+    })
+    assert _packages(_graph(root, set()), "planted") == {
+        "planted": set(), "planted.a": {"planted.b"}, "planted.b": {"planted.top"}, "planted.top": set()}
+    assert _cycles(_packages({"p.a.x": {"p.b.y"}, "p.b.y": {"p.c"}, "p.c": {"p.a.z"}}, "p")) == [["p.a", "p.b", "p.c"]]
+
+
+def test_no_package_cycles():
+    assert _cycles(_without(_packages(_graph()), PACKAGE_EDGES_TO_REMOVE)) == []
+
+
+def test_the_package_edges_to_remove_are_real():
+    g = _packages(_graph())
+    assert all(b in g.get(a, set()) for a, b in PACKAGE_EDGES_TO_REMOVE)
+
+
+def test_the_router_does_not_import_the_simulator():
+    g = _packages(_graph())
+    assert "lenpred.sim" not in g["lenpred.route"]
+    assert "lenpred.sim" not in _reachable(_without(g, PACKAGE_EDGES_TO_REMOVE), "lenpred.route")  # nor through others
+
+
+def test_scheduling_imports_neither_the_simulator_nor_the_router():
+    g = _packages(_graph())
+    assert g["lenpred.sched"] <= SCHED_MAY_IMPORT
+    assert not {"lenpred.sim", "lenpred.route"} & _reachable(g, "lenpred.sched")

@@ -16,7 +16,7 @@ from lenpred.route.config import BackendConfig, PriorityConfig, RouterConfig, no
 from lenpred.route.estimators import CharsEstimator, EstimateFailed, RemoteEstimator, WithFallback
 from lenpred.route.openai import ApiError, SSECounter, parse_request
 from lenpred.route.priority import PriorityMapper
-from lenpred.sim.policies import make_queue_policy
+from lenpred.sched.queue import make_queue_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,7 +155,7 @@ def test_expected_remaining_is_the_normal_mean_residual_life():
 
 
 def test_the_default_is_the_recommended_policy_fcfs_with_no_field_sent():
-    from lenpred.sim.config import RECOMMENDED
+    from lenpred.sched.recommended import RECOMMENDED
 
     cfg = RouterConfig.from_dict({"backends": [{"url": "http://a:1"}]})
     assert (cfg.priority.queue, cfg.policy) == (RECOMMENDED["queue"], RECOMMENDED["dispatch"]) == (

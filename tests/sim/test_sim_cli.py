@@ -151,7 +151,7 @@ def test_cli_overrides_and_requests_file(tmp_path: Path, capsys: pytest.CaptureF
     assert data["runs"][0]["summary"]["n_completed"] == n
     assert data["config"]["prediction"]["model"] == "input"
     # predictions present and no policy named: the recommended policy runs beside FCFS, the baseline
-    from lenpred.sim.config import RECOMMENDED
+    from lenpred.sched.recommended import RECOMMENDED
 
     assert [p["name"] for p in data["config"]["policies"]] == ["fcfs-rr", RECOMMENDED["name"]]
     assert data["config"]["policies"][1]["queue"] == RECOMMENDED["queue"] and data["baseline"] == "fcfs-rr"

@@ -44,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
+    from lenpred.sched import DISPATCHERS, QUEUE_POLICIES
     from lenpred.sim.config import prediction_models
-    from lenpred.sim.policies import DISPATCHERS, QUEUE_POLICIES
     from lenpred.sim.profiles import PROFILES
 
     print("profiles:")

@@ -51,7 +51,8 @@ import pandas as pd
 from scipy import special
 
 from lenpred.errors import DataError
-from lenpred.predictors.dist import Z90, weighted_quantile
+from lenpred.predictors.dist import weighted_quantile
+from lenpred.sched.dists import Z90
 
 __all__ = [
     "Remaining", "transition_matrix", "refine_sequence", "refine_trajectories", "two_piece_carry", "carry_prefill",

@@ -23,7 +23,8 @@ import numpy as np
 from torch import nn
 
 from lenpred.errors import DataError
-from lenpred.predictors.dist import Z90, Dist
+from lenpred.predictors.dist import Dist
+from lenpred.sched.dists import Z90
 
 __all__ = ["RowNet", "OnlineOutlets", "Refiner", "refine_checkpoints"]
 

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-__all__ = ["Dist", "clipped_normal", "binned", "binned_cdf", "weighted_quantile", "Z90"]
+from lenpred.sched.dists import Z90
 
-Z90 = float(special.ndtri(0.9))  # 1.2816: the 10/90% quantiles of N(0, 1) are -/+ this
+__all__ = ["Dist", "clipped_normal", "binned", "binned_cdf", "weighted_quantile"]
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 For each request: a predicted output length (a trained head in-process, a ``lenpred serve`` URL, or a
 cheap fallback), a priority for the backend's scheduler (vLLM's ``priority`` field, with aging), and a
-backend chosen by the simulator's dispatch policies (:mod:`lenpred.sim.policies`) over live load
-numbers. Modules: ``config`` (the config file), ``estimators``, ``backends`` (load, health),
-``priority``, ``openai`` (request checks, errors, SSE counting), ``upstream`` (requests to other servers,
+backend chosen over live load numbers by the dispatch policies the simulator runs too
+(:mod:`lenpred.sched.dispatch`). Modules: ``config`` (the config file), ``estimators``, ``backends``
+(load, health), ``priority``, ``openai`` (request checks, errors, SSE counting), ``upstream`` (requests to other servers,
 on aiohttp), ``router`` (one request: predict, pick a backend, retry), ``forward`` (one attempt on one
 backend: payload, headers, the answer relayed), ``app`` (the FastAPI app), ``server`` (under uvicorn). The stub backend and the server processes that the tests and
 benchmarks start are test support: tests/route/route_stub.py, tests/route/route_procs.py.

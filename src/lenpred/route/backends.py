@@ -1,8 +1,8 @@
 """The backends' live state: requests in flight, predicted outstanding tokens, health, model lists.
 
-A :class:`Backend` satisfies the simulator's ``Loaded`` protocol (``outstanding_requests()``,
+A :class:`Backend` satisfies the dispatchers' ``Loaded`` protocol (``outstanding_requests()``,
 ``outstanding_tokens()``), so the router picks a backend with the very dispatchers the simulator
-uses (:func:`lenpred.sim.policies.make_dispatcher`): one implementation of round robin, least
+uses (:func:`lenpred.sched.dispatch.make_dispatcher`): one implementation of round robin, least
 requests, least predicted tokens and power of two choices.
 
 **Predicted outstanding tokens** of a backend = the sum over its requests in flight of the expected
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lenpred.route.config import BackendConfig, HealthConfig
-from lenpred.sim.policies import make_dispatcher
+from lenpred.sched.dispatch import make_dispatcher
 
 __all__ = ["Backend", "Flight", "Pool", "QueueFull", "QueueTimeout", "expected_remaining"]
 
@@ -86,7 +86,7 @@ class Backend:
         self.last_progress = -math.inf  # time.monotonic() of the last bytes a request got from it
         self.n_done = 0
 
-    # -- the simulator's Loaded protocol
+    # -- the dispatchers' Loaded protocol (lenpred.sched.dispatch)
     def outstanding_requests(self) -> int:
         return len(self.flights)
 
@@ -184,8 +184,7 @@ class Pool:
         free = [b for b in self.candidates(model, exclude) if b.has_slot()]
         if not free:
             return None
-        # the dispatcher reads each backend's load; the request itself is not needed by any of them
-        return free[self.dispatcher.choose(free, None)]  # type: ignore[arg-type]
+        return free[self.dispatcher.choose(free)]  # the backends' load decides
 
     async def acquire(self, flight: Flight, model: str, exclude: frozenset[int], timeout_s: float) -> Backend | None:
         """A backend with a slot and the flight registered on it; None when no healthy backend serves the

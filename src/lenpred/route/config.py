@@ -21,7 +21,7 @@ from pydantic import Field, field_validator, model_validator
 
 from lenpred.config import Config
 from lenpred.errors import ConfigError, FieldError
-from lenpred.sim.config import RECOMMENDED
+from lenpred.sched import DISPATCHERS, QUEUE_POLICIES, RECOMMENDED
 
 __all__ = [
     "BackendConfig", "EstimatorConfig", "HealthConfig", "LimitsConfig", "PriorityConfig", "ROUTER_QUEUES", "RouterConfig",
@@ -133,8 +133,8 @@ ROUTER_QUEUES = ("fcfs", "sjf")
 class PriorityConfig(Config):
     """How the router orders requests: its own wait queue, and the backend's priority field.
 
-    ``queue`` is a simulator queue policy (:mod:`lenpred.sim.policies`) whose key is known at arrival:
-    ``fcfs`` (the recommended default, :data:`lenpred.sim.config.RECOMMENDED`: docs/policies/ found no
+    ``queue`` is a queue policy (:mod:`lenpred.sched.queue`) whose key is known at arrival: ``fcfs``
+    (the recommended default, :data:`lenpred.sched.recommended.RECOMMENDED`: docs/policies/ found no
     prefill head that reorders a queue safely) or ``sjf``, ordered by ``predicted + quantile_z * spread +
     aging * seconds since the router started`` (a long request gains ``aging`` tokens of priority per
     second it waits; the study's safe value is ~1,000 tokens/s). The same key orders the router's wait
@@ -156,8 +156,6 @@ class PriorityConfig(Config):
     @field_validator("queue")
     @classmethod
     def _queue(cls, v: str) -> str:
-        from lenpred.sim.policies import QUEUE_POLICIES
-
         if v in ROUTER_QUEUES:
             return v
         if v in QUEUE_POLICIES:
@@ -251,7 +249,7 @@ class RouterConfig(Config):
                              "priority, forward to the single backend (a sidecar in front of llm-d or a gateway)")
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8200, description="port to listen on")
-    policy: str = Field(RECOMMENDED["dispatch"], description="dispatch policy (lenpred.sim.policies.DISPATCHERS); "
+    policy: str = Field(RECOMMENDED["dispatch"], description="dispatch policy (lenpred.sched.dispatch.DISPATCHERS); "
                                                               "default: the recommended least-predicted-tokens")
     seed: int = Field(0, description="seed of the random choices (power-of-two)")
     default_tokens: float = Field(256.0, description="load counted for a request without a prediction")
@@ -269,8 +267,6 @@ class RouterConfig(Config):
     @field_validator("policy")
     @classmethod
     def _policy(cls, v: str) -> str:
-        from lenpred.sim.policies import DISPATCHERS
-
         if v not in DISPATCHERS:
             raise FieldError(f"unknown policy {v!r}", f"use one of: {', '.join(DISPATCHERS.names())}")
         return v

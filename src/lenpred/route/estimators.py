@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from lenpred.route.config import EstimatorConfig
 from lenpred.route.openai import Query, backend_message
+from lenpred.sched.dists import Z90
 
 __all__ = [
     "CharsEstimator", "Estimate", "EstimateFailed", "Estimator", "HeadEstimator", "NoEstimator",
@@ -34,7 +35,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("lenpred.route")
-Z90 = 1.2815515655446004  # the standard normal's 90% quantile: sd from (q90 - q10) / (2 * Z90)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class Estimator(Protocol):
 def _spread(resp: Any, tokens: float, rel: float) -> float:
     q10, q90 = getattr(resp, "q10", None), getattr(resp, "q90", None)
     if q10 is not None and q90 is not None and q90 >= q10:
-        return (float(q90) - float(q10)) / (2 * Z90)
+        return (float(q90) - float(q10)) / (2 * Z90)  # a normal's sd from its 10/90% quantiles
     return rel * tokens
 
 

@@ -1,8 +1,8 @@
 """The router's ordering key (its wait queue) and the backend's priority field (vLLM: an int, lower first).
 
-The key is the simulator's queue key (:mod:`lenpred.sim.policies`) of ``priority.queue``, at arrival:
-``fcfs`` (the recommended default) orders by arrival; ``sjf`` by ``predicted + quantile_z * spread +
-aging * arrival``, with ``arrival`` in seconds since the router started. Ordering requests by that
+The key is the queue key (:mod:`lenpred.sched.queue`, the simulator's too) of ``priority.queue``, at
+arrival: ``fcfs`` (the recommended default) orders by arrival; ``sjf`` by ``predicted + quantile_z *
+spread + aging * arrival``, with ``arrival`` in seconds since the router started. Ordering requests by that
 static key is the same as ordering them by ``predicted - aging * waited`` at any moment, so a long
 request gains ``aging`` tokens of priority per second it has waited and is never starved: after
 ``(L_long - L_short) / aging`` seconds it goes before a new short one.
@@ -18,19 +18,12 @@ compiled into the field: that is the engine scheduler's part.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from lenpred.route.config import PriorityConfig
-from lenpred.sim.policies import make_queue_policy
+from lenpred.sched.job import Arrived
+from lenpred.sched.queue import make_queue_policy
 
 __all__ = ["PriorityMapper"]
-
-
-@dataclass(slots=True)
-class _Job:  # what the simulator's queue policy reads from a request
-    pred: float
-    spread: float | None
-    arrival: float
 
 
 class PriorityMapper:
@@ -44,7 +37,7 @@ class PriorityMapper:
         """The priority key (smaller first) of a request predicted at ``tokens`` arriving ``now``."""
         now = time.monotonic() if now is None else now
         pred = self.default_tokens if tokens is None else tokens
-        return self.policy.key(_Job(pred, spread, now - self.t0), 0)  # type: ignore[arg-type]
+        return self.policy.key(Arrived(arrival=now - self.t0, pred=pred, spread=spread), 0)
 
     def value(self, key: float) -> int:
         """The integer sent in the backend's priority field."""

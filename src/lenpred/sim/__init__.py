@@ -2,9 +2,10 @@
 
 Entities (:mod:`~lenpred.sim.request`, :mod:`~lenpred.sim.instances`), the event vocabulary
 (:mod:`~lenpred.sim.events`) and the simulator that owns the heap (:mod:`~lenpred.sim.engine`),
-policies (:mod:`~lenpred.sim.policies`), latency profiles (:mod:`~lenpred.sim.profiles`),
-workloads (:mod:`~lenpred.sim.workload`: arrivals, length sources, predictions), metrics (:mod:`~lenpred.sim.metrics`), sweeps (:mod:`~lenpred.sim.sweep`; their plots are
-:mod:`lenpred.report.sim_plots`). ``lenpred simulate --config FILE --out DIR`` runs a config.
+latency profiles (:mod:`~lenpred.sim.profiles`), workloads (:mod:`~lenpred.sim.workload`: arrivals,
+length sources, predictions), metrics (:mod:`~lenpred.sim.metrics`), sweeps (:mod:`~lenpred.sim.sweep`;
+their plots are :mod:`lenpred.report.sim_plots`). The queue policies and dispatchers it runs are
+:mod:`lenpred.sched`'s. ``lenpred simulate --config FILE --out DIR`` runs a config.
 """
 
 from lenpred.sim.config import (
@@ -20,7 +21,6 @@ from lenpred.sim.config import (
 )
 from lenpred.sim.engine import SimResult, SimulationError, Simulator, simulate
 from lenpred.sim.metrics import summarize
-from lenpred.sim.policies import DISPATCHERS, QUEUE_POLICIES, Dispatcher, QueuePolicy
 from lenpred.sim.profiles import PROFILES, LatencyProfile, Timing, derive_profile, fit_profile, get_profile
 from lenpred.sim.request import Request
 from lenpred.sim.sweep import SweepResult, run_sweep
@@ -33,10 +33,9 @@ from lenpred.sim.workload import (
 )
 
 __all__ = [
-    "ArrivalConfig", "ClusterConfig", "DISPATCHERS", "Dispatcher", "LatencyProfile", "LengthConfig",
-    "MetricsConfig", "PROFILES", "PolicyConfig", "PredictionConfig", "QUEUE_POLICIES", "QueuePolicy",
-    "Request", "SimConfig", "SimResult", "SimulationError", "Simulator", "SweepConfig", "SweepResult",
-    "Timing", "Workload", "WorkloadConfig", "build_workload", "derive_profile", "fit_profile",
+    "ArrivalConfig", "ClusterConfig", "LatencyProfile", "LengthConfig", "MetricsConfig", "PROFILES",
+    "PolicyConfig", "PredictionConfig", "Request", "SimConfig", "SimResult", "SimulationError", "Simulator",
+    "SweepConfig", "SweepResult", "Timing", "Workload", "WorkloadConfig", "build_workload", "derive_profile", "fit_profile",
     "get_profile", "read_requests", "requests_to_frame", "run_sweep", "simulate", "summarize",
     "workload_from_table",
 ]

@@ -26,6 +26,8 @@ from pydantic import Field, field_validator, model_validator
 from lenpred.checks import check_limit
 from lenpred.config import Config
 from lenpred.errors import ConfigError
+from lenpred.sched.queue import QueuePolicy, make_queue_policy
+from lenpred.sched.recommended import RECOMMENDED
 
 MODES = ("disaggregated", "colocated")
 PREEMPTION = ("recompute", "swap")
@@ -152,7 +154,6 @@ class PolicyConfig(Config):
     @model_validator(mode="after")
     def _check(self) -> PolicyConfig:
         from lenpred.errors import LenpredError
-        from lenpred.sim.policies import policies_for
 
         if not self.name:
             raise ConfigError("every policy needs a non-empty name")
@@ -165,14 +166,25 @@ class PolicyConfig(Config):
         return self
 
 
-# The policy `lenpred simulate` (and the router) runs when predictions are present and no policy is
-# named, chosen by the policy study against issue 21's goals (docs/policies/README.md): the only
-# arms that never backfired in any cell use the predictions to dispatch, not to reorder a queue.
-RECOMMENDED = {"name": "fcfs+lpt", "queue": "fcfs", "dispatch": "least-predicted-tokens"}
+def policies_for(cfg: PolicyConfig) -> tuple[QueuePolicy, QueuePolicy]:
+    """The decode and prefill queue policies of a :class:`PolicyConfig` (the parameters go to the
+    prefill queue only when it runs the same policy)."""
+    params = policy_params(cfg)
+    dec = make_queue_policy(cfg.queue, cfg.aging, cfg.quantile_z, cfg.preempt, **params)
+    pq = cfg.prefill_queue or cfg.queue
+    pre = make_queue_policy(pq, cfg.aging, cfg.quantile_z, **(params if pq == cfg.queue else {}))
+    return dec, pre
+
+
+def policy_params(cfg: PolicyConfig) -> dict[str, float]:
+    """The policy parameters a :class:`PolicyConfig` sets (those not None)."""
+    return {k: v for k, v in (("quantum", cfg.quantum), ("join_ratio", cfg.join_ratio), ("beta", cfg.beta),
+                              ("alpha", cfg.alpha), ("preempt_fraction", cfg.preempt_fraction),
+                              ("tokens_per_s", cfg.tokens_per_s)) if v is not None}
 
 
 def recommended_policy() -> PolicyConfig:
-    """The recommended policy's arm (:data:`RECOMMENDED`)."""
+    """The recommended policy's arm (:data:`lenpred.sched.recommended.RECOMMENDED`)."""
     return PolicyConfig(**RECOMMENDED)
 
 
@@ -327,5 +339,6 @@ class SimConfig(Config):
 
 __all__ = [
     "ArrivalConfig", "ClusterConfig", "LengthConfig", "MetricsConfig", "PolicyConfig", "PredictionConfig",
-    "RECOMMENDED", "SimConfig", "SweepConfig", "WorkloadConfig", "prediction_models", "recommended_policy",
+    "SimConfig", "SweepConfig", "WorkloadConfig", "policies_for", "policy_params", "prediction_models",
+    "recommended_policy",
 ]

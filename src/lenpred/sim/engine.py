@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from lenpred.errors import DataError, LenpredError
-from lenpred.sim.config import ClusterConfig, PolicyConfig
+from lenpred.sched.dispatch import make_dispatcher
+from lenpred.sim.config import ClusterConfig, PolicyConfig, policies_for
 from lenpred.sim.events import (
     ARRIVAL,
     FINISHED,
@@ -39,7 +40,6 @@ from lenpred.sim.events import (
     Event,
 )
 from lenpred.sim.instances import DecodeInstance, PrefillInstance
-from lenpred.sim.policies import make_dispatcher, policies_for
 from lenpred.sim.profiles import LatencyProfile, get_profile
 from lenpred.sim.request import NEED_PREFILL, NEED_TRANSFER, Request
 

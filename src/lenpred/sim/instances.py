@@ -36,8 +36,8 @@ from __future__ import annotations
 import heapq
 import math
 
+from lenpred.sched.queue import REFRESH_S, QueuePolicy
 from lenpred.sim.events import KICK, PREFILL_DONE, PRIO, STEP_DONE, TRANSFER_DONE, Event, finished, handoff
-from lenpred.sim.policies import REFRESH_S, QueuePolicy
 from lenpred.sim.preemption import Preemption, kv_need
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import (

@@ -9,6 +9,9 @@ Where the table comes from is the arm's ``prediction`` config (:func:`prediction
 * ``input``: the request table's own ``predicted_tokens`` (``predicted_spread``,
   ``repredictions``) columns.
 
+:func:`other_samples_table` makes the oracle *distribution* as a table: each sample's prompt's other
+samples.
+
 :func:`aligned` joins a table to a workload with :meth:`Predictions.for_samples`, so a request
 without a prediction is an error naming the first one, never a silent oracle.
 """
@@ -79,3 +82,24 @@ def trace_predictions(df: pd.DataFrame, keys: pd.DataFrame, where: str) -> Predi
         frame["repred_gen"] = [[g for g, _ in r] for r in reps]
         frame["repred_remaining"] = [[x for _, x in r] for r in reps]
     return Predictions.from_frame(frame, made_by="request-table", config={"path": where}, where=where)
+
+
+def other_samples_table(population: pd.DataFrame, card: Any = None, source: str = "") -> Predictions:
+    """The oracle *distribution* as a predictions table: each sample's ``dist_tokens`` are the lengths
+    of its prompt's other samples (``pred_tokens`` their median, the per-prompt oracle the bound is
+    about). ``population``: prompt_id, sample_idx, n_tokens (a workload's). Prompts with one sample
+    have no other samples: an error naming the first."""
+    pop = population[["prompt_id", "sample_idx", "n_tokens"]]
+    rows = []
+    for pid, g in pop.groupby("prompt_id", sort=False):
+        y = g["n_tokens"].to_numpy(dtype=np.float64)
+        if y.size < 2:
+            raise DataError(f"prompt {pid!r} has one sample: no other samples to form its oracle distribution",
+                            "use a run with K >= 2 samples per prompt (a split's test prompts have K >= 8)")
+        for i, s in enumerate(g["sample_idx"].tolist()):
+            others = np.delete(y, i)
+            rows.append({"prompt_id": str(pid), "sample_idx": int(s), "pred_tokens": float(np.median(others)),
+                         "dist_tokens": sorted(others.tolist())})
+    return Predictions.from_frame(pd.DataFrame(rows), made_by="prompt-samples",
+                                  config={"what": "each sample's prompt's other samples"}, card=card,
+                                  where=f"other-samples table of {source or 'the workload'}")

@@ -13,7 +13,7 @@ import heapq
 import math
 from typing import Any
 
-from lenpred.sim.policies import NEVER
+from lenpred.sched.queue import NEVER
 from lenpred.sim.request import NEED_RECOMPUTE, NEED_SWAP_IN, Request
 
 __all__ = ["Preemption", "kv_need"]

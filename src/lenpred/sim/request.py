@@ -7,7 +7,7 @@ A predictor's output reaches the policies only through these fields:
 * ``spread``: optional predictive spread (a standard deviation, tokens);
 * ``repred``: optional re-predictions made while decoding, as ``(tokens_generated,
   predicted_remaining)`` pairs strictly increasing in ``tokens_generated`` (trajectory-aware predictors);
-* ``dist``: optional predictive distribution of the total length (:class:`lenpred.sim.dists.LengthDist`),
+* ``dist``: optional predictive distribution of the total length (:class:`lenpred.sched.dists.LengthDist`),
   with one per re-prediction in ``repred_dists`` (what distribution-aware policies read; the current
   one follows the re-predictions applied).
 

@@ -18,10 +18,9 @@ import numpy as np
 
 from lenpred.errors import DataError
 from lenpred.predictions import Predictions
-from lenpred.sim.config import PolicyConfig, PredictionConfig, SimConfig
+from lenpred.sim.config import PolicyConfig, PredictionConfig, SimConfig, policies_for
 from lenpred.sim.engine import SimResult, Simulator
 from lenpred.sim.metrics import latency_arrays, steady_throughput, summarize
-from lenpred.sim.policies import policies_for
 from lenpred.sim.profiles import get_profile
 from lenpred.sim.workload import Workload, build_workload
 

@@ -25,6 +25,7 @@ import pandas as pd
 
 from lenpred.errors import ConfigError, DataError
 from lenpred.predictions import Predictions
+from lenpred.sched.dists import rescaled, row_dist
 from lenpred.sim.arrivals import require_rate, trace_arrivals, unit_arrivals
 from lenpred.sim.config import PredictionConfig, WorkloadConfig
 from lenpred.sim.length_sources import (
@@ -112,7 +113,7 @@ class Workload:
     def requests(self, rate: float | None, predictions: Predictions, with_dist: bool = False) -> list[Request]:
         """:class:`Request` objects at ``rate`` requests/s, with predictions from the table (every
         request must have one); ``with_dist``: also each request's predictive distribution
-        (:mod:`lenpred.sim.dists`; None where the table carries none)."""
+        (:mod:`lenpred.sched.dists`; None where the table carries none)."""
         a = aligned(predictions, self.keys, what=f"predictions for the {self.source} workload")
         spread = [None if x != x else x for x in a["spread"].tolist()]
         repred = [tuple(zip(g, r, strict=True)) for g, r in zip(a["repred_gen"], a["repred_remaining"], strict=True)]
@@ -129,8 +130,6 @@ class Workload:
     def _request_dists(self, predictions: Predictions, a: pd.DataFrame) -> tuple[list[Any], list[tuple[Any, ...]]]:
         """Per request: the predictive distribution and one per re-prediction, built once per distinct
         sample and predictions table (every load of a sweep shares them)."""
-        from lenpred.sim.dists import rescaled, row_dist
-
         hit = self._dists.get(id(predictions))
         if hit is not None and hit[0] is predictions:
             return hit[1], hit[2]

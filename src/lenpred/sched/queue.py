@@ -1,8 +1,9 @@
-"""Scheduling policies: queue order at an instance, policy-driven preemption, and dispatch.
+"""Queue policies: the order of a queue at an instance, and policy-driven preemption.
 
 A policy is a small class with a few hooks. Predictions reach it only as data on the request
-(``pred``, ``spread``, re-predictions via ``pred_remaining``, the predictive distribution ``dist``:
-:mod:`lenpred.sim.dists`); no policy imports a predictor. The same objects order the router's queue
+(:class:`lenpred.sched.job.Job`: ``pred``, ``spread``, re-predictions via ``pred_remaining``, the
+predictive distribution ``dist``: :mod:`lenpred.sched.dists`); no policy imports a predictor. The same
+objects order the simulator's queues (:mod:`lenpred.sim.instances`) and the router's
 (:mod:`lenpred.route.priority`).
 
 Hooks (smaller key = served first):
@@ -25,28 +26,32 @@ on what was generated) and ``risk`` (TIE's mean + beta * CVaR_alpha). Optional a
 tokens per second, size-based policies) protects long requests from starving: priority at time
 ``now`` is ``base - aging * (now - arrival)``, and since ``now`` is the same for every request
 compared, the order equals that of the *static* key ``base + aging * arrival``.
-
-Dispatchers pick one instance among a pool from the load each instance reports:
-``outstanding_requests()`` and ``outstanding_tokens()`` (predicted remaining output tokens on a
-decode instance, prompt tokens on a prefill instance).
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Protocol
+from collections.abc import Iterable
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
 from lenpred.errors import ConfigError
 from lenpred.registry import Registry
-from lenpred.sim.request import Request
+from lenpred.sched.job import Job, Running
 
 REFRESH_S = 0.05  # seconds between re-keyings of a dynamic policy's queue
 LEVEL = 1e8  # leveled keys: level * LEVEL + arrival (FCFS within a level)
 NEVER = -math.inf  # victim key of a request that may not be preempted
+R = TypeVar("R", bound=Running)  # the caller's request type, handed back by worst()
+
+__all__ = [
+    "FCFS", "LEVEL", "NEVER", "QUEUE_POLICIES", "REFRESH_S", "Gittins", "HighestResponseRatioNext",
+    "LeastAttainedService", "LimitedPreemptionSPRPT", "OracleRemaining", "QueuePolicy", "RiskAverse",
+    "ShortestPredictedJobFirst", "ShortestPredictedRemaining", "SkipJoinMLFQ", "make_queue_policy",
+]
+
 
 class QueuePolicy:
     """Base: subclasses define :meth:`base` (the size/time a request is ordered by).
@@ -84,14 +89,14 @@ class QueuePolicy:
                 raise ConfigError(f"policy {self.name!r}: {k} must be in {rng}, got {v!r}")
         self.params = {**self.DEFAULTS, **{k: float(v) for k, v in params.items()}}
 
-    def base(self, req: Request, gen: int) -> float:  # pragma: no cover - abstract
+    def base(self, req: Job, gen: int) -> float:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def key(self, req: Request, gen: int, now: float = 0.0) -> float:
+    def key(self, req: Job, gen: int, now: float = 0.0) -> float:
         """Priority key for ``req`` having generated ``gen`` tokens. Smaller runs first."""
         return self.base(req, gen) + self.aging * req.arrival
 
-    def victim_key(self, req: Request, gen: int) -> float:
+    def victim_key(self, req: Job, gen: int) -> float:
         """Key of a running request when choosing whom to preempt (largest first)."""
         return self.key(req, gen)
 
@@ -99,12 +104,12 @@ class QueuePolicy:
         """Whether a waiting request with key ``waiting`` may preempt a running one with ``running``."""
         return waiting < running
 
-    def worst(self, running: Iterable[Request], step: int) -> tuple[Request | None, float]:
+    def worst(self, running: Iterable[R], step: int) -> tuple[R | None, float]:
         """The running request to preempt first (largest victim key; ties: the later-joined, as vLLM
         preempts the newest) and its key; ``step``: the instance's step count (gen = r.gen + step -
         r.base_step)."""
         vkey = self.victim_key
-        victim: Request | None = None
+        victim: R | None = None
         worst = NEVER
         for r in running:
             k = vkey(r, r.gen + (step - r.base_step))
@@ -123,10 +128,10 @@ class FCFS(QueuePolicy):
 
     name = "fcfs"
 
-    def base(self, req: Request, gen: int) -> float:
+    def base(self, req: Job, gen: int) -> float:
         return req.arrival
 
-    def key(self, req: Request, gen: int, now: float = 0.0) -> float:
+    def key(self, req: Job, gen: int, now: float = 0.0) -> float:
         return req.arrival
 
 
@@ -136,10 +141,10 @@ class _Leveled(QueuePolicy):
     takes_aging = False
     preemptive = True
 
-    def level(self, req: Request, gen: int) -> int:  # pragma: no cover - abstract
+    def level(self, req: Job, gen: int) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def key(self, req: Request, gen: int, now: float = 0.0) -> float:
+    def key(self, req: Job, gen: int, now: float = 0.0) -> float:
         return self.level(req, gen) * LEVEL + req.arrival
 
     def beats(self, waiting: float, running: float) -> bool:
@@ -155,7 +160,7 @@ class LeastAttainedService(_Leveled):
     PARAMS = {"quantum": (1.0, 1e6, False)}
     DEFAULTS = {"quantum": 32.0}
 
-    def level(self, req: Request, gen: int) -> int:
+    def level(self, req: Job, gen: int) -> int:
         return int(gen // self.params["quantum"])
 
 
@@ -180,14 +185,14 @@ class SkipJoinMLFQ(_Leveled):
         # per joining level: the attained service at which each later level starts
         self._bounds = [list(np.cumsum(self._quanta[j:])) for j in range(self.LEVELS)]
 
-    def join_level(self, req: Request) -> int:
+    def join_level(self, req: Job) -> int:
         need = req.prompt / self.params["join_ratio"]
         for i, q in enumerate(self._quanta):
             if q >= need:
                 return i
         return self.LEVELS - 1
 
-    def level(self, req: Request, gen: int) -> int:
+    def level(self, req: Job, gen: int) -> int:
         j = self.join_level(req)
         return min(j + bisect_right(self._bounds[j], gen), self.LEVELS - 1)
 
@@ -198,7 +203,7 @@ class ShortestPredictedJobFirst(QueuePolicy):
 
     name = "sjf"
 
-    def base(self, req: Request, gen: int) -> float:
+    def base(self, req: Job, gen: int) -> float:
         if self.quantile_z and req.spread is not None:
             return req.pred + self.quantile_z * req.spread
         return req.pred
@@ -210,7 +215,7 @@ class ShortestPredictedRemaining(QueuePolicy):
 
     name = "srpt"
 
-    def base(self, req: Request, gen: int) -> float:
+    def base(self, req: Job, gen: int) -> float:
         return req.pred_remaining(gen)
 
 
@@ -225,7 +230,7 @@ class LimitedPreemptionSPRPT(ShortestPredictedRemaining):
     PARAMS = {"preempt_fraction": (0.0, 1.0, True)}
     DEFAULTS = {"preempt_fraction": 0.5}
 
-    def victim_key(self, req: Request, gen: int) -> float:
+    def victim_key(self, req: Job, gen: int) -> float:
         if gen >= self.params["preempt_fraction"] * req.pred_cur:
             return NEVER
         return self.key(req, gen)
@@ -243,7 +248,7 @@ class HighestResponseRatioNext(QueuePolicy):
     PARAMS = {"tokens_per_s": (0.0, 1e6, True)}
     DEFAULTS = {"tokens_per_s": 50.0}
 
-    def key(self, req: Request, gen: int, now: float = 0.0) -> float:
+    def key(self, req: Job, gen: int, now: float = 0.0) -> float:
         size = req.pred_remaining(gen)
         wait = now - req.arrival
         return -1.0 - (wait if wait > 0.0 else 0.0) * self.params["tokens_per_s"] / (size if size > 1.0 else 1.0)
@@ -255,14 +260,14 @@ class OracleRemaining(QueuePolicy):
 
     name = "oracle"
 
-    def base(self, req: Request, gen: int) -> float:
+    def base(self, req: Job, gen: int) -> float:
         return float(req.output - gen)
 
 
 @QUEUE_POLICIES.register("gittins")
 class Gittins(QueuePolicy):
     """Gittins rank of the request's predictive distribution conditioned on the ``gen`` tokens it
-    has generated (:meth:`lenpred.sim.dists.LengthDist.rank`), refreshed by re-predictions. A wide
+    has generated (:meth:`lenpred.sched.dists.LengthDist.rank`), refreshed by re-predictions. A wide
     distribution with short mass gets a short quantum and is demoted (preempted) only if it does not
     finish in it."""
 
@@ -270,13 +275,13 @@ class Gittins(QueuePolicy):
     preemptive = True
     needs_dist = True
 
-    def base(self, req: Request, gen: int) -> float:
+    def base(self, req: Job, gen: int) -> float:
         return req.dist.rank(gen)
 
-    def worst(self, running: Iterable[Request], step: int) -> tuple[Request | None, float]:
+    def worst(self, running: Iterable[R], step: int) -> tuple[R | None, float]:
         # the base class's loop with the rank lookup inlined: this runs at every step of a full batch
         aging = self.aging
-        victim: Request | None = None
+        victim: R | None = None
         worst = NEVER
         for r in running:
             a = r.gen + (step - r.base_step)
@@ -304,127 +309,11 @@ class RiskAverse(QueuePolicy):
         if self.params["alpha"] >= 1.0:
             raise ConfigError(f"policy 'risk': alpha must be in (0, 1), got {self.params['alpha']!r}")
 
-    def base(self, req: Request, gen: int) -> float:
+    def base(self, req: Job, gen: int) -> float:
         return req.dist.risk(gen, self.params["alpha"], self.params["beta"])
-
-
-class Loaded(Protocol):
-    """What a dispatcher may ask of an instance."""
-
-    index: int
-
-    def outstanding_requests(self) -> int: ...
-
-    def outstanding_tokens(self) -> float: ...
-
-
-class Dispatcher:
-    """Base: :meth:`choose` returns the index of the instance in ``pool`` to send ``req`` to."""
-
-    name: ClassVar[str] = "?"
-
-    def __init__(self, rng: np.random.Generator | None = None) -> None:
-        self.rng = rng if rng is not None else np.random.default_rng(0)
-
-    def choose(self, pool: Sequence[Loaded], req: Request) -> int:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-
-DISPATCHERS: Registry[type[Dispatcher]] = Registry("dispatcher")
-
-
-@DISPATCHERS.register("round-robin")
-class RoundRobin(Dispatcher):
-    name = "round-robin"
-
-    def __init__(self, rng: np.random.Generator | None = None) -> None:
-        super().__init__(rng)
-        self._next = 0
-
-    def choose(self, pool: Sequence[Loaded], req: Request) -> int:
-        i = self._next % len(pool)
-        self._next = i + 1
-        return i
-
-
-def _argmin(values: list[float]) -> int:
-    # Ties go to the lowest index: deterministic.
-    best = 0
-    for i in range(1, len(values)):
-        if values[i] < values[best]:
-            best = i
-    return best
-
-
-@DISPATCHERS.register("least-requests")
-class LeastOutstandingRequests(Dispatcher):
-    name = "least-requests"
-
-    def choose(self, pool: Sequence[Loaded], req: Request) -> int:
-        return _argmin([float(p.outstanding_requests()) for p in pool])
-
-
-@DISPATCHERS.register("least-predicted-tokens")
-class LeastPredictedTokens(Dispatcher):
-    """Least predicted outstanding tokens (queued + running), from the requests' predictions."""
-
-    name = "least-predicted-tokens"
-
-    def choose(self, pool: Sequence[Loaded], req: Request) -> int:
-        return _argmin([p.outstanding_tokens() for p in pool])
-
-
-@DISPATCHERS.register("power-of-two")
-class PowerOfTwoChoices(Dispatcher):
-    """Sample two instances at random, send to the one with fewer outstanding requests."""
-
-    name = "power-of-two"
-    _BLOCK = 4096  # random pairs drawn per numpy call (one call per request is slow)
-
-    def __init__(self, rng: np.random.Generator | None = None) -> None:
-        super().__init__(rng)
-        self._pairs: list[tuple[int, int]] = []
-        self._n = 0
-
-    def _refill(self, n: int) -> None:
-        # two distinct instances: i uniform, j = i + 1 + k (mod n) with k uniform on [0, n - 2]
-        i = self.rng.integers(0, n, self._BLOCK)
-        j = (i + 1 + self.rng.integers(0, n - 1, self._BLOCK)) % n
-        self._pairs = list(zip(i.tolist(), j.tolist(), strict=True))[::-1]
-        self._n = n
-
-    def choose(self, pool: Sequence[Loaded], req: Request) -> int:
-        n = len(pool)
-        if n == 1:
-            return 0
-        if not self._pairs or self._n != n:
-            self._refill(n)
-        i, j = self._pairs.pop()
-        return i if pool[i].outstanding_requests() <= pool[j].outstanding_requests() else j
 
 
 def make_queue_policy(name: str, aging: float = 0.0, quantile_z: float = 0.0, preempt: bool | None = None,
                       **params: float) -> QueuePolicy:
     """A queue policy by name (unknown names list the valid ones; bad parameters are one line)."""
     return QUEUE_POLICIES.get(name)(aging=aging, quantile_z=quantile_z, preempt=preempt, **params)
-
-
-def policies_for(cfg: Any) -> tuple[QueuePolicy, QueuePolicy]:
-    """The decode and prefill queue policies of a :class:`~lenpred.sim.config.PolicyConfig` (the
-    parameters go to the prefill queue only when it runs the same policy)."""
-    params = policy_params(cfg)
-    dec = make_queue_policy(cfg.queue, cfg.aging, cfg.quantile_z, cfg.preempt, **params)
-    pq = cfg.prefill_queue or cfg.queue
-    pre = make_queue_policy(pq, cfg.aging, cfg.quantile_z, **(params if pq == cfg.queue else {}))
-    return dec, pre
-
-
-def policy_params(cfg: Any) -> dict[str, float]:
-    """The policy parameters a :class:`~lenpred.sim.config.PolicyConfig` sets (those not None)."""
-    return {k: v for k, v in (("quantum", cfg.quantum), ("join_ratio", cfg.join_ratio), ("beta", cfg.beta),
-                              ("alpha", cfg.alpha), ("preempt_fraction", cfg.preempt_fraction),
-                              ("tokens_per_s", cfg.tokens_per_s)) if v is not None}
-
-
-def make_dispatcher(name: str, rng: np.random.Generator | None = None) -> Dispatcher:
-    return DISPATCHERS.get(name)(rng=rng)

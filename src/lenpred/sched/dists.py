@@ -29,15 +29,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from scipy import special
 
 from lenpred.errors import DataError
 
+__all__ = [
+    "GRID", "LengthDist", "Z90", "cvar", "from_quantiles", "from_spread", "gittins_ranks", "levels", "rescaled",
+    "row_dist",
+]
+
 GRID = 16  # support points of a parametric fit (levels (i + 1/2) / 16: 3.1% .. 96.9%)
-Z90 = 1.2815515655446004  # the 90% quantile of N(0, 1)
+Z90 = float(special.ndtri(0.9))  # 1.2816: the 10/90% quantiles of N(0, 1) are -/+ this
 
 
 def gittins_ranks(x: np.ndarray, ages: np.ndarray) -> np.ndarray:
@@ -181,28 +185,3 @@ def rescaled(base: LengthDist, gen: int, remaining: float) -> LengthDist:
     shape = base.x / med if med > 0 else np.ones_like(base.x)
     pts = gen + np.maximum(remaining, 0.5) * shape
     return LengthDist(np.maximum(pts, gen + 0.5), base.cap)
-
-
-def other_samples_table(population: Any, card: Any = None, source: str = "") -> Any:
-    """The oracle *distribution* as a predictions table: each sample's ``dist_tokens`` are the lengths
-    of its prompt's other samples (``pred_tokens`` their median, the per-prompt oracle the bound is
-    about). ``population``: prompt_id, sample_idx, n_tokens (a workload's). Prompts with one sample
-    have no other samples: an error naming the first."""
-    import pandas as pd
-
-    from lenpred.predictions import Predictions
-
-    pop = population[["prompt_id", "sample_idx", "n_tokens"]]
-    rows = []
-    for pid, g in pop.groupby("prompt_id", sort=False):
-        y = g["n_tokens"].to_numpy(dtype=np.float64)
-        if y.size < 2:
-            raise DataError(f"prompt {pid!r} has one sample: no other samples to form its oracle distribution",
-                            "use a run with K >= 2 samples per prompt (a split's test prompts have K >= 8)")
-        for i, s in enumerate(g["sample_idx"].tolist()):
-            others = np.delete(y, i)
-            rows.append({"prompt_id": str(pid), "sample_idx": int(s), "pred_tokens": float(np.median(others)),
-                         "dist_tokens": sorted(others.tolist())})
-    return Predictions.from_frame(pd.DataFrame(rows), made_by="prompt-samples",
-                                  config={"what": "each sample's prompt's other samples"}, card=card,
-                                  where=f"other-samples table of {source or 'the workload'}")

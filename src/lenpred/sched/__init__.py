@@ -1,0 +1,26 @@
+"""Scheduling: the policies the simulator and the router share.
+
+* :mod:`~lenpred.sched.job` -- what a policy reads of a request (the :class:`Job` protocol; a request
+  on arrival, :class:`Arrived`);
+* :mod:`~lenpred.sched.queue` -- queue policies (the order of a queue at an instance, policy-driven
+  preemption) and their registry :data:`QUEUE_POLICIES`;
+* :mod:`~lenpred.sched.dispatch` -- dispatchers (which instance of a pool a request goes to) and their
+  registry :data:`DISPATCHERS`;
+* :mod:`~lenpred.sched.dists` -- predictive length distributions as a policy reads them, with their
+  Gittins ranks and risk scores;
+* :mod:`~lenpred.sched.recommended` -- the recommended policy (:data:`RECOMMENDED`).
+
+Predictions reach a policy only as data on the request; this package imports neither the simulator
+(:mod:`lenpred.sim`) nor the router (:mod:`lenpred.route`): both import it.
+"""
+
+from lenpred.sched.dispatch import DISPATCHERS, Dispatcher, Loaded, make_dispatcher
+from lenpred.sched.dists import LengthDist
+from lenpred.sched.job import Arrived, Job, Running
+from lenpred.sched.queue import QUEUE_POLICIES, QueuePolicy, make_queue_policy
+from lenpred.sched.recommended import RECOMMENDED
+
+__all__ = [
+    "Arrived", "DISPATCHERS", "Dispatcher", "Job", "LengthDist", "Loaded", "QUEUE_POLICIES", "QueuePolicy",
+    "RECOMMENDED", "Running", "make_dispatcher", "make_queue_policy",
+]

@@ -1,0 +1,127 @@
+"""Dispatchers: which instance of a pool a request goes to, from the load each instance reports.
+
+An instance (the simulator's prefill or decode instance, the router's backend) reports
+``outstanding_requests()`` and ``outstanding_tokens()`` (predicted remaining output tokens on a decode
+instance, prompt tokens on a prefill instance): the :class:`Loaded` protocol. Dispatchers: ``round-robin``,
+``least-requests``, ``least-predicted-tokens`` and ``power-of-two`` (the lighter of two instances
+drawn at random, from a seeded generator).
+
+The simulator and the router call the same method, ``choose(pool, req=None)``: the index in ``pool``
+of the instance to send to. ``req`` (a :class:`~lenpred.sched.job.Job`) is there for a dispatcher that
+would read the request; none of these does, and a caller without one passes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from lenpred.registry import Registry
+from lenpred.sched.job import Job
+
+__all__ = [
+    "DISPATCHERS", "Dispatcher", "LeastOutstandingRequests", "LeastPredictedTokens", "Loaded", "PowerOfTwoChoices",
+    "RoundRobin", "make_dispatcher",
+]
+
+
+class Loaded(Protocol):
+    """What a dispatcher may ask of an instance."""
+
+    index: int
+
+    def outstanding_requests(self) -> int: ...
+
+    def outstanding_tokens(self) -> float: ...
+
+
+class Dispatcher:
+    """Base: :meth:`choose` returns the index of the instance in ``pool`` to send ``req`` to (``req``
+    may be None: the load of the instances decides)."""
+
+    name: ClassVar[str] = "?"
+
+    def __init__(self, rng: np.random.Generator | None = None) -> None:
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+DISPATCHERS: Registry[type[Dispatcher]] = Registry("dispatcher")
+
+
+@DISPATCHERS.register("round-robin")
+class RoundRobin(Dispatcher):
+    name = "round-robin"
+
+    def __init__(self, rng: np.random.Generator | None = None) -> None:
+        super().__init__(rng)
+        self._next = 0
+
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
+        i = self._next % len(pool)
+        self._next = i + 1
+        return i
+
+
+def _argmin(values: list[float]) -> int:
+    # Ties go to the lowest index: deterministic.
+    best = 0
+    for i in range(1, len(values)):
+        if values[i] < values[best]:
+            best = i
+    return best
+
+
+@DISPATCHERS.register("least-requests")
+class LeastOutstandingRequests(Dispatcher):
+    name = "least-requests"
+
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
+        return _argmin([float(p.outstanding_requests()) for p in pool])
+
+
+@DISPATCHERS.register("least-predicted-tokens")
+class LeastPredictedTokens(Dispatcher):
+    """Least predicted outstanding tokens (queued + running), from the requests' predictions."""
+
+    name = "least-predicted-tokens"
+
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
+        return _argmin([p.outstanding_tokens() for p in pool])
+
+
+@DISPATCHERS.register("power-of-two")
+class PowerOfTwoChoices(Dispatcher):
+    """Sample two instances at random, send to the one with fewer outstanding requests."""
+
+    name = "power-of-two"
+    _BLOCK = 4096  # random pairs drawn per numpy call (one call per request is slow)
+
+    def __init__(self, rng: np.random.Generator | None = None) -> None:
+        super().__init__(rng)
+        self._pairs: list[tuple[int, int]] = []
+        self._n = 0
+
+    def _refill(self, n: int) -> None:
+        # two distinct instances: i uniform, j = i + 1 + k (mod n) with k uniform on [0, n - 2]
+        i = self.rng.integers(0, n, self._BLOCK)
+        j = (i + 1 + self.rng.integers(0, n - 1, self._BLOCK)) % n
+        self._pairs = list(zip(i.tolist(), j.tolist(), strict=True))[::-1]
+        self._n = n
+
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
+        n = len(pool)
+        if n == 1:
+            return 0
+        if not self._pairs or self._n != n:
+            self._refill(n)
+        i, j = self._pairs.pop()
+        return i if pool[i].outstanding_requests() <= pool[j].outstanding_requests() else j
+
+
+def make_dispatcher(name: str, rng: np.random.Generator | None = None) -> Dispatcher:
+    return DISPATCHERS.get(name)(rng=rng)
