@@ -9,18 +9,10 @@ import json
 
 import httpx
 import pytest
-from route_testing import RouterThread, Stub, sse_data
+from route_testing import RouterThread, sse_data
 
 from lenpred.route.config import RouterConfig
 from lenpred.serve.openai import MAX_JSON_DEPTH, json_depth, too_deep
-
-
-@pytest.fixture(scope="module")
-def stubs():
-    a, b = Stub("a").start(), Stub("b").start()
-    yield a, b
-    a.stop()
-    b.stop()
 
 
 @pytest.fixture()

@@ -18,14 +18,6 @@ from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import Estimate
 
 
-@pytest.fixture(scope="module")
-def stubs():
-    a, b = Stub("a").start(), Stub("b").start()
-    yield a, b
-    a.stop()
-    b.stop()
-
-
 @pytest.fixture()
 def two(stubs):
     for s in stubs:
