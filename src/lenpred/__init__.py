@@ -11,8 +11,7 @@ cheap: torch and transformers load only when a model is used)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lenpred.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -74,15 +73,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 
-def __getattr__(name: str) -> Any:
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'lenpred' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -165,7 +165,7 @@ def check_out(
     match: Mapping[str, Any] | None = None,
     inputs: Mapping[str, Any] | None = None,
     file: bool = False,
-    legacy: Callable[[Path], bool] | None = None,
+    rerun: Callable[[Path], bool] | None = None,
     allow_inside: str | os.PathLike[str] | None = None,
     flag: str = "--out",
 ) -> Path:
@@ -175,9 +175,10 @@ def check_out(
     (``predictions``, ``split``, ``events``, ``profile``). ``card``: the run card the output is made
     from; an existing output must record the same card hash. ``match``: other header fields an
     existing artifact must have to count as a rerun. ``inputs``: ``{flag: path or paths}`` the
-    command reads; the output may be none of them nor inside one. ``legacy(dir)``: True for a folder
-    an earlier lenpred wrote for this kind (replaced like a rerun). ``allow_inside``: the one run
-    directory this output belongs in (``lenpred split`` writes RUN/split.json).
+    command reads; the output may be none of them nor inside one. ``rerun(dir)``: True for a folder
+    this command itself writes without meta.json (not an artifact), replaced like a rerun.
+    ``allow_inside``: the one run directory this output belongs in (``lenpred split`` writes
+    RUN/split.json).
     """
     p = Path(path).resolve()
     _inputs(p, flag, inputs)
@@ -191,7 +192,7 @@ def check_out(
         raise DataError(f"{flag} {p} exists and is a file", f"pass a directory path for the {kind} output")
     if p.is_dir() and not any(p.iterdir()) or p.is_file() and p.stat().st_size == 0:
         return p
-    if legacy is not None and p.is_dir() and not (p / _META).exists() and legacy(p):
+    if rerun is not None and p.is_dir() and not (p / _META).exists() and rerun(p):
         return p
     found = what_is(p)
     if found is None:

@@ -113,10 +113,10 @@ def test_unwritable_places_are_refused(tmp_path):
         ro.chmod(0o755)
 
 
-def test_legacy_folders_and_lenpred_files_are_recognised(tmp_path):
+def test_rerun_folders_and_lenpred_files_are_recognised(tmp_path):
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "results.json").write_text("{}")
-    check_out(tmp_path / "old", kind="sim", legacy=lambda d: (d / "results.json").is_file())
+    check_out(tmp_path / "old", kind="outlets-schedule", rerun=lambda d: (d / "results.json").is_file())
     (tmp_path / "ev.jsonl").write_text(json.dumps({"cycle": 0}) + "\n")
     check_out(tmp_path / "ev.jsonl", kind="events", file=True)
     assert what_is(tmp_path / "nowhere") is None

@@ -295,6 +295,10 @@ def test_sim_of_another_run_is_refused(tmp_path: Path, inputs: Inputs, capsys: p
     sim = _copy(inputs.sim, tmp_path / "sim-broken", edit=broken)
     assert "is not a lenpred simulate result (KeyError" in _bad(tmp_path, "--run", inputs.run, "--sim", sim,
                                                                 capsys=capsys)
+    bare = tmp_path / "sim-bare"  # results.json and config.json without meta.json: not a sim artifact
+    shutil.copytree(inputs.sim, bare)
+    (bare / "meta.json").unlink()
+    assert "sim-bare" in _bad(tmp_path, "--run", inputs.run, "--sim", bare, capsys=capsys)
 
 
 def test_bench_console_fits_100_columns(inputs: Inputs) -> None:

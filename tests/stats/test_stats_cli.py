@@ -140,15 +140,15 @@ def test_rerun_replaces_the_artifact_and_default_out_dir(
     assert ".png" not in (out / "summary.md").read_text()
 
 
-def test_output_of_an_older_lenpred_is_replaced(cli_out: tuple[Path, Path, str], tmp_path: Path) -> None:
+def test_a_folder_without_meta_json_is_refused(cli_out: tuple[Path, Path, str], tmp_path: Path) -> None:
+    """bound files with no meta.json are not a bound artifact: refused, left as they were."""
     run, _, _ = cli_out
     old = tmp_path / "old"
     old.mkdir()
-    (old / "bound.json").write_text("{}")  # what lenpred 0.1.0 wrote: bound files, no meta.json
+    (old / "bound.json").write_text("{}")
     (old / "summary.md").write_text("# old\n")
-    assert main(["bound", str(run), "--out", str(old), "--no-plots", *FAST]) == 0
-    assert (old / "meta.json").is_file() and load_bound(old).counts.samples == 480
-    assert not list(tmp_path.glob(".old*"))  # nothing left beside it
+    assert main(["bound", str(run), "--out", str(old), "--no-plots", *FAST]) == 1
+    assert sorted(p.name for p in old.iterdir()) == ["bound.json", "summary.md"]
 
 
 def test_length_table_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

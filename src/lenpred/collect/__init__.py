@@ -12,8 +12,7 @@ data layer without pulling in the runner.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lenpred.lazy import lazy_exports
 
 _WHERE = {
     "ENGINES": "lenpred.collect.engines",  # through engines: every engine is registered by then
@@ -42,13 +41,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'lenpred.collect' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

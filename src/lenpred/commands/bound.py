@@ -55,11 +55,7 @@ def _check_out(src: Path, out: Path) -> None:
     """The overwrite rule before the analysis: a run's bound may replace only that run's bound."""
     from lenpred.artifacts import check_out
     from lenpred.data.rundir import CARD, RunDir
-    from lenpred.stats.artifact import BOUND_JSON, KIND, LEGACY_FILES
-
-    def legacy(d: Path) -> bool:  # a bound folder of lenpred <= 0.1.0: write_bound sets it aside
-        names = {p.name for p in d.iterdir()}
-        return BOUND_JSON in names and names <= LEGACY_FILES
+    from lenpred.stats.artifact import KIND
 
     card = RunDir.open(src).card if (src / CARD).is_file() else None
-    check_out(out, kind=KIND, card=card, inputs={"RUN_OR_TABLE": src}, legacy=legacy)
+    check_out(out, kind=KIND, card=card, inputs={"RUN_OR_TABLE": src})

@@ -160,17 +160,10 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 KIND = "sim"
-_LEGACY = {"results.json", "config.json", "table.md"}  # a results folder of lenpred <= 0.1.0 (and plots)
-
-
-def _legacy_output(d: Path) -> bool:
-    names = {p.name for p in d.iterdir()}
-    return "results.json" in names and all(n in _LEGACY or n.endswith(".png") for n in names)
 
 
 def _write(res: Any, md: str, out: Path) -> Any:
     """results.json, config.json, table.md and the plots, as one artifact written atomically."""
-    import shutil
     import tempfile
 
     from lenpred.artifacts import write_artifact
@@ -183,8 +176,6 @@ def _write(res: Any, md: str, out: Path) -> Any:
 
             write_plots(res, tmp)
         files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
-    if out.is_dir() and not (out / "meta.json").exists() and _legacy_output(out):
-        shutil.rmtree(out)  # check_out let it through: the same files, written by an earlier lenpred
     return write_artifact(out, kind=KIND, schema_version=1, config=res.config, files=files)
 
 
@@ -199,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     out = Path(args.out) if args.out else Path("out") / "sim" / cfg.name
     check_out(out, kind=KIND, inputs={"--config": args.config, "--requests": args.requests,
-                                      "--predictions": args.predictions}, legacy=_legacy_output)
+                                      "--predictions": args.predictions})
     workload = None
     if args.requests:
         # the table's own arrival times, unless --loads asks for loads explicitly

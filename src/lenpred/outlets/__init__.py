@@ -24,8 +24,7 @@ so importing this package imports neither torch nor pandas.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lenpred.lazy import lazy_exports
 
 _LAZY = {
     "Trajectory": "store", "load_trajectory": "store", "save_trajectory": "store", "merge_trajectories": "store",
@@ -46,7 +45,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {name: f"{__name__}.{mod}" for name, mod in _LAZY.items()})

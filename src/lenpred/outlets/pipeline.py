@@ -199,7 +199,8 @@ def schedule(run: str, prefill_predictions: str, out: str, *, config: str | os.P
     out_p = Path(out)
     inputs = {"--run": run, "--prefill-predictions": prefill_predictions, "--config": str(config),
               "--outlets-head": outlets_head, "--traj": traj, "--outlets-predictions": outlets_predictions}
-    check_out(out_p, kind="outlets-schedule", legacy=lambda d: (d / "schedule.json").is_file() or (d / "results.json").is_file(),
+    # run_schedule's folder is not an artifact (no meta.json): one it wrote is replaced like a rerun
+    check_out(out_p, kind="outlets-schedule", rerun=lambda d: (d / "schedule.json").is_file() or (d / "results.json").is_file(),
               inputs={k: v for k, v in inputs.items() if v is not None})
     table = outlets_predictions
     if table is None:

@@ -3,9 +3,9 @@
 Inputs are standardised with the training prompts' statistics; the target is each training prompt's
 median length, in log1p space by default (lengths are right-skewed; least squares in log space
 estimates something close to the median, not the mean dragged up by long answers). The ridge penalty
-``alpha`` is chosen by exact leave-one-out cross-validation on the training prompts, computed for
-every candidate at once from one SVD of the design (the hat matrix's diagonal gives each LOO
-residual), scoring the LOO predictions by their MAE in tokens.
+``alpha`` is chosen by scikit-learn's :class:`~sklearn.linear_model.RidgeCV`: exact leave-one-out
+cross-validation on the training prompts, every candidate from one decomposition of the design,
+scoring the LOO predictions by their MAE in tokens.
 """
 
 from __future__ import annotations
@@ -42,24 +42,21 @@ class RidgeHead(Predictor):
         med = T.median()
         self.tscale_ = LogScale.fit(med, self.log_target)
         t = self.tscale_.forward(med)  # (n,) mean 0, sd 1
+        alphas = np.asarray(DEFAULT_ALPHAS if self.alphas is None else self.alphas, dtype=np.float64)
+        inverse = self.tscale_.inverse
+
+        def neg_mae(_identity: Any, loo: np.ndarray, _t: np.ndarray) -> float:  # LOO predictions -> -MAE in tokens
+            return -float(np.mean(np.abs(inverse(loo) - med)))
+
+        from sklearn.linear_model import RidgeCV
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(1):  # BLAS on busy cores: one thread is faster (see nn.one_thread)
-            u, s, vt = np.linalg.svd(x, full_matrices=False)  # x = u diag(s) vt
-        uty = u.T @ t  # (r,)
-        n = x.shape[0]
-        scores = []
-        alphas = np.asarray(DEFAULT_ALPHAS if self.alphas is None else self.alphas, dtype=np.float64)
-        for a in alphas:
-            shrink = s**2 / (s**2 + a)  # (r,)
-            fitted = u @ (shrink * uty)
-            h = (u**2) @ shrink + 1.0 / n  # hat diagonal, plus the intercept's 1/n (t is centred)
-            loo = t - (t - fitted) / np.maximum(1.0 - h, 1e-6)  # LOO prediction of each prompt
-            scores.append(float(np.mean(np.abs(self.tscale_.inverse(loo) - med))))
-        best = int(np.argmin(scores))
-        self.alpha_ = float(alphas[best])
-        self.cv_mae_ = np.asarray(scores)  # (A,) LOO MAE in tokens per candidate
-        self.coef_ = (vt.T @ (s / (s**2 + self.alpha_) * uty)).astype(np.float64)  # (d,)
+            cv = RidgeCV(alphas=alphas, scoring=neg_mae, store_cv_results=True).fit(x, t)
+        self.alpha_ = float(cv.alpha_)
+        self.cv_mae_ = np.mean(np.abs(inverse(cv.cv_results_) - med[:, None]), axis=0)  # (A,) LOO MAE in tokens
+        # x and t are centred: the intercept is ~0 (float rounding) and not kept
+        self.coef_ = np.asarray(cv.coef_, dtype=np.float64)  # (d,)
 
     def _point(self, Z: Inputs) -> np.ndarray:
         assert Z.x is not None

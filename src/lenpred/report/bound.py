@@ -9,8 +9,6 @@ whole output directory as one artifact (kind ``bound``).
 
 from __future__ import annotations
 
-import os
-import shutil
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from lenpred.config import Config
 from lenpred.errors import FieldError
 from lenpred.report.table import Column, Table, fmt, fmt_ci
 from lenpred.stats.analysis import BoundAnalysis
-from lenpred.stats.artifact import BOUND_JSON, KIND, LEGACY_FILES, PER_PROMPT_CSV, SCHEMA_VERSION, SUMMARY_MD
+from lenpred.stats.artifact import BOUND_JSON, KIND, PER_PROMPT_CSV, SCHEMA_VERSION, SUMMARY_MD
 from lenpred.stats.censoring import MIN_EOS_TAIL
 from lenpred.stats.results import (
     AffineFit,
@@ -291,9 +289,7 @@ def write_bound(
 ) -> Artifact:
     """Write bound.json, per_prompt.csv, summary.md and the plots as one artifact directory (atomic).
 
-    meta.json records the source (a run directory or a length table). An output directory written by an
-    earlier lenpred (the same files, no meta.json) is replaced; any other non-empty directory is
-    refused by the artifact contract.
+    meta.json records the source (a run directory or a length table).
     """
     s = analysis.summary
     images: dict[str, bytes] = {}
@@ -307,27 +303,17 @@ def write_bound(
         SUMMARY_MD: markdown(s, list(images)).encode(),
         **images,
     }
-    dest = Path(out)
-    legacy = _set_aside_legacy(dest)
-    try:
-        art = write_artifact(
-            dest,
-            kind=KIND,
-            schema_version=SCHEMA_VERSION,
-            config=s.config,
-            card=analysis.lengths.card,
-            card_scope="run",
-            json_files={BOUND_JSON: s.to_json_dict()},
-            files=files,
-            meta={"source": analysis.lengths.source, "run": s.run},
-        )
-    except BaseException:
-        if legacy is not None:
-            os.replace(legacy, dest)
-        raise
-    if legacy is not None:
-        shutil.rmtree(legacy, ignore_errors=True)
-    return art
+    return write_artifact(
+        Path(out),
+        kind=KIND,
+        schema_version=SCHEMA_VERSION,
+        config=s.config,
+        card=analysis.lengths.card,
+        card_scope="run",
+        json_files={BOUND_JSON: s.to_json_dict()},
+        files=files,
+        meta={"source": analysis.lengths.source, "run": s.run},
+    )
 
 
 def written_names(art: Artifact) -> list[str]:
@@ -335,15 +321,3 @@ def written_names(art: Artifact) -> list[str]:
     names = list(art.meta.get("files", {}))
     first = [n for n in (BOUND_JSON, PER_PROMPT_CSV, SUMMARY_MD) if n in names]
     return first + [n for n in names if n not in first] + ["meta.json"]
-
-
-def _set_aside_legacy(dest: Path) -> Path | None:
-    """Move an output directory of lenpred <= 0.1.0 (bound files only, no meta.json) out of the way."""
-    if not dest.is_dir() or (dest / "meta.json").exists():
-        return None
-    names = {p.name for p in dest.iterdir()}
-    if BOUND_JSON not in names or not names <= LEGACY_FILES:
-        return None
-    aside = dest.with_name(f".{dest.name}.legacy-{os.getpid()}")
-    os.replace(dest, aside)
-    return aside

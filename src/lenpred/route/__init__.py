@@ -10,14 +10,10 @@ backend: payload, headers, the answer relayed), ``app`` (the FastAPI app), ``ser
 benchmarks start are test support: tests/route/route_stub.py, tests/route/route_procs.py.
 """
 
+from lenpred.lazy import lazy_exports
 from lenpred.route.config import RouterConfig
 
 __all__ = ["RouterConfig", "create_app"]
 
-
-def __getattr__(name: str):  # noqa: ANN202 - lazy: FastAPI loads only when the app is built
-    if name == "create_app":
-        from lenpred.route.app import create_app
-
-        return create_app
-    raise AttributeError(name)
+# FastAPI loads only when the app is built
+__getattr__, __dir__ = lazy_exports(__name__, {"create_app": "lenpred.route.app"})

@@ -28,10 +28,6 @@ SCHEMA_VERSION = 1
 BOUND_JSON = "bound.json"
 PER_PROMPT_CSV = "per_prompt.csv"
 SUMMARY_MD = "summary.md"
-# what an output directory of lenpred <= 0.1.0 (before the artifact contract) held
-LEGACY_FILES = frozenset(
-    {BOUND_JSON, PER_PROMPT_CSV, SUMMARY_MD, "hist_grid.png", "sd_vs_mu.png", "hazard.png", "mae_normal.png"}
-)
 
 __all__ = ["KIND", "SCHEMA_VERSION", "load_bound", "load_per_prompt"]
 

@@ -8,7 +8,7 @@ one-line :class:`~lenpred.errors.LenpredError`, so ``lenpred report`` writes all
 * ``--bench``    ``lenpred bench`` artifacts (kind ``bench``): one of this run, and any number of
   other runs collected under the same model and sampling card (transfer between prompt sets);
 * ``--outlets``  a ``lenpred outlets bench`` artifact (kind ``outlets-bench``) of this run;
-* ``--sim``      ``lenpred simulate`` output folders (``results.json`` + ``config.json``);
+* ``--sim``      ``lenpred simulate`` artifacts (kind ``sim``: ``results.json`` + ``config.json``);
 * ``--policies`` a JSON list of rows ``{policy, predictor, load, short_p99_s, ...}``.
 """
 
@@ -176,9 +176,7 @@ def _load_sim(path: Path, rd: RunDir) -> LoadedSim:
     folder = path.parent if path.name == "results.json" else path
     if not folder.is_dir():
         raise DataError(f"simulator output {folder} does not exist", "pass a folder written by `lenpred simulate`")
-    meta: dict[str, Any] = {}
-    if (folder / "meta.json").is_file():  # an artifact (kind sim); a folder of lenpred <= 0.1.0 has none
-        meta = load_artifact(folder, kind=SIM_KIND, schema_versions=(SIM_SCHEMA,), what="simulator output").meta
+    meta = load_artifact(folder, kind=SIM_KIND, schema_versions=(SIM_SCHEMA,), what="simulator output").meta
     d = _read_json(folder / "results.json", "simulator results")
     need = ("config", "runs", "baseline", "short_threshold_tokens")
     if not isinstance(d, dict) or any(k not in d for k in need):
