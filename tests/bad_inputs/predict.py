@@ -158,3 +158,9 @@ CASES += [
     BadInput("split-pydantic-bound-names-the-fix", ["split", "{a}", "--test-share", "2"], _w,
              expect="test_share: Input should be less than or equal to 1, got 2.0 -- fix: set test_share to a value <= 1"),
 ]
+
+CASES += [  # issue 29 part 11: the last bad-input tail
+    BadInput("predict-out-not-parquet",
+             ["predict", "--head", "{head}", "--run", "{a}", "--features", "{fa}", "--out", "{tmp}/p.csv"], _w,
+             expect="--out p.csv does not end in .parquet"),
+]
