@@ -162,3 +162,8 @@ CASES += [
     BadInput("draft-train-negative-threads", ["draft", "train", "--run", "{run}", "--out", "{tmp}/head", "--threads", "-3"],
              _run_without_token_ids, expect="--threads must be >= 0"),
 ]
+
+CASES += [  # issue 29 part 11: the last bad-input tail
+    BadInput("draft-cache-roles-names-none", ["draft", "cache", "--run", "{run}", "--roles", ","], _run_without_token_ids,
+             expect="--roles ',' names no split role -- fix: pass some of train, val, test"),
+]

@@ -159,6 +159,7 @@ CASES += [
              expect="test_share: Input should be less than or equal to 1, got 2.0 -- fix: set test_share to a value <= 1"),
 ]
 
+
 def _split_is_a_dir(tmp: Path) -> dict[str, Any]:
     """RUN/split.json is a directory (a user's mkdir): split was passed no --out, so --out is not to blame."""
     w = _w(tmp)

@@ -16,8 +16,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from lenpred.errors import ConfigError
-
 HELP = "EAGLE-3 draft heads: train one for a target, inspect or convert a checkpoint"
 EXAMPLE = "lenpred draft train --run data/runs/smollm2-sharegpt --out out/draft/smollm2"
 
@@ -75,10 +73,7 @@ def _cache(args: argparse.Namespace) -> int:
     from lenpred.draft.train_config import DraftTrainConfig
     from lenpred.draft.train_data import fill_state_cache, open_run_target
 
-    roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
-    bad = [r for r in roles if r not in ("train", "val", "test")]
-    if not roles or bad:
-        raise ConfigError(f"--roles {args.roles!r} names unknown roles {bad}", "use train, val and/or test, e.g. --roles train,val")
+    roles = tuple(dict.fromkeys(r.strip() for r in args.roles.split(",") if r.strip()))  # checked by preflight
     cfg = DraftTrainConfig(max_seq_len=args.max_seq_len, topk=args.topk, layers=args.layers)
     cfg.check()
     rt = open_run_target(args.run, model=args.model, layers=cfg.layer_tuple(), device=args.device, threads=args.threads)
