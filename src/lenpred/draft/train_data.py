@@ -25,7 +25,7 @@ from lenpred.data.rundir import RunDir
 from lenpred.data.split import Split, load_split
 from lenpred.draft.states import StateCache
 from lenpred.draft.train_config import DraftTrainConfig
-from lenpred.errors import CardMismatchError, DataError
+from lenpred.errors import CardMismatchError, DataError, ModelError
 from lenpred.fileio import canonical_json
 from lenpred.progress import Progress
 
@@ -55,9 +55,12 @@ class RunTarget:
 
 
 def open_run_target(run: str | os.PathLike[str], *, model: str | None = None, layers: tuple[int, ...] | None = None,
-                    device: str = "cpu", threads: int = 0) -> RunTarget:
+                    device: str = "cpu", threads: int = 0, cache_dir: str | os.PathLike[str] | None = None,
+                    need_train: bool = False) -> RunTarget:
     """The run (checked for token ids), its split, and its target loaded on ``device`` (under torchrun
-    ``cuda`` is this process's ``cuda:LOCAL_RANK``); ``model`` defaults to the run's own and must be it."""
+    ``cuda`` is this process's ``cuda:LOCAL_RANK``); ``model`` defaults to the run's own and must be it.
+    Before the weights load: ``layers`` against the target's config, ``cache_dir`` (a directory, if it
+    exists) and, with ``need_train``, that the split has training prompts."""
     run_dir = RunDir.open(run)
     check_token_ids(run_dir)
     # the run may still be growing: prompts collected after the split have no role and are not used
@@ -79,11 +82,28 @@ def open_run_target(run: str | os.PathLike[str], *, model: str | None = None, la
             f"--model {name} is not the model that generated {run_dir.path} (weights fingerprint differs)",
             "pass the run's own model: its responses are the training data",
         )
+    _check_before_load(spec, split, layers, cache_dir, need_train)
     if threads > 0:
         torch.set_num_threads(threads)
     dev = Distributed().device(device)  # under torchrun: one process per device, cuda -> cuda:LOCAL_RANK
     lm = load(name, device=dev)
     return RunTarget(run_dir, split, lm, Target(lm.model, layers), dev)
+
+
+def _check_before_load(spec: Any, split: Split, layers: tuple[int, ...] | None,
+                       cache_dir: str | os.PathLike[str] | None, need_train: bool) -> None:
+    """What would otherwise fail only after the target's weights loaded (seconds to minutes)."""
+    if need_train and not split.train:
+        raise DataError("the split has no training prompts", "write a split with training prompts (`lenpred split`)")
+    if cache_dir is not None and Path(cache_dir).exists() and not Path(cache_dir).is_dir():
+        raise DataError(f"state cache {cache_dir} is a file", "pass a directory for --cache")
+    if layers is not None:
+        from lenpred.draft.io import target_config
+
+        n = int(target_config(spec)[1].num_hidden_layers)
+        if len(layers) != 3 or not all(0 <= j < n for j in layers):
+            raise ModelError(f"layers {layers} do not fit a target with {n} decoder layers",
+                             f"use three layers in 0..{n - 1}")
 
 
 @dataclass
