@@ -195,7 +195,7 @@ def _run_of_a_config_only_model(tmp: Path, all_test: bool = False) -> dict[str, 
     return {"run": run.path, "cfile": tmp / "cache-file"}
 
 
-_DT = ["draft", "train", "--run", "{run}", "--out", "{tmp}/head", "--no-progress"]
+_DT = ["draft", "train", "--run", "{run}", "--out", "{tmp}/head", "--no-progress", "--draft-vocab-size", "40"]
 _DC = ["draft", "cache", "--run", "{run}", "--no-progress"]
 CASES += [  # issue 29 part 11: checked before the target loads, not after
     BadInput("draft-train-layers-before-load", [*_DT, "--layers", "0,1,99"], _run_of_a_config_only_model,
@@ -208,4 +208,6 @@ CASES += [  # issue 29 part 11: checked before the target loads, not after
              expect="is a file -- fix: pass a directory for --cache"),
     BadInput("draft-cache-cache-is-a-file-before-load", [*_DC, "--cache", "{cfile}"], _run_of_a_config_only_model,
              expect="is a file -- fix: pass a directory for --cache"),
+    BadInput("draft-train-huge-vocab-before-load", [*_DT, "--draft-vocab-size", "100000", "--cache", "{tmp}/cache"],
+             _run_of_a_config_only_model, expect="draft vocabulary size 100000 must be in 1..96"),
 ]

@@ -76,7 +76,7 @@ def _cache(args: argparse.Namespace) -> int:
     roles = tuple(dict.fromkeys(r.strip() for r in args.roles.split(",") if r.strip()))  # checked by preflight
     cfg = DraftTrainConfig(max_seq_len=args.max_seq_len, topk=args.topk, layers=args.layers)
     cfg.check()
-    rt = open_run_target(args.run, model=args.model, layers=cfg.layer_tuple(), device=args.device, threads=args.threads,
+    rt = open_run_target(args.run, model=args.model, cfg=cfg, device=args.device, threads=args.threads,
                          cache_dir=args.cache)
     cdir, tf, n = fill_state_cache(rt.run, rt.split, rt.target, rt.lm.spec, cfg, cache_dir=args.cache, roles=roles,
                                    progress=not args.no_progress)
@@ -96,8 +96,8 @@ def _train(args: argparse.Namespace) -> int:
     cfg = from_arguments(DraftTrainConfig, args, where="draft train")
     cfg.check()
     out = Path(args.out)  # checked by preflight (the overwrite rule) before anything was read
-    rt = open_run_target(args.run, model=args.model, layers=cfg.layer_tuple(), device=args.device, threads=args.threads,
-                         cache_dir=args.cache, need_train=True)
+    rt = open_run_target(args.run, model=args.model, cfg=cfg, device=args.device, threads=args.threads,
+                         cache_dir=args.cache, train=True)
     main = Distributed().main  # under torchrun only rank 0 speaks
 
     def say(msg: str) -> None:
