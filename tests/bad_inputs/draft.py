@@ -162,3 +162,52 @@ CASES += [
     BadInput("draft-train-negative-threads", ["draft", "train", "--run", "{run}", "--out", "{tmp}/head", "--threads", "-3"],
              _run_without_token_ids, expect="--threads must be >= 0"),
 ]
+
+CASES += [  # issue 29 part 11: the last bad-input tail
+    BadInput("draft-cache-roles-names-none", ["draft", "cache", "--run", "{run}", "--roles", ","], _run_without_token_ids,
+             expect="--roles ',' names no split role -- fix: pass some of train, val, test"),
+]
+
+
+def _run_of_a_config_only_model(tmp: Path, all_test: bool = False) -> dict[str, Path]:
+    """A run with token ids whose model folder has a config but no real weights nor tokenizer: loading it
+    fails, so a row passes only when its check comes before the model loads."""
+    import pandas as pd
+    from transformers import LlamaConfig
+
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import SplitConfig, build_split, write_split
+
+    LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_attention_heads=4,
+                num_key_value_heads=2).save_pretrained(tmp / "model")
+    (tmp / "model" / "model.safetensors").write_bytes(b"not weights")  # fingerprinted, never loadable
+    card = {"model": {"id": str(tmp / "model")}, "prompts": {"source": "jsonl", "chat_template": False},
+            "sampling": {"max_new_tokens": 8}, "engine": {"name": "openai"}}
+    run = RunDir.create(tmp / "run", card)
+    ids = [f"p{i}" for i in range(12)]
+    run.write_prompts(pd.DataFrame({"prompt_id": ids, "idx": range(12), "text": ["x y"] * 12,
+                                    "n_prompt_tokens": [2] * 12, "prompt_token_ids": [[5, 6]] * 12}))
+    run.append_samples([{"prompt_id": p, "sample_idx": k, "n_tokens": 3, "stop_reason": "eos", "text": "a b c",
+                         "token_ids": [7, 8, 9], "seed": k} for p in ids for k in range(2)])
+    cfg = SplitConfig(test_min_samples=2, test_share=1.0) if all_test else SplitConfig(test_min_samples=2, test_share=0.2)
+    write_split(build_split(run, cfg), run)
+    (tmp / "cache-file").write_text("not a cache\n")
+    return {"run": run.path, "cfile": tmp / "cache-file"}
+
+
+_DT = ["draft", "train", "--run", "{run}", "--out", "{tmp}/head", "--no-progress", "--draft-vocab-size", "40"]
+_DC = ["draft", "cache", "--run", "{run}", "--no-progress"]
+CASES += [  # issue 29 part 11: checked before the target loads, not after
+    BadInput("draft-train-layers-before-load", [*_DT, "--layers", "0,1,99"], _run_of_a_config_only_model,
+             expect="layers (0, 1, 99) do not fit a target with 8 decoder layers"),
+    BadInput("draft-cache-layers-before-load", [*_DC, "--layers", "0,1,99"], _run_of_a_config_only_model,
+             expect="layers (0, 1, 99) do not fit a target with 8 decoder layers"),
+    BadInput("draft-train-all-test-before-load", _DT, lambda t: _run_of_a_config_only_model(t, all_test=True),
+             expect="the split has no training prompts"),
+    BadInput("draft-train-cache-is-a-file-before-load", [*_DT, "--cache", "{cfile}"], _run_of_a_config_only_model,
+             expect="is a file -- fix: pass a directory for --cache"),
+    BadInput("draft-cache-cache-is-a-file-before-load", [*_DC, "--cache", "{cfile}"], _run_of_a_config_only_model,
+             expect="is a file -- fix: pass a directory for --cache"),
+    BadInput("draft-train-huge-vocab-before-load", [*_DT, "--draft-vocab-size", "100000", "--cache", "{tmp}/cache"],
+             _run_of_a_config_only_model, expect="draft vocabulary size 100000 must be in 1..96"),
+]

@@ -257,3 +257,8 @@ CASES += [
                                                    "{tmp}/h", "--prefill-predictions", "{tmp}/p.parquet", "--out",
                                                    "{tmp}/a"], _eval_anchor_no_val, expect="no row of a validation prompt"),
 ]
+
+CASES += [  # issue 29 part 11: the last bad-input tail
+    BadInput("outlets-features-zero-positions", [*_F, "--max-positions", "0"], _run_and_draft,
+             expect="kept for the evaluation), got 0 -- fix: pass --max-positions 10 or more"),
+]

@@ -158,3 +158,20 @@ CASES += [
     BadInput("split-pydantic-bound-names-the-fix", ["split", "{a}", "--test-share", "2"], _w,
              expect="test_share: Input should be less than or equal to 1, got 2.0 -- fix: set test_share to a value <= 1"),
 ]
+
+
+def _split_is_a_dir(tmp: Path) -> dict[str, Any]:
+    """RUN/split.json is a directory (a user's mkdir): split was passed no --out, so --out is not to blame."""
+    w = _w(tmp)
+    (tmp / "a" / "split.json").unlink(missing_ok=True)
+    (tmp / "a" / "split.json").mkdir()
+    return w
+
+
+CASES += [  # issue 29 part 11: the last bad-input tail
+    BadInput("predict-out-not-parquet",
+             ["predict", "--head", "{head}", "--run", "{a}", "--features", "{fa}", "--out", "{tmp}/p.csv"], _w,
+             expect="--out p.csv does not end in .parquet"),
+    BadInput("split-default-file-is-a-directory", ["split", "{a}"], _split_is_a_dir,
+             expect="split.json is a directory, where the run's split file belongs -- fix: move that directory"),
+]

@@ -64,6 +64,13 @@ _ROWS = {
     "route-head-missing": _route("estimator.head: no head directory at",
                                  _cfg({"backends": _OK_BACKENDS,
                                        "estimator": {"kind": "head", "head": "/nonexistent/head"}})),
+    "route-two-backends-one-url": _route("backend url 'http://127.0.0.1:8001' is listed 2 times",
+                                         _cfg({"backends": [{"url": "http://127.0.0.1:8001", "name": "a"},
+                                                            {"url": "http://127.0.0.1:8001/v1", "name": "b"}]})),
+    "route-check-two-backends-one-url": _route(
+        "backend url 'http://127.0.0.1:8001' is listed 2 times",
+        _cfg({"backends": [{"url": "http://127.0.0.1:8001", "name": "a"}, {"url": "http://127.0.0.1:8001", "name": "b"}]}),
+        ["route", "--config", "{cfg}", "--check"]),
     "route-port-taken": _route("cannot listen on 127.0.0.1:", _port_taken),
 }
 

@@ -111,3 +111,8 @@ CASES: list[BadInput] = [
     BadInput("serve-body-limit-tiny", ["serve", "--head", "{tmp}/h", "--max-body-bytes", "10"], None,
              expect="max_body_bytes"),
 ]
+
+CASES += [  # issue 29 part 11: the last bad-input tail (the device was checked after the model loaded)
+    BadInput("serve-unknown-device", ["serve", "--head", "{head}", "--port", "0", "--device", "gpu9"], _head,
+             expect="--device 'gpu9' is not a torch device"),
+]

@@ -117,3 +117,17 @@ CASES += [
     BadInput("simulate-loads-nan", [*CONFIG, "--loads", "nan"], _cfg_only,
              expect="--loads must be finite numbers, got nan"),
 ]
+
+
+def _fcfs_aging(tmp: Path) -> dict[str, Path]:
+    """A policy of fcfs with aging: fcfs orders by arrival, so the aging was accepted and silently ignored."""
+    p = _config(tmp, _run(tmp, "run", "toy"))
+    cfg = json.loads(p.read_text())
+    cfg["policies"] = [{"name": "fcfs-aged", "queue": "fcfs", "aging": 50}]
+    p.write_text(json.dumps(cfg))
+    return {"cfg": p}
+
+
+CASES += [  # issue 29 part 11: the last bad-input tail
+    BadInput("simulate-aging-on-fcfs", CONFIG, _fcfs_aging, expect="policy 'fcfs' takes no aging (got 50"),
+]

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
                                                                  "least-predicted-tokens, least-requests"),
     ({"backends": [{"url": "http://a:1"}], "polcy": "x"}, "config.polcy: unknown key -- fix: valid keys: mode"),
     ({"backends": [{"url": "http://a:1", "weight": 2}]}, "backends[0].weight: unknown key"),
-    ({"backends": [{"url": "http://a:1"}, {"url": "http://a:1"}]}, "backend name 'a:1' is used twice"),
+    ({"backends": [{"url": "http://a:1"}, {"url": "http://a:1"}]}, "backend url 'http://a:1' is listed 2 times"),
     ({"mode": "annotate", "backends": [{"url": "http://a:1"}, {"url": "http://b:1"}]}, "forwards to one upstream"),
     ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "remote"}}, "estimator.url is required"),
     ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "head"}}, "estimator.head is required"),

@@ -170,3 +170,22 @@ def test_openapi_documents_the_models(client) -> None:
     op = spec["paths"]["/v1/predict"]["post"]
     assert {"200", "400", "413", "503", "504"} <= set(op["responses"])
     assert "predicted_tokens" in schemas["PredictResponse"]["properties"]
+
+
+def test_a_json_object_without_a_content_type_is_not_called_a_string(client) -> None:
+    """Issue 29 part 11: a JSON object sent with no Content-Type was called "a JSON string"."""
+    r = client.post("/v1/predict", content=json.dumps({"prompt": "hello"}).encode())
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert "JSON string" not in err["message"] and err["code"] == "unsupported_content_type"
+    assert "sent without a Content-Type, not as JSON" in err["message"]
+    assert "Content-Type: application/json" in err["message"]
+
+
+def test_a_body_that_is_not_utf8_names_utf8(client) -> None:
+    """Issue 29 part 11: a non-UTF-8 body said "There was an error parsing the body"."""
+    r = _post(client, '{"prompt": "caf\xe9"}'.encode("latin-1"))
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert "is not UTF-8" in err["message"] and "There was an error parsing" not in err["message"], err
+    assert err["code"] == "invalid_json"

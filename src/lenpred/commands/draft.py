@@ -16,8 +16,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from lenpred.errors import ConfigError
-
 HELP = "EAGLE-3 draft heads: train one for a target, inspect or convert a checkpoint"
 EXAMPLE = "lenpred draft train --run data/runs/smollm2-sharegpt --out out/draft/smollm2"
 
@@ -75,13 +73,11 @@ def _cache(args: argparse.Namespace) -> int:
     from lenpred.draft.train_config import DraftTrainConfig
     from lenpred.draft.train_data import fill_state_cache, open_run_target
 
-    roles = tuple(r.strip() for r in args.roles.split(",") if r.strip())
-    bad = [r for r in roles if r not in ("train", "val", "test")]
-    if not roles or bad:
-        raise ConfigError(f"--roles {args.roles!r} names unknown roles {bad}", "use train, val and/or test, e.g. --roles train,val")
+    roles = tuple(dict.fromkeys(r.strip() for r in args.roles.split(",") if r.strip()))  # checked by preflight
     cfg = DraftTrainConfig(max_seq_len=args.max_seq_len, topk=args.topk, layers=args.layers)
     cfg.check()
-    rt = open_run_target(args.run, model=args.model, layers=cfg.layer_tuple(), device=args.device, threads=args.threads)
+    rt = open_run_target(args.run, model=args.model, cfg=cfg, device=args.device, threads=args.threads,
+                         cache_dir=args.cache)
     cdir, tf, n = fill_state_cache(rt.run, rt.split, rt.target, rt.lm.spec, cfg, cache_dir=args.cache, roles=roles,
                                    progress=not args.no_progress)
     rate = f" ({tf['tokens'] / tf['seconds']:.0f} tokens/s)" if tf["tokens"] else " (all cached already)"
@@ -100,7 +96,8 @@ def _train(args: argparse.Namespace) -> int:
     cfg = from_arguments(DraftTrainConfig, args, where="draft train")
     cfg.check()
     out = Path(args.out)  # checked by preflight (the overwrite rule) before anything was read
-    rt = open_run_target(args.run, model=args.model, layers=cfg.layer_tuple(), device=args.device, threads=args.threads)
+    rt = open_run_target(args.run, model=args.model, cfg=cfg, device=args.device, threads=args.threads,
+                         cache_dir=args.cache, train=True)
     main = Distributed().main  # under torchrun only rank 0 speaks
 
     def say(msg: str) -> None:

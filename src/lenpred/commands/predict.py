@@ -9,6 +9,7 @@ computed under the head's feature spec. Nothing is written when a check fails.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,11 +26,15 @@ def run(a: argparse.Namespace) -> int:
     from lenpred.artifacts import check_out
     from lenpred.checks import parse_roles
     from lenpred.data.rundir import RunDir
+    from lenpred.errors import ConfigError
     from lenpred.predictors.pipeline import predict_run
 
     roles = parse_roles(a.roles, "--roles") if a.roles is not None else None
     check_out(a.out, kind="predictions", file=True, card=RunDir.open(a.run).card,
               inputs={"--head": a.head, "--run": a.run, "--features": a.features, "--split": a.split})
+    if Path(a.out).suffix != ".parquet":  # the table is Parquet; a .csv name would hold Parquet bytes
+        raise ConfigError(f"--out {Path(a.out).name} does not end in .parquet: predictions are written as Parquet",
+                          f"pass --out {Path(a.out).with_suffix('.parquet').name} (read it with pandas.read_parquet)")
     preds, rep = predict_run(a.head, a.run, a.features, roles, a.split)
     path = preds.write(a.out)
     how = f"transfer from {rep.head_run}" if rep.transfer else "the run it was trained on"

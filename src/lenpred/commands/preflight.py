@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lenpred.artifacts import check_out
-from lenpred.checks import check_device, check_limit, check_threads
+from lenpred.checks import check_device, check_limit, check_threads, parse_roles
 from lenpred.errors import ConfigError
 
 __all__ = ["preflight"]
@@ -47,6 +47,7 @@ def _draft_train(a: argparse.Namespace) -> None:
 def _draft_cache(a: argparse.Namespace) -> None:
     check_device(a.device)
     check_threads(a.threads)
+    parse_roles(a.roles, "--roles")
 
 
 def _draft_convert(a: argparse.Namespace) -> None:

@@ -19,9 +19,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     from lenpred.artifacts import check_out
     from lenpred.data.rundir import RunDir
+    from lenpred.errors import DataError
 
     cfg = from_arguments(SplitConfig, a)
     rd = RunDir.open(a.run)
+    if a.out is None and (rd.path / SPLIT_FILE).is_dir():  # no --out was passed: do not blame it
+        raise DataError(f"{rd.path / SPLIT_FILE} is a directory, where the run's split file belongs",
+                        f"move that directory out of the run (lenpred split writes the file {SPLIT_FILE} there), "
+                        "or pass --out FILE for a split file elsewhere")
     check_out(a.out or rd.path / SPLIT_FILE, kind="split", file=True, card=rd.card, allow_inside=rd.path)
     split = build_split(rd, cfg)
     path = write_split(split, rd, a.out, force=a.force)

@@ -51,7 +51,14 @@ from lenpred.draft.distributed import Distributed
 from lenpred.draft.loss import LossModule, TTTLoss
 from lenpred.draft.states import StateCache
 from lenpred.draft.train_config import DraftTrainConfig
-from lenpred.draft.train_data import TrainingData, batch_at, cache_location, load_training_data, teacher_force
+from lenpred.draft.train_data import (
+    TrainingData,
+    batch_at,
+    cache_location,
+    check_draft_vocab,
+    load_training_data,
+    teacher_force,
+)
 from lenpred.progress import Progress
 
 __all__ = ["TrainResult", "train_draft"]
@@ -115,6 +122,7 @@ def train_draft(
     ddp.start(device)
     say = (log or (lambda m: None)) if ddp.main else (lambda m: None)
     cfg.check()
+    check_draft_vocab(cfg.draft_vocab_size, target.vocab_size)  # before the cache is made and filled
     data = load_training_data(run, split, cfg, eos_id)
     cdir, manifest = cache_location(run, target, target_spec, cfg, cache_dir)
 

@@ -25,7 +25,7 @@ from lenpred.data.rundir import RunDir
 from lenpred.data.split import Split, load_split
 from lenpred.draft.states import StateCache
 from lenpred.draft.train_config import DraftTrainConfig
-from lenpred.errors import CardMismatchError, DataError
+from lenpred.errors import CardMismatchError, DataError, ModelError
 from lenpred.fileio import canonical_json
 from lenpred.progress import Progress
 
@@ -54,10 +54,14 @@ class RunTarget:
         return int(self.lm.tokenizer.eos_token_id)
 
 
-def open_run_target(run: str | os.PathLike[str], *, model: str | None = None, layers: tuple[int, ...] | None = None,
-                    device: str = "cpu", threads: int = 0) -> RunTarget:
+def open_run_target(run: str | os.PathLike[str], *, model: str | None = None, cfg: DraftTrainConfig | None = None,
+                    device: str = "cpu", threads: int = 0, cache_dir: str | os.PathLike[str] | None = None,
+                    train: bool = False) -> RunTarget:
     """The run (checked for token ids), its split, and its target loaded on ``device`` (under torchrun
-    ``cuda`` is this process's ``cuda:LOCAL_RANK``); ``model`` defaults to the run's own and must be it."""
+    ``cuda`` is this process's ``cuda:LOCAL_RANK``); ``model`` defaults to the run's own and must be it.
+    Before the weights load: ``cfg``'s layers against the target's config, ``cache_dir`` (a directory,
+    if it exists) and, for ``train``, training prompts in the split and a draft vocabulary that fits."""
+    layers = cfg.layer_tuple() if cfg is not None else None
     run_dir = RunDir.open(run)
     check_token_ids(run_dir)
     # the run may still be growing: prompts collected after the split have no role and are not used
@@ -79,11 +83,37 @@ def open_run_target(run: str | os.PathLike[str], *, model: str | None = None, la
             f"--model {name} is not the model that generated {run_dir.path} (weights fingerprint differs)",
             "pass the run's own model: its responses are the training data",
         )
+    if train and not split.train:
+        raise DataError("the split has no training prompts", "write a split with training prompts (`lenpred split`)")
+    _check_before_load(spec, layers, cache_dir, cfg.draft_vocab_size if train and cfg is not None else None)
     if threads > 0:
         torch.set_num_threads(threads)
     dev = Distributed().device(device)  # under torchrun: one process per device, cuda -> cuda:LOCAL_RANK
     lm = load(name, device=dev)
     return RunTarget(run_dir, split, lm, Target(lm.model, layers), dev)
+
+
+def _check_before_load(spec: Any, layers: tuple[int, ...] | None, cache_dir: str | os.PathLike[str] | None,
+                       draft_vocab: int | None) -> None:
+    """What would otherwise fail only after the target's weights loaded (seconds to minutes)."""
+    if cache_dir is not None and Path(cache_dir).exists() and not Path(cache_dir).is_dir():
+        raise DataError(f"state cache {cache_dir} is a file", "pass a directory for --cache")
+    if layers is None and draft_vocab is None:
+        return
+    from lenpred.draft.io import target_config
+
+    tcfg = target_config(spec)[1]
+    n = int(tcfg.num_hidden_layers)
+    if layers is not None and (len(layers) != 3 or not all(0 <= j < n for j in layers)):
+        raise ModelError(f"layers {layers} do not fit a target with {n} decoder layers", f"use three layers in 0..{n - 1}")
+    check_draft_vocab(draft_vocab, int(tcfg.vocab_size))
+
+
+def check_draft_vocab(n: int | None, vocab_size: int) -> None:
+    """The draft vocabulary is a subset of the target's: refused before any teacher forcing."""
+    if n is not None and not 0 < n <= vocab_size:
+        raise ModelError(f"draft vocabulary size {n} must be in 1..{vocab_size} (the target's vocabulary)",
+                         f"pass --draft-vocab-size {min(8192, vocab_size)} or less")
 
 
 @dataclass

@@ -45,7 +45,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from lenpred.config import Config
-from lenpred.errors import ConfigError, DataError
+from lenpred.errors import ConfigError, DataError, FieldError
 
 __all__ = [
     "FIXED_TOKENS", "FRACTIONS", "MIN_POSITIONS", "SPEC_VERSION", "RowBuilder", "TrajectoryConfig",
@@ -74,8 +74,9 @@ class TrajectoryConfig(Config):
     @classmethod
     def _cap(cls, v: int | None) -> int | None:
         if v is not None and v < MIN_POSITIONS:
-            raise ValueError(f"must be >= {MIN_POSITIONS} (t = 0, {len(FRACTIONS)} fractions and "
-                             f"{len(FIXED_TOKENS)} token counts are kept for the evaluation), got {v}")
+            raise FieldError(f"must be >= {MIN_POSITIONS} (t = 0, {len(FRACTIONS)} fractions and "
+                             f"{len(FIXED_TOKENS)} token counts are kept for the evaluation), got {v}",
+                             f"pass --max-positions {MIN_POSITIONS} or more, or leave it out (no cap)")
         return v
 
 

@@ -278,6 +278,11 @@ class RouterConfig(Config):
         if self.mode == "annotate" and len(self.backends) != 1:
             raise ConfigError(f"mode 'annotate' forwards to one upstream, got {len(self.backends)} backends",
                               "list exactly one backend, or use mode 'route'")
+        urls = [b.url for b in self.backends]
+        same = sorted({u for u in urls if urls.count(u) > 1})
+        if same:  # two names for one server would double its share of the traffic and its in-flight count
+            raise ConfigError(f"backend url {same[0]!r} is listed {urls.count(same[0])} times",
+                              "list each server once (give it one name), or fix the URL of the other one")
         labels = [b.label for b in self.backends]
         dup = sorted({x for x in labels if labels.count(x) > 1})
         if dup:

@@ -21,7 +21,7 @@ import time
 
 from lenpred.route.config import PriorityConfig
 from lenpred.sched.job import Arrived
-from lenpred.sched.queue import make_queue_policy
+from lenpred.sched.queue import QUEUE_POLICIES, make_queue_policy
 
 __all__ = ["PriorityMapper"]
 
@@ -31,7 +31,8 @@ class PriorityMapper:
         self.cfg = cfg
         self.default_tokens = default_tokens
         self.t0 = time.monotonic() if t0 is None else t0
-        self.policy = make_queue_policy(cfg.queue, aging=cfg.aging, quantile_z=cfg.quantile_z)  # fcfs ignores both
+        aging = cfg.aging if QUEUE_POLICIES.get(cfg.queue).takes_aging else 0.0  # the default aging is for sjf
+        self.policy = make_queue_policy(cfg.queue, aging=aging, quantile_z=cfg.quantile_z)
 
     def key(self, tokens: float | None, spread: float | None, now: float | None = None) -> float:
         """The priority key (smaller first) of a request predicted at ``tokens`` arriving ``now``."""

@@ -124,9 +124,10 @@ QUEUE_POLICIES: Registry[type[QueuePolicy]] = Registry("queue policy")
 
 @QUEUE_POLICIES.register("fcfs")
 class FCFS(QueuePolicy):
-    """First come, first served (aging has no effect)."""
+    """First come, first served (takes no aging: arrival order is already the aged order)."""
 
     name = "fcfs"
+    takes_aging = False
 
     def base(self, req: Job, gen: int) -> float:
         return req.arrival

@@ -147,7 +147,7 @@ def _validation_message(exc: RequestValidationError, content_type: str | None = 
     if e.get("type") == "missing" and param is None:
         msg = "request body is missing: send a JSON object with 'prompt' or 'messages'"
     elif e.get("type") == "model_attributes_type" and param is None:
-        if isinstance(e.get("input"), str | bytes) and not _is_json(content_type):
+        if isinstance(e.get("input"), str | bytes) and (not content_type or not _is_json(content_type)):
             return _not_sent_as_json(content_type), None, "unsupported_content_type"
         got = type(e.get("input")).__name__
         msg = f"request body must be a JSON object with 'prompt' or 'messages', got a JSON {_json_kind(got)}"
@@ -176,8 +176,19 @@ def _is_json(content_type: str | None) -> bool:
 def _not_sent_as_json(content_type: str | None) -> str:
     main = (content_type or "").split(";", 1)[0].strip().lower()
     how = " (what curl -d sends)" if main == "application/x-www-form-urlencoded" else ""
-    return (f"request body was sent as {main}{how}, not as JSON -- fix: send it with the header "
+    sent = f"sent as {main}{how}" if main else "sent without a Content-Type"
+    return (f"request body was {sent}, not as JSON -- fix: send it with the header "
             "'Content-Type: application/json' (curl --json '{\"prompt\": ...}', or -H 'Content-Type: application/json')")
+
+
+def _not_utf8(body: bytes) -> str | None:
+    """The message for a body that is not UTF-8 (JSON is UTF-8), or None when it is."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as u:
+        return (f"request body is not UTF-8 (byte 0x{body[u.start]:02x} at offset {u.start}) -- fix: send the JSON "
+                "encoded as UTF-8 (re-encode the text, e.g. iconv -t UTF-8, or json.dumps(...).encode())")
+    return None
 
 
 def _json_kind(pytype: str) -> str:
@@ -218,6 +229,9 @@ def create_app(service: PredictionService, *, max_body_bytes: int = DEFAULT_MAX_
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        if exc.status_code == 400 and (bad := _not_utf8(await request.body())) is not None:
+            _failed(request, 400, type_)  # FastAPI's own "There was an error parsing the body"
+            return _error(400, bad, type_, None, "invalid_json")
         msg = {404: f"no route {request.url.path}: the service has POST /v1/predict, GET /healthz, GET /metrics",
                405: f"method {request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
         _failed(request, exc.status_code, type_)

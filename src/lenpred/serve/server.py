@@ -43,9 +43,11 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(cfg: ServeConfig) -> int:
+    from lenpred.checks import check_device
     from lenpred.serve.app import create_app
     from lenpred.serve.service import PredictionService
 
+    check_device(cfg.device)  # before the head and its target load (seconds), not after
     sock = bind(cfg.host, cfg.port)
     try:
         svc = PredictionService.from_head(cfg.head, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms,

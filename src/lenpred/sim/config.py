@@ -26,7 +26,7 @@ from pydantic import Field, field_validator, model_validator
 from lenpred.checks import check_limit
 from lenpred.config import Config
 from lenpred.errors import ConfigError
-from lenpred.sched.queue import QueuePolicy, make_queue_policy
+from lenpred.sched.queue import QUEUE_POLICIES, QueuePolicy, make_queue_policy
 from lenpred.sched.recommended import RECOMMENDED
 
 MODES = ("disaggregated", "colocated")
@@ -172,7 +172,8 @@ def policies_for(cfg: PolicyConfig) -> tuple[QueuePolicy, QueuePolicy]:
     params = policy_params(cfg)
     dec = make_queue_policy(cfg.queue, cfg.aging, cfg.quantile_z, cfg.preempt, **params)
     pq = cfg.prefill_queue or cfg.queue
-    pre = make_queue_policy(pq, cfg.aging, cfg.quantile_z, **(params if pq == cfg.queue else {}))
+    pre_aging = cfg.aging if QUEUE_POLICIES.get(pq).takes_aging else 0.0  # an fcfs/las prefill queue does not age
+    pre = make_queue_policy(pq, pre_aging, cfg.quantile_z, **(params if pq == cfg.queue else {}))
     return dec, pre
 
 
