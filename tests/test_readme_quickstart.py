@@ -14,7 +14,7 @@ must still be found in it (a README that drops one fails here instead of silentl
 * ``--device cuda`` (features, serve) -> ``cpu``; ``serve --port`` -> a free port;
 * the two files the README tells you to write or edit, written into the scratch folder: ``sim.json`` by the
   recipe in the README's comment (the extra policy is the JSON object written there), with the sizes
-  cut (``SIM_SIZES``); ``experiments/route/two-vllm.json`` copied with this test's server as both backends,
+  cut (``SIM_SIZES``); ``experiments/route/two-vllm.json`` copied with this test's server as its one backend,
   the estimator at the ``serve`` process and the router on free ports, and an estimator timeout for a
   prefill on a shared CPU (the mlp head's prediction takes ~0.3 s here; the README's 0.2 s is for a GPU).
 
@@ -154,7 +154,7 @@ def write_route_config(path: str, llama: LlamaServer, serve: Step, readme_serve_
         f"{path}'s estimator ({est}) is not the README's `lenpred serve --port {readme_serve_port}`")
     est["url"], est["timeout_s"] = serve.url, ESTIMATOR_TIMEOUT_S
     cfg["host"], cfg["port"] = "127.0.0.1", port
-    cfg["backends"] = [{**b, "url": llama.url} for b in cfg["backends"]]
+    cfg["backends"] = [{**cfg["backends"][0], "url": llama.url}]  # one server here: a URL may be listed once
     out = cwd / path
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(cfg, indent=2))
