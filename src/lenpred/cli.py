@@ -1,7 +1,7 @@
 """Command-line entry point: parse arguments, build a config, call the library.
 
-Each verb lives in ``lenpred.commands.<verb>`` and exposes ``HELP`` (one line), ``EXAMPLE``
-(a command line), ``add_arguments(parser)`` and ``run(args) -> int``. Verb modules are imported
+Each verb lives in ``lenpred.commands.<verb>`` and exposes ``add_arguments(parser)`` and
+``run(args) -> int``; its one-line help and example are in :data:`VERBS`. Verb modules are imported
 lazily so that ``lenpred --help`` stays fast and a verb's heavy imports (torch) load only when used.
 """
 

@@ -18,9 +18,6 @@ from lenpred.report.bound import ReportOptions
 from lenpred.stats.config import BoundConfig
 from lenpred.stats.table import LengthTableOptions
 
-HELP = "per-prompt length statistics, the prefill oracle bound, normal / affine / hazard analysis"
-EXAMPLE = "lenpred bound data/runs/smollm2-sharegpt --out out/bound"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

@@ -20,9 +20,6 @@ from lenpred.config import add_arguments as derive_flags
 from lenpred.data.sources import PromptConfig
 from lenpred.errors import ConfigError
 
-HELP = "sample K responses per prompt under one fixed card into a resumable run directory"
-EXAMPLE = "lenpred collect --run data/runs/mine --model smollm2-135m --source sharegpt --prompts 64 --samples 8"
-
 PROMPT_PREFIX = "prompt-"  # prompt fields get dest prompt_<field>, so `seed` cannot clash with the sampling seed
 # flag as add_arguments names it -> the flag users know (everything else is --<field-name>)
 FLAG_NAMES = {

@@ -16,9 +16,6 @@ import argparse
 import sys
 from pathlib import Path
 
-HELP = "EAGLE-3 draft heads: train one for a target, inspect or convert a checkpoint"
-EXAMPLE = "lenpred draft train --run data/runs/smollm2-sharegpt --out out/draft/smollm2"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from lenpred.config import add_arguments as config_flags

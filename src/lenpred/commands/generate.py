@@ -26,9 +26,6 @@ from typing import Any
 
 from lenpred.errors import ConfigError
 
-HELP = "generate with the target, optionally with an EAGLE-3 draft (speculative decoding)"
-EXAMPLE = "lenpred generate --draft out/draft/smollm2 --prompt 'Write a haiku about tea.'"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="target model (default: the head's target, else smollm2-135m)")

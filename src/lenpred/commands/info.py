@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-HELP = "summarise a run directory (card, progress, length statistics)"
-EXAMPLE = "lenpred info data/runs/smollm2-sharegpt"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run directory")

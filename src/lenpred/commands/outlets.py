@@ -25,10 +25,6 @@ from pathlib import Path
 
 from lenpred.errors import ConfigError, DataError
 
-HELP = "OUTLETS: trajectory features from the draft backbone, remaining-length heads, their bench"
-EXAMPLE = ("lenpred outlets features --run data/runs/smollm2-sharegpt --draft data/draft/smollm2-135m "
-           "--out out/traj")
-
 
 def _say(action: str) -> Callable[[str], None]:
     def say(msg: str) -> None:

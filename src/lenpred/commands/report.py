@@ -11,10 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-HELP = "one self-contained HTML page of a run's results (card, bound, bench, transfer, OUTLETS, P99 vs load)"
-EXAMPLE = ("lenpred report --run data/runs/smollm2-sharegpt --bound out/bound/smollm2-sharegpt "
-           "--bench out/bench/smollm2-sharegpt --outlets docs/outlets_real --out report.html")
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, help="run directory the results were made from (its card is checked)")

@@ -6,9 +6,6 @@ import argparse
 
 from lenpred.errors import ConfigError
 
-HELP = "a length-aware OpenAI-compatible router in front of N backends (priority, dispatch, headers)"
-EXAMPLE = "lenpred route --config experiments/route/two-vllm.json"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="router config (JSON; see experiments/route/*.json and docs/route.md)")

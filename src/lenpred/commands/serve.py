@@ -12,9 +12,6 @@ import argparse
 from lenpred.config import add_arguments as add_config_arguments
 from lenpred.config import from_arguments
 
-HELP = "a length-prediction service (FastAPI): POST /v1/predict, /healthz, /metrics"
-EXAMPLE = "lenpred serve --head data/heads/proxy-smollm2-sharegpt --port 8100"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from lenpred.serve.config import ServeConfig

@@ -11,9 +11,6 @@ from typing import Any
 from lenpred.config import add_arguments as add_config_arguments
 from lenpred.errors import ConfigError
 
-HELP = "discrete-event simulation of prefill/decode serving under length-aware policies"
-EXAMPLE = "lenpred simulate --config experiments/sim/reproduction.json --out out/sim"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="simulator config (JSON; see experiments/sim/*.json)")
