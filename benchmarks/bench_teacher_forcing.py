@@ -122,7 +122,7 @@ def full_prefix(st: StatesOnlyTarget, p) -> None:
     """The whole model (every layer, final norm, LM head), batched exactly as ``states-prefix``: the prompt
     once, its samples right-padded in the same length groups on copies of its cache."""
     resp = [r for _, r, _ in p.samples if r]
-    with st._autocast:
+    with st.autocast:
         cache = st.new_cache()
         lm.model(input_ids=torch.tensor([p.ids]), past_key_values=cache, use_cache=True)
         for g in length_groups([len(r) for r in resp]):
@@ -130,7 +130,7 @@ def full_prefix(st: StatesOnlyTarget, p) -> None:
             ids = torch.zeros((len(g), T), dtype=torch.long)
             for b, i in enumerate(g):
                 ids[b, : len(resp[i])] = torch.tensor(resp[i])
-            lm.model(input_ids=ids, past_key_values=expand_cache(cache, len(g), len(p.ids)), use_cache=True)
+            lm.model(input_ids=ids, past_key_values=expand_cache(cache, len(g)), use_cache=True)
 
 
 rows = []

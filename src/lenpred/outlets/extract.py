@@ -192,7 +192,7 @@ def _prepare(run: str | Path, draft: str | Path, out: Path, cfg: TrajectoryConfi
     dt = int(tcfg.hidden_size)
     widths = dict(zip(block_names(layers), (head.config.hidden_size, head.config.hidden_size, dt,
                                             head.config.hidden_size), strict=True))
-    state_cache = open_cache(cache, head, rd, fp, target_id, layers) if cache else None
+    state_cache = open_cache(cache, rd, fp, target_id, layers) if cache else None  # False / None: no cache
     tstates = "float16" if state_cache is not None else resolve_compute_dtype(cfg.compute_dtype, device, warn=warn)
     tspec = make_spec(target={"id": target_id, "fingerprint": fp, "num_hidden_layers": int(tcfg.num_hidden_layers),
                               "hidden_size": dt},

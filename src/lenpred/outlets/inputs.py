@@ -3,15 +3,13 @@
 * :func:`select_prompts` -- the prompts of the split's roles that have samples (with token ids), each with
   its samples (at most ``max_samples`` each, at most ``max_prompts`` prompts per role), and
   :func:`shard_prompts` -- a deterministic slice of them (sorted by total tokens, every N-th: balanced work);
-* :func:`open_cache` -- the draft-training state cache (:mod:`lenpred.draft.states`) the target states
-  come from and go to: by default the one the draft head was trained with when it was made for this
-  run, target and layers, else ``$LENPRED_HOME/draft-states/<card>-<fp>-L<a>-<b>-<c>-k64``.
+* :func:`open_cache` -- the draft-training state cache (:mod:`lenpred.draft.states`) named by ``--cache``,
+  which the target states come from and go to (without it the states-only pass keeps none).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,7 @@ from lenpred.errors import DataError
 
 __all__ = ["Prompt", "select_prompts", "shard_prompts", "keys_sha", "open_cache", "CACHE_TOPK", "CACHE_MAX_SEQ"]
 
-CACHE_TOPK = 64  # what `lenpred draft train` caches by default: the same directory name and manifest
+CACHE_TOPK = 64  # what `lenpred draft train` caches by default: the same manifest
 CACHE_MAX_SEQ = 2048
 
 
@@ -80,24 +78,12 @@ def _cache_matches(manifest: dict[str, Any], card_hash: str, fp: str, layers: Se
     return None
 
 
-def open_cache(cache: str | Path | bool | None, head: Any, run: Any, fp: str, target_id: str,
-                layers: Sequence[int]) -> Any:
-    from lenpred.draft.states import StateCache, default_cache_dir
+def open_cache(cache: str | Path, run: Any, fp: str, target_id: str, layers: Sequence[int]) -> Any:
+    """The draft-training state cache at ``cache`` (``--cache DIR``): opened when it exists and fits this
+    run, target and layers, else created lazily there."""
+    from lenpred.draft.states import StateCache
 
-    if cache is False:
-        return None
-    if cache:
-        path = Path(cache)
-    else:
-        path = default_cache_dir(run.card_hash, fp, tuple(layers), CACHE_TOPK)
-        rec = (((head.meta or {}).get("training") or {}).get("data") or {}).get("cache")
-        if rec and (Path(rec) / "manifest.json").is_file():
-            try:
-                m = json.loads((Path(rec) / "manifest.json").read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                m = {}
-            if _cache_matches(m, run.card_hash, fp, layers) is None:
-                path = Path(rec)  # the cache the head was trained from
+    path = Path(cache)
     if (path / "manifest.json").is_file():
         c = StateCache.open(path)
         why = _cache_matches(c.manifest, run.card_hash, fp, layers)

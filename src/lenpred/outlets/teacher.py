@@ -121,7 +121,7 @@ class StatesOnlyTarget:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.dtype = dtype
         self.device = self._embed.weight.device
-        self._autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if dtype == "bfloat16"
+        self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if dtype == "bfloat16"
                           else contextlib.nullcontext())
 
     # ---------------------------------------------------------------- one forward pass
@@ -155,7 +155,7 @@ class StatesOnlyTarget:
         """ids (B, T) -> (B, T, 3d) float32 states; ``cache`` (a transformers cache or None) is extended."""
         import torch
 
-        with self._capture() as got, self._autocast:
+        with self._capture() as got, self.autocast:
             self._base(input_ids=ids, use_cache=cache is not None, **{self._cache_kw: cache})
         return torch.cat([got[j].float() for j in self.layers], dim=-1)  # (B, T, 3d)
 
@@ -178,7 +178,6 @@ class StatesOnlyTarget:
         with torch.inference_mode():
             cache = self.new_cache()
             p_aux = self._run(torch.tensor([list(prompt)], device=dev), cache)[0]  # (P, 3d)
-            P = len(prompt)
             todo = [i for i, r in enumerate(responses) if len(r)]
             for i, r in enumerate(responses):
                 if not len(r):
@@ -189,15 +188,15 @@ class StatesOnlyTarget:
                 ids = torch.zeros((len(idx), T), dtype=torch.long, device=dev)  # right-padded with id 0
                 for b, i in enumerate(idx):
                     ids[b, : len(responses[i])] = torch.as_tensor(list(responses[i]), dtype=torch.long)
-                kv = expand_cache(cache, len(idx), P)
+                kv = expand_cache(cache, len(idx))
                 r_aux = self._run(ids, kv)  # (B, T, 3d)
                 for b, i in enumerate(idx):
                     out[i] = torch.cat([p_aux, r_aux[b, : len(responses[i])]])
         return out
 
 
-def expand_cache(cache: Any, batch: int, n: int) -> Any:
-    """A copy of a batch-1 cache holding ``n`` positions, repeated ``batch`` times (the original kept)."""
+def expand_cache(cache: Any, batch: int) -> Any:
+    """A copy of a batch-1 cache repeated ``batch`` times (the original kept)."""
     import copy
 
     kv = copy.deepcopy(cache)
