@@ -53,6 +53,14 @@ ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
 ap.add_argument("--settings", nargs="+", default=["draft-cache", "states-b1", "states-prefix", "full-prefix"])
 ap.add_argument("--out", default=None, help="write the figures as JSON here")
 args = ap.parse_args()
+if args.out and Path(args.out).exists():  # replace only this benchmark's own figures, checked before any work
+    try:
+        kind = json.loads(Path(args.out).read_text()).get("bench")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        kind = None
+    if kind != "teacher_forcing":
+        raise SystemExit(f"--out {args.out} exists and holds {kind or 'something else'}, not this benchmark's figures "
+                         "-- fix: another --out")
 
 
 def cpu_model() -> str:
@@ -218,6 +226,8 @@ res = {"bench": "teacher_forcing", "cpu": cpu_model(), "bf16_hardware": bf16, "t
            f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
            for k, v in vars(args).items() if v is not None and k != "out")}
 if args.out:
+    from lenpred.fileio import atomic_write_json
+
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    atomic_write_json(Path(args.out), res)
     print(f"-> {args.out}")
