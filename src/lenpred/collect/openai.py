@@ -34,6 +34,10 @@ from lenpred.errors import EngineError, FieldError
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
+class _Transient(Exception):
+    """A failure worth another try (its message says what happened)."""
+
+
 class OpenAIOptions(EngineOptions):
     """Options of the OpenAI-compatible engine. ``api_model`` (the name the server serves) is part of
     the card; where the server is and how hard it is driven are runtime only. The API key is read
@@ -162,40 +166,54 @@ class OpenAIEngine:
             )
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST one completion; transient failures (connection errors, timeouts, HTTP 408/429/5xx)
+        are retried ``retries`` times with exponential backoff (1, 2, 4, ... s, at most 30 s)."""
+        from tenacity import (
+            RetryError,
+            Retrying,
+            retry_if_exception_type,
+            stop_after_attempt,
+            wait_exponential,
+        )
+
+        retrying = Retrying(stop=stop_after_attempt(self.retries + 1), wait=wait_exponential(min=1, max=30),
+                            retry=retry_if_exception_type(_Transient), sleep=self.sleep)
+        try:
+            return retrying(self._post_once, body)
+        except RetryError as e:
+            err = e.last_attempt.exception()
+            raise EngineError(
+                f"completion request failed after {self.retries + 1} attempts ({err})",
+                "check the server's health and logs, then rerun (finished samples are kept)",
+            ) from None
+
+    def _post_once(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One POST: the response object, :class:`_Transient` for a failure worth another try, or an
+        :class:`EngineError` for one that is not."""
         import httpx
 
-        delay = 1.0
-        for attempt in range(self.retries + 1):
-            try:
-                r = self.client.post(f"{self.base_url}/completions", json=body)
-            except httpx.HTTPError as e:  # connection refused / reset, timeouts: worth another try
-                err = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}" if str(e) else type(e).__name__
-            else:
-                if r.status_code < 400:
-                    try:
-                        data = r.json()
-                    except ValueError:
-                        data = None
-                    if isinstance(data, dict):
-                        return data
-                    raise EngineError(
-                        f"the server answered HTTP {r.status_code} with a body that is not a JSON object: {server_message(r)}",
-                        "check that --base-url points at an OpenAI-compatible API (ending in /v1)",
-                    )
-                err = f"HTTP {r.status_code}: {server_message(r)}"
-                if r.status_code not in _RETRY_STATUS:
-                    raise EngineError(
-                        f"the server rejected a completion request ({err})",
-                        "check --api-model and the sampling parameters the server supports",
-                    )
-            if attempt == self.retries:
-                raise EngineError(
-                    f"completion request failed after {self.retries + 1} attempts ({err})",
-                    "check the server's health and logs, then rerun (finished samples are kept)",
-                )
-            self.sleep(delay)
-            delay = min(delay * 2, 30.0)
-        raise AssertionError("unreachable")
+        try:
+            r = self.client.post(f"{self.base_url}/completions", json=body)
+        except httpx.HTTPError as e:  # connection refused / reset, timeouts: worth another try
+            raise _Transient(f"{type(e).__name__}: {str(e).splitlines()[0][:120]}" if str(e) else type(e).__name__) from None
+        if r.status_code >= 400:
+            err = f"HTTP {r.status_code}: {server_message(r)}"
+            if r.status_code in _RETRY_STATUS:
+                raise _Transient(err)
+            raise EngineError(
+                f"the server rejected a completion request ({err})",
+                "check --api-model and the sampling parameters the server supports",
+            )
+        try:
+            data = r.json()
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            return data
+        raise EngineError(
+            f"the server answered HTTP {r.status_code} with a body that is not a JSON object: {server_message(r)}",
+            "check that --base-url points at an OpenAI-compatible API (ending in /v1)",
+        )
 
     def _body(self, prompt: str, n: int, seed: int) -> dict[str, Any]:
         s = self.s
