@@ -10,23 +10,17 @@ from collections.abc import Iterator
 
 import numpy as np
 
-# Resamples are drawn in blocks of about this many index cells, to bound memory on large runs.
-_BLOCK_CELLS = 1 << 20
+# scipy draws resamples in batches of this many, to bound memory on large runs (B x N index cells).
+_BATCH_CELLS = 1 << 20
 
 
-def resampled_sums(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """(B, Q) column sums of ``values`` (N, Q) over B bootstrap resamples of its N rows."""
-    v = np.asarray(values, dtype=float)
-    if v.ndim == 1:
-        v = v[:, None]
-    n = v.shape[0]
-    out = np.empty((n_boot, v.shape[1]))
-    block = max(1, _BLOCK_CELLS // max(n, 1))
-    for start in range(0, n_boot, block):
-        b = min(block, n_boot - start)
-        idx = rng.integers(0, n, (b, n))  # (b, N) rows drawn with replacement
-        out[start : start + b] = v[idx].sum(1)
-    return out
+def _batch(n: int) -> int:
+    return max(1, _BATCH_CELLS // max(n, 1))
+
+
+def _interval(res: object) -> tuple[float, float]:
+    ci = res.confidence_interval  # type: ignore[attr-defined]
+    return (float(ci.low), float(ci.high))
 
 
 def percentile_ci(draws: np.ndarray, ci: float) -> tuple[float, float]:
@@ -40,23 +34,38 @@ def percentile_ci(draws: np.ndarray, ci: float) -> tuple[float, float]:
 
 
 def mean_ci(x: np.ndarray, n_boot: int, ci: float, rng: np.random.Generator) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``x`` (non-finite values dropped; NaNs for fewer
+    than two values). :func:`scipy.stats.bootstrap`, batched."""
+    from scipy.stats import bootstrap
+
     x = np.asarray(x, dtype=float)
     x = x[np.isfinite(x)]
     if x.size < 2:
         return (float("nan"), float("nan"))
-    return percentile_ci(resampled_sums(x, n_boot, rng)[:, 0] / x.size, ci)
+    res = bootstrap((x,), np.mean, n_resamples=n_boot, confidence_level=ci, method="percentile",
+                    vectorized=True, batch=_batch(x.size), rng=rng)
+    return _interval(res)
+
+
+def _sum_ratio(num: np.ndarray, den: np.ndarray, axis: int = -1) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sum(num, axis=axis) / np.sum(den, axis=axis)
 
 
 def ratio_ci(
     num: np.ndarray, den: np.ndarray, n_boot: int, ci: float, rng: np.random.Generator
 ) -> tuple[float, float]:
-    """Interval of sum(num) / sum(den), resampling (num, den) pairs together."""
+    """Percentile bootstrap interval of sum(num) / sum(den), resampling (num, den) pairs together
+    (:func:`scipy.stats.bootstrap` with ``paired=True``, batched)."""
+    from scipy.stats import bootstrap
+
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
     ok = np.isfinite(num) & np.isfinite(den)
     if ok.sum() < 2:
         return (float("nan"), float("nan"))
-    s = resampled_sums(np.column_stack([num[ok], den[ok]]), n_boot, rng)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return percentile_ci(s[:, 0] / s[:, 1], ci)
+    res = bootstrap((num[ok], den[ok]), _sum_ratio, paired=True, n_resamples=n_boot, confidence_level=ci,
+                    method="percentile", vectorized=True, batch=_batch(int(ok.sum())), rng=rng)
+    return _interval(res)
 
 
 def resample_indices(n: int, n_boot: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
