@@ -69,6 +69,7 @@ S_PER_TOKEN = 6.6e-5
 # 296 tokens: E[S] = 19.6 ms) at 0.95 load with S_PER_TOKEN: 2.49 per second
 GAMMA = 2.5
 OVERLOAD_RHO = 0.95  # the load gamma is solved at when the measured load is >= 1
+RHO_TOL = 1e-9  # a load within this of 1 counts as 1 (the root there is ~1e-9 / s: rounding, not a rate)
 # boost2: ~ the backlog of the shortest overload episode of issue 30 (a 0.7 base with a 1.3x burst of 30 s
 # leaves 0.3 x 30 = 9 s of work queued): a short request skips about the whole of it
 BOOST_S = 10.0
@@ -81,7 +82,7 @@ def _points(values: Sequence[float] | np.ndarray, what: str) -> np.ndarray:
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0:
         raise DataError(f"{what}: a distribution with no mass (0 support points)",
-                        "give at least one finite point >= 0")
+                        "give at least one support point in [0, inf)")
     bad = ~np.isfinite(x) | (x < 0)
     if bad.any():
         raise DataError(f"{what}: {int(bad.sum())} of {x.size} support points are not finite numbers >= 0 "
@@ -102,7 +103,7 @@ def boost(points_s: Sequence[float] | np.ndarray, gamma: float) -> float:
     a long job (M huge) gets ~0 and a tiny one (M near 1) a large boost; a job of 0 s gets ``inf``."""
     if not (math.isfinite(gamma) and gamma > 0):
         raise ConfigError(f"gamma must be in (0, inf) per second, got {gamma!r}")
-    lm = log_mgf(_points(points_s, "boost"), gamma)
+    lm = log_mgf(_points(points_s, "the boost's service distribution"), gamma)
     if lm <= 0.0:
         return INF
     return -math.log(-math.expm1(-lm)) / gamma
@@ -124,15 +125,16 @@ def solve_gamma(rate: float, service_samples_s: Sequence[float] | np.ndarray) ->
     """The positive root of ``gamma = rate * (E[e^{gamma S}] - 1)`` (1/s) for equal-weight service
     samples (seconds) and an arrival ``rate`` (requests/s, per server): the FCFS waiting-time tail's
     decay rate. The samples' MGF exists for every gamma, so the root is bracketed by doubling and found
-    by :func:`scipy.optimize.brentq`. At rho = rate * E[S] >= 1 (``rate`` may be ``inf``: not
-    measurable) there is no positive root; the rule used is the root at rho = :data:`OVERLOAD_RHO`."""
+    by :func:`scipy.optimize.brentq`. At rho = rate * E[S] >= 1 (to :data:`RHO_TOL`; ``rate`` may be
+    ``inf``: not measurable) there is no positive root; the rule used is the root at rho =
+    :data:`OVERLOAD_RHO`. (gamma falls to 0 as rho rises to 1, so the rule is discontinuous there.)"""
     s = _points(service_samples_s, "service samples")
     if not (isinstance(rate, int | float) and rate > 0):  # NaN fails too
         raise ConfigError(f"rate must be in (0, inf] requests/s, got {rate!r}", "pass the arrival rate per server")
     mean = float(s.mean())
     if mean <= 0:
         raise DataError("service samples are all 0 s: no work, no waiting tail", "pass the service times in seconds")
-    lam = rate if rate * mean < 1.0 else OVERLOAD_RHO / mean
+    lam = rate if rate * mean < 1.0 - RHO_TOL else OVERLOAD_RHO / mean
 
     def f(g: float) -> float:
         with np.errstate(over="ignore"):
