@@ -37,15 +37,17 @@ def test_gamma_and_the_boosts_of_a_hand_computed_two_label_case() -> None:
     assert boost([1.0, 3.0], LN2) == pytest.approx(B_B, abs=1e-12)
     # the policy, calibrated from the rate and the workload (gamma solved), keys arrival - b(label)
     pol = make_queue_policy("gboost", s_per_token=1.0)
-    pol.calibrate(Calibration(rate=LAMBDA, service_tokens=np.array(MIXTURE)))
-    assert pol.gamma == pytest.approx(LN2, abs=1e-12)
     a = Request(0, 5.0, 10, 1, 1.0, dist=LengthDist([1.0]))
     b = Request(1, 4.5, 10, 3, 2.0, dist=LengthDist([1.0, 3.0]))
+    assert pol.key(a, 0) == pytest.approx(5.0 - math.log(math.e**2.5 / math.expm1(2.5)) / 2.5)  # gamma 2.5
+    pol.calibrate(Calibration(rate=LAMBDA, service_tokens=np.array(MIXTURE)))
+    assert pol.gamma == pytest.approx(LN2, abs=1e-12)
     assert pol.key(a, 0) == pytest.approx(5.0 - B_A, abs=1e-9)
     assert pol.key(b, 0) == pytest.approx(4.5 - B_B, abs=1e-9)
     assert pol.key(a, 0) < pol.key(b, 0)  # A arrived 0.5 s later but is boosted 0.68 s more
     # conditioned on what was generated: B past 1 s has 2 s left for sure, b = log(4 / 3) / ln 2
     assert pol.key(b, 1) == pytest.approx(4.5 - math.log(4.0 / 3.0) / LN2, abs=1e-9)
+    assert pol.key(b, 0) == pytest.approx(4.5 - B_B, abs=1e-9)  # the same key again (cached per age)
     # the router's request (a point prediction, no distribution): a point mass at the predicted remaining
     assert pol.key(Arrived(arrival=5.0, pred=1.0), 0) == pytest.approx(5.0 - B_A, abs=1e-9)
 

@@ -74,6 +74,7 @@ RHO_TOL = 1e-9  # a load within this of 1 counts as 1 (the root there is ~1e-9 /
 # leaves 0.3 x 30 = 9 s of work queued): a short request skips about the whole of it
 BOOST_S = 10.0
 SHORT_TOKENS = 200.0  # boost2: the synthetic workload's median output (set it to the workload's median)
+CACHE_MAX = 200_000  # gboost's boost cache is emptied when it holds this many (distribution, age) entries
 UNCOND_POINTS = 256  # uniboost keeps the workload's lengths as at most this many quantile points
 
 
@@ -212,13 +213,30 @@ class GammaBoost(BoostPolicy):
     name = "gboost"
     needs_dist = True
 
+    def __init__(self, aging: float = 0.0, quantile_z: float = 0.0, preempt: bool | None = None,
+                 **params: float) -> None:
+        super().__init__(aging, quantile_z, preempt, **params)
+        # (id(dist), gen) -> (dist, boost): requests share distribution objects, and a victim search keys
+        # every running request at every step; holding the dist keeps its id from being reused
+        self._cache: dict[tuple[int, int], tuple[Any, float]] = {}
+
+    def calibrate(self, cal: Calibration) -> None:
+        super().calibrate(cal)
+        self._cache = {}
+
     def boost_of(self, req: Job, gen: int) -> float:
         d = req.dist
         if d is None:
-            r = np.array([max(req.pred_remaining(gen), 1.0)])
-        else:
-            r = remaining_points(d, gen)
-        return boost(r * self.s_per_token, self.gamma)
+            return boost(np.array([max(req.pred_remaining(gen), 1.0)]) * self.s_per_token, self.gamma)
+        k = (id(d), gen)
+        hit = self._cache.get(k)
+        if hit is not None and hit[0] is d:
+            return hit[1]
+        b = boost(remaining_points(d, gen) * self.s_per_token, self.gamma)
+        if len(self._cache) >= CACHE_MAX:
+            self._cache = {}
+        self._cache[k] = (d, b)
+        return b
 
 
 @QUEUE_POLICIES.register("uniboost")
