@@ -52,6 +52,23 @@ def test_gamma_and_the_boosts_of_a_hand_computed_two_label_case() -> None:
     assert pol.key(Arrived(arrival=5.0, pred=1.0), 0) == pytest.approx(5.0 - B_A, abs=1e-9)
 
 
+def test_a_re_prediction_refreshes_the_gboost_key() -> None:
+    pol = make_queue_policy("gboost", gamma=LN2, s_per_token=1.0)
+    # at arrival: label B (1 or 3 s); after 2 tokens the re-prediction says exactly 1 more (total 3): label A
+    r = Request(0, 5.0, 10, 3, 2.0, repred=[(2, 1.0)], dist=LengthDist([1.0, 3.0]), repred_dists=(LengthDist([3.0]),))
+    assert pol.key(r, 0) == pytest.approx(5.0 - B_B, abs=1e-9)
+    # before the re-prediction, at age 2 the prefill distribution says: past its 1 s point, 1 s left for sure
+    assert pol.key(r, 2) == pytest.approx(5.0 - B_A, abs=1e-9)
+    assert r.apply_repredictions(2)
+    assert pol.key(r, 2) == pytest.approx(5.0 - B_A, abs=1e-9)  # the new distribution: 3 - 2 = 1 s left
+    r2 = Request(1, 5.0, 10, 9, 2.0, repred=[(1, 8.0)], dist=LengthDist([1.0, 3.0]),
+                 repred_dists=(LengthDist([9.0]),))
+    before = pol.key(r2, 1)  # the prefill distribution given L > 1: 2 s left (M = 4)
+    assert before == pytest.approx(5.0 - math.log(4.0 / 3.0) / LN2, abs=1e-9)
+    r2.apply_repredictions(1)
+    assert pol.key(r2, 1) == pytest.approx(5.0 - math.log(256.0 / 255.0) / LN2, abs=1e-9)  # 8 s left: M = 2^8
+
+
 def test_a_given_gamma_and_s_per_token_win_over_the_calibration() -> None:
     pol = make_queue_policy("gboost", gamma=LN2, s_per_token=0.5)
     pol.calibrate(Calibration(rate=LAMBDA, service_tokens=np.array(MIXTURE), s_per_token=1.0))
