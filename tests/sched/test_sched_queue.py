@@ -83,8 +83,8 @@ def test_hrrn_orders_by_response_ratio_at_the_time() -> None:
 
 
 def test_the_registry_lists_its_members() -> None:
-    assert QUEUE_POLICIES.names() == ["fcfs", "gittins", "hrrn", "las", "mlfq", "oracle", "risk", "sjf", "srpt",
-                                      "trail"]
+    assert QUEUE_POLICIES.names() == ["boost2", "fcfs", "gboost", "gittins", "hrrn", "las", "mlfq", "oracle", "risk",
+                                      "sjf", "srpt", "trail", "uniboost"]
 
 
 def test_a_request_on_arrival_is_keyed_as_the_simulators_request() -> None:

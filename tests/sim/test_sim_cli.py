@@ -166,7 +166,7 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "unknown latency profile 'a100-magic'" in err and "llama8b-h100" in err and err.count("\n") == 1
     bad = dict(TINY, policies=[{"name": "x", "queue": "lifo"}])
     assert main(["simulate", "--config", str(write(tmp_path, bad)), "--out", str(tmp_path / "x")]) == 1
-    assert "use one of: fcfs, gittins, hrrn, las, mlfq, oracle, risk, sjf, srpt, trail" in capsys.readouterr().err
+    assert "use one of: boost2, fcfs, gboost, gittins, hrrn, las, mlfq, oracle, risk, sjf, srpt, trail, uniboost" in capsys.readouterr().err
     assert main(["simulate", "--config", str(write(tmp_path, TINY)), "--loads", "0,1"]) == 1
     assert "loads must all be > 0" in capsys.readouterr().err
 

@@ -6,6 +6,9 @@
   preemption) and their registry :data:`QUEUE_POLICIES`;
 * :mod:`~lenpred.sched.dispatch` -- dispatchers (which instance of a pool a request goes to) and their
   registry :data:`DISPATCHERS`;
+* :mod:`~lenpred.sched.boost` -- boosted-arrival policies (gamma-Boost on predicted distributions,
+  the prediction-free UniBoost, a two-class boost), registered in :data:`QUEUE_POLICIES`, and
+  :func:`solve_gamma`;
 * :mod:`~lenpred.sched.dists` -- predictive length distributions as a policy reads them, with their
   Gittins ranks and risk scores;
 * :mod:`~lenpred.sched.recommended` -- the recommended policy (:data:`RECOMMENDED`).
@@ -14,6 +17,7 @@ Predictions reach a policy only as data on the request; this package imports nei
 (:mod:`lenpred.sim`) nor the router (:mod:`lenpred.route`): both import it.
 """
 
+from lenpred.sched.boost import Calibration, solve_gamma  # importing it registers the boost policies
 from lenpred.sched.dispatch import DISPATCHERS, Dispatcher, Loaded, make_dispatcher
 from lenpred.sched.dists import LengthDist
 from lenpred.sched.job import Arrived, Job, Running
@@ -21,6 +25,6 @@ from lenpred.sched.queue import QUEUE_POLICIES, QueuePolicy, make_queue_policy
 from lenpred.sched.recommended import RECOMMENDED
 
 __all__ = [
-    "Arrived", "DISPATCHERS", "Dispatcher", "Job", "LengthDist", "Loaded", "QUEUE_POLICIES", "QueuePolicy",
-    "RECOMMENDED", "Running", "make_dispatcher", "make_queue_policy",
+    "Arrived", "Calibration", "DISPATCHERS", "Dispatcher", "Job", "LengthDist", "Loaded", "QUEUE_POLICIES",
+    "QueuePolicy", "RECOMMENDED", "Running", "make_dispatcher", "make_queue_policy", "solve_gamma",
 ]

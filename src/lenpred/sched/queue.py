@@ -85,7 +85,7 @@ class QueuePolicy:
             lo, hi, open_lo = self.PARAMS[k]
             ok = isinstance(v, int | float) and math.isfinite(v) and (v > lo if open_lo else v >= lo) and v <= hi
             if not ok:
-                rng = f"{'(' if open_lo else '['}{lo:g}, {hi:g}]"
+                rng = f"{'(' if open_lo else '['}{lo:g}, {hi:g}{']' if math.isfinite(hi) else ')'}"
                 raise ConfigError(f"policy {self.name!r}: {k} must be in {rng}, got {v!r}")
         self.params = {**self.DEFAULTS, **{k: float(v) for k, v in params.items()}}
 

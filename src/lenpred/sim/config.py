@@ -149,6 +149,13 @@ class PolicyConfig(Config):
     alpha: float | None = Field(None, description="risk: CVaR level in (0, 1) (0.9)")
     preempt_fraction: float | None = Field(None, description="trail: preemptible while generated < this x predicted (0.5)")
     tokens_per_s: float | None = Field(None, description="hrrn: decode rate that turns tokens into seconds (50)")
+    gamma: float | None = Field(None, description="gboost/uniboost: decay rate, 1/s (default: solved from the "
+                                "measured rate, lenpred.sched.boost.solve_gamma)")
+    s_per_token: float | None = Field(None, description="gboost/uniboost: server seconds per token (default: the "
+                                      "profile's full-batch step / batch)")
+    boost_s: float | None = Field(None, description="boost2: seconds a short-labelled request is boosted (10)")
+    short_threshold: float | None = Field(None, description="boost2: predicted total tokens under which a "
+                                          "request is short (200)")
     prediction: PredictionConfig | None = Field(None, description="default: the config's top-level prediction")
 
     @model_validator(mode="after")
@@ -181,7 +188,9 @@ def policy_params(cfg: PolicyConfig) -> dict[str, float]:
     """The policy parameters a :class:`PolicyConfig` sets (those not None)."""
     return {k: v for k, v in (("quantum", cfg.quantum), ("join_ratio", cfg.join_ratio), ("beta", cfg.beta),
                               ("alpha", cfg.alpha), ("preempt_fraction", cfg.preempt_fraction),
-                              ("tokens_per_s", cfg.tokens_per_s)) if v is not None}
+                              ("tokens_per_s", cfg.tokens_per_s), ("gamma", cfg.gamma),
+                              ("s_per_token", cfg.s_per_token), ("boost_s", cfg.boost_s),
+                              ("short_threshold", cfg.short_threshold)) if v is not None}
 
 
 def recommended_policy() -> PolicyConfig:

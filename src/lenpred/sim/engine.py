@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from lenpred.errors import DataError, LenpredError
+from lenpred.sched.boost import BoostPolicy, Calibration
 from lenpred.sched.dispatch import make_dispatcher
 from lenpred.sim.config import ClusterConfig, PolicyConfig, policies_for
 from lenpred.sim.events import (
@@ -42,6 +43,22 @@ from lenpred.sim.events import (
 from lenpred.sim.instances import DecodeInstance, PrefillInstance
 from lenpred.sim.profiles import LatencyProfile, get_profile
 from lenpred.sim.request import NEED_PREFILL, NEED_TRANSFER, Request
+
+
+def calibrate_boosts(pols: Sequence[Any], requests: Sequence[Request], profile: LatencyProfile, n_dec: int) -> None:
+    """Give the boost policies (:mod:`lenpred.sched.boost`) the arrival rate per decode instance measured
+    over the requests, the workload's true lengths (its unconditional size distribution) and the
+    profile's seconds per token of a full batch at the workload's mean context (prompt + output / 2)."""
+    boosts = [p for p in pols if isinstance(p, BoostPolicy)]
+    if not boosts or not requests:
+        return
+    out = np.array([r.output for r in requests], dtype=np.float64)
+    ctx = float(np.mean([r.prompt for r in requests])) + float(out.mean()) / 2
+    b = profile.max_batch
+    cal = Calibration.from_requests([r.arrival for r in requests], out, n_dec,
+                                    profile.decode_time(b, int(b * ctx)) / b)
+    for p in boosts:
+        p.calibrate(cal)
 
 
 class SimulationError(LenpredError):
@@ -153,6 +170,7 @@ class Simulator:
                         f"{missing} has none (no spread, q10/q50/q90 or dist_tokens in its predictions)",
                         "predict with a head that writes quantiles (lenpred predict), or pick a point policy")
         n_dec = cluster.n_instances if self.colocated else cluster.n_decode
+        calibrate_boosts((qpol, ppol), self.requests, self.profile, n_dec)
         self.decode = [
             DecodeInstance(
                 i, self.profile, qpol, cap, colocated=self.colocated,
