@@ -19,7 +19,7 @@ FIGURES = ("short_p99_s", "p99_s", "short_p50_s", "attain_all", "attain_short", 
 RATIO = ("short_p99_s", "p99_s", "short_p50_s", "drain_s")  # the rest (attainment) as a difference
 # CPU microseconds per simulated request (one arm), measured on the 2-core shared machine with one
 # small cell each (docs/yardstick.md); rows in cells.jsonl replace them with their own figures
-US_PER_REQUEST = {256: 60.0, 16: 120.0}
+US_PER_REQUEST = {256: 55.0, 16: 170.0}
 
 
 def read_cells(path: Path) -> list[dict[str, Any]]:
@@ -75,6 +75,8 @@ def summarize(rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]
             if place[0] == "steady":
                 entry["n"] = sorted(r["n"] for r in rs)
                 entry["converged"] = sum(bool(r["converged"]) for r in rs)
+            else:  # seeds whose burst backlog outlasted the tail (arrivals had stopped before it drained)
+                entry["not_drained"] = sum(not r["arms"].get(arm, {}).get("drained", True) for r in rs)
             out.append(entry)
     return out
 
@@ -96,6 +98,7 @@ def goodput_summary(rows: list[dict[str, Any]], baseline: str) -> list[dict[str,
                 e[f"{cls} vs base"] = _span([g["load"] / x["load"] for g, x in zip(got, base, strict=True)
                                              if g.get("load") and x.get("load")])
                 e[f"{cls} unresolved"] = sum(not g.get("resolved", False) for g in got)
+                e[f"{cls} at cap"] = sum(g.get("hi") is None or g.get("hi") == math.inf for g in got if g.get("load"))
             out.append(e)
     return out
 
@@ -126,7 +129,7 @@ def _table(entries: list[dict[str, Any]]) -> list[str]:
         if regime == "steady":
             cells += [",".join(str(n) for n in sorted(set(e["n"]))), f"{e['converged']}/{len(e['n'])}"]
         else:
-            cells += [_r(e["drain_s"], "{:.0f}")]
+            cells += [_r(e["drain_s"], "{:.0f}") + (f" ({e['not_drained']} past the tail)" if e["not_drained"] else "")]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -153,8 +156,10 @@ def markdown(summary: list[dict[str, Any]], goodput: list[dict[str, Any]], rows:
         out += ["## Goodput (x capacity at which >= 90% attain; min–max over seeds)", "",
                 "| cluster | batch | arm | all | short | long | all x base | short x base |", "|---|---|---|---|---|---|---|---|"]
         for e in goodput:
-            out.append(f"| {e['cluster']} | {e['batch']} | {e['arm']} | {_r(e['all'])} | {_r(e['short'])} | "
-                       f"{_r(e['long'])} | {_r(e['all vs base'], '{:.3f}')} | {_r(e['short vs base'], '{:.3f}')} |")
+            gp = [_r(e[c]) + (" (>= cap in " + str(e[f"{c} at cap"]) + ")" if e[f"{c} at cap"] else "")
+                  for c in ("all", "short", "long")]
+            out.append(f"| {e['cluster']} | {e['batch']} | {e['arm']} | {' | '.join(gp)} | "
+                       f"{_r(e['all vs base'], '{:.3f}')} | {_r(e['short vs base'], '{:.3f}')} |")
         out.append("")
     return "\n".join(out)
 
