@@ -241,3 +241,23 @@ def test_steady_window_trims_the_first_and_last_tenth() -> None:
     assert steady_mask(res, 0.25).tolist() == [False, True, True, False]
     with pytest.raises(ConfigError, match="slo_target must be in"):
         MetricsConfig(slo_target=1.5)
+
+
+def test_sweep_runs_an_episode_in_capacity_units_and_refuses_one_too_long() -> None:
+    """run_sweep: the base load in capacity units after the probe; nobody arrives after the episode's
+    end and every request finishes. Too few requests for the episode at the probed rate: refused
+    after the probe, before any arm runs."""
+    from lenpred.sim.sweep import run_sweep
+
+    arr = {"process": "episode", "burst_factor": 2.0, "burst_start_s": 2.0, "burst_s": 2.0, "tail_s": 4.0}
+    cfg = SimConfig(workload={"n_requests": 4000, "arrival": arr}, prediction={"model": "oracle"},
+                    sweep={"loads": [0.5], "load_unit": "capacity", "probe_requests": 200}, plots=False)
+    res = run_sweep(cfg)
+    (run,) = res.runs
+    s = run.summary
+    expected = Episode.of(cfg.workload.arrival).expected(8.0, run.rate_rps)  # type: ignore[union-attr]
+    assert s["n_completed"] == s["n_requests"] < 4000
+    assert abs(s["n_requests"] - expected) < 5 * math.sqrt(expected)
+    short = cfg.nested("workload", n_requests=int(expected / 3))
+    with pytest.raises(ConfigError, match=r"the episode ends at 8 s"):
+        run_sweep(short)
