@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_policies import Arm, arms, build, make_tables, prediction, samples_table, sim_config, sources  # noqa: E402
+from bench_policies import ROOT, Arm, arms, build, make_tables, prediction, samples_table, sim_config, sources  # noqa: E402
 from yardstick_report import dry_run, read_cells, write_report  # noqa: E402
 
 CLUSTERS = {"1+2": (1, 2), "4+8": (4, 8)}
@@ -112,7 +112,7 @@ def parse_arm(spec: str) -> tuple[str, Arm]:
     known = {f"{x.policy}/{x.predictor}": x for x in arms("sharegpt")}
     if not params and head in known:
         return head, known[head]
-    preds = ("-", "mlp", "proxy", "prompt-median", "samples", "true")
+    preds = ("-", "mlp", "proxy", "prompt-median", "samples", "outlets", "true")
     if not pred or pred not in preds or name not in QUEUE_POLICIES:
         raise ConfigError(f"unknown arm {spec!r}", f"use POLICY/PREDICTOR from bench_policies.py (e.g. {BASELINE}, "
                           f"sjf aging100/mlp) or QUEUE/PREDICTOR[:key=value...] with a queue of "
@@ -290,7 +290,7 @@ def run_study(a: argparse.Namespace, say: Any) -> None:
     if not todo:
         return
     src = sources(argparse.Namespace(alpaca_roles=None))["sharegpt"]
-    tables = make_tables(src, work, None, "", "", say)
+    tables = {**make_tables(src, work, None, "", "", say), "outlets": a.outlets}
     t0 = time.monotonic()
     for i, cell in enumerate(todo):
         if a.max_minutes is not None and time.monotonic() - t0 > 60.0 * a.max_minutes:
@@ -328,6 +328,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--arms", default=";".join(DEFAULT_ARMS),
                     help=f"';'-separated arms, POLICY/PREDICTOR or QUEUE/PREDICTOR:k=v (the baseline {BASELINE} is "
                          "always run)")
+    ap.add_argument("--outlets", default=str(ROOT / "data/outlets/predictions-test-smollm2-sharegpt.parquet"),
+                    metavar="TABLE", help="predictor 'outlets': OUTLETS predictions with re-predictions of every "
+                    "test sample (lenpred outlets predict)")
     ap.add_argument("--n0", type=int, default=1000, help="steady: first N, requests per decode instance")
     ap.add_argument("--n-max", type=int, default=16000, help="steady: largest N, requests per decode instance")
     ap.add_argument("--goodput-n", type=int, default=4000, help="goodput probes: requests per decode instance")
