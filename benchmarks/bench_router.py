@@ -59,7 +59,7 @@ from router_load import (  # noqa: E402
     summary,
     waves,
 )
-from router_report import counter_sum, cpu_s, hist_mean, machine, table, write_json  # noqa: E402
+from router_report import counter_sum, cpu_s, gc_pauses, hist_mean, machine, table, write_json  # noqa: E402
 
 
 def _stub_router(stubs: list[Stub], logs: Path, **extra: Any) -> RouterProcess:
@@ -103,6 +103,7 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
            "tokens_per_s": args.rate, "direct": direct, "router": via,
            "overhead_ms": {"first_token": added["first_token_ms"], "per_chunk": added["per_chunk_ms"]},
            "router_cpu_ms_per_request": rounded(cpu / n, 1e3, 2), "router_internal_ms_mean": rounded(internal, 1e3, 3),
+           "router_gc": gc_pauses(metrics),
            "goal": "p99 added latency under 5 ms", "machine": machine()}
     rows = [[name, d["first_token_ms"]["p50"], d["first_token_ms"]["p99"], d["per_chunk_ms"]["p50"],
              d["per_chunk_ms"]["p99"], d["ok"]] for name, d in (("direct", direct), ("router", via))]
@@ -112,6 +113,9 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
            f"{args.rate:g} tokens/s (ms)", ["path", "first token p50", "p99", "per chunk p50", "p99", "ok"], rows)
     print(f"router CPU per request: {res['router_cpu_ms_per_request']} ms; its own time before forwarding "
           f"(read, parse, predict, dispatch): {res['router_internal_ms_mean']} ms mean")
+    for gen, g in res["router_gc"].items():
+        print(f"router GC generation {gen}: {g['count']} collections, mean {g['mean_ms']} ms, total {g['total_ms']} ms, "
+              f"{g['over_1ms']} over 1 ms, {g['over_5ms']} over 5 ms")
     return res
 
 

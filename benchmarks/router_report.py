@@ -11,7 +11,7 @@ from typing import Any
 
 TICK = os.sysconf("SC_CLK_TCK")
 
-__all__ = ["counter_sum", "cpu_s", "hist_mean", "machine", "table", "write_json"]
+__all__ = ["counter_sum", "cpu_s", "gc_pauses", "hist_mean", "machine", "table", "write_json"]
 
 
 def cpu_s(pid: int) -> float:
@@ -79,3 +79,27 @@ def hist_mean(text: str, name: str) -> float | None:
 def counter_sum(text: str, name: str) -> float:
     return sum(float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith(name + "{"))
 
+
+
+def gc_pauses(text: str, name: str = "lenpred_route_gc_pause_seconds") -> dict[str, dict[str, Any]]:
+    """The router's garbage collections per generation from its /metrics text: how many, their mean and
+    total pause (ms), and how many stopped the loop for over 1 ms and over 5 ms."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        if not line.startswith(name) or "{" not in line:
+            continue
+        key, value = line.rsplit(" ", 1)
+        labels = dict(kv.split("=", 1) for kv in key[key.index("{") + 1:-1].split(","))
+        g = out.setdefault(labels['generation'].strip('"'), {})
+        if key.startswith(name + "_count"):
+            g["count"] = int(float(value))
+        elif key.startswith(name + "_sum"):
+            g["total_ms"] = round(float(value) * 1e3, 2)
+        elif key.startswith(name + "_bucket") and labels.get("le") in ('"0.001"', '"0.005"'):
+            g["le_" + labels["le"].strip('"')] = int(float(value))
+    for g in out.values():
+        n = g.get("count", 0)
+        g["mean_ms"] = round(g.get("total_ms", 0.0) / n, 3) if n else None
+        g["over_1ms"] = n - g.pop("le_0.001", n)
+        g["over_5ms"] = n - g.pop("le_0.005", n)
+    return dict(sorted(out.items()))

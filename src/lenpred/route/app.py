@@ -85,9 +85,11 @@ def create_app(cfg: RouterConfig, estimator: Any = None) -> RouterApp:
         # collector's sight, a full collection no longer walks it and stalls every stream for tens of ms
         gc.collect()
         gc.freeze()
+        router.gc_timer.install()  # every collection from here on is timed (lenpred_route_gc_pause_seconds)
         try:
             yield
         finally:
+            router.gc_timer.remove()
             await router.stop()
 
     app = RouterApp(title="lenpred route", version="1", lifespan=lifespan,
