@@ -292,25 +292,32 @@ class SSECounter:
         self._tail = b""
 
     def feed(self, chunk: bytes) -> int:
-        """Account for ``chunk``; returns the number of new token events in it."""
+        """Account for ``chunk``; returns the number of new token events in it. The chunk is read in place
+        (``find`` and the pattern's search between bounds): no list of lines and no copy of a line or its
+        payload for an ordinary token event, only for the rare ``[DONE]``, error and usage events."""
         data = self._tail + chunk if self._tail else chunk
-        lines = data.split(b"\n")
-        self._tail = lines.pop()  # an incomplete last line waits for the next chunk
+        end = data.rfind(b"\n")
+        if end < 0:  # an incomplete line waits for the next chunk
+            self._tail = data
+            return 0
+        self._tail = data[end + 1:] if end + 1 < len(data) else b""
         new = 0
-        for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                self.done = True
-            elif b'"error"' in payload and payload.startswith(b'{"error"'):
-                self.error = _error_message(payload)
-            else:
-                self.events += 1
-                if _TEXT.search(payload) is not None:
-                    new += 1
-                if b'"usage"' in payload and b"completion_tokens" in payload:
-                    self._usage(payload)
+        pos = 0
+        while pos <= end:
+            nl = data.find(b"\n", pos, end + 1)
+            if data.startswith(b"data:", pos, nl):
+                start = pos + 5
+                if data.find(b"[DONE]", start, nl) >= 0 and data[start:nl].strip() == b"[DONE]":
+                    self.done = True
+                elif data.find(b'"error"', start, nl) >= 0 and data[start:nl].strip().startswith(b'{"error"'):
+                    self.error = _error_message(data[start:nl].strip())
+                else:
+                    self.events += 1
+                    if _TEXT.search(data, start, nl) is not None:
+                        new += 1
+                    if data.find(b'"usage"', start, nl) >= 0 and data.find(b"completion_tokens", start, nl) >= 0:
+                        self._usage(data[start:nl])
+            pos = nl + 1
         self.token_events += new
         return new
 
