@@ -12,8 +12,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from bench_scripts import load_benchmark
+from lenpred.errors import ConfigError
 from lenpred.route.backends import Backend, Flight, Pool, QueueTimeout
-from lenpred.route.config import BackendConfig
+from lenpred.route.config import BackendConfig, RouterConfig
 from lenpred.route.metrics import GcTimer
 from lenpred.route.openai import _TEXT, SSECounter
 
@@ -172,3 +173,25 @@ def test_sse_counter_reads_in_place_as_the_line_splitter_did():
         assert (new.events, new.token_events, new.done, new.usage_tokens, new.error) == (
             ref.events, ref.token_events, ref.done, ref.usage, ref.error)
 
+
+# ---------------------------------------------------------------- the collector's settings
+def test_gc_config_refuses_thresholds_that_would_stall_or_disable_it():
+    cfg = RouterConfig.model_validate({"backends": [{"url": "http://a:1"}], "gc": {"thresholds": [50000, 20, 100]}})
+    assert cfg.gc.thresholds == (50000, 20, 100) and cfg.gc.freeze
+    assert RouterConfig.model_validate({"backends": [{"url": "http://a:1"}], "gc": {"thresholds": None}}).gc.thresholds is None
+    for bad in ([0, 10, 10], [700, 0, 10]):
+        with pytest.raises(ConfigError, match=r"gc.thresholds must be \[>= 100, >= 1, >= 1\], got "):
+            RouterConfig.model_validate({"backends": [{"url": "http://a:1"}], "gc": {"thresholds": bad}})
+
+
+def test_the_router_sets_the_thresholds_while_it_serves_and_puts_them_back():
+    from fastapi.testclient import TestClient
+
+    from lenpred.route.app import create_app
+
+    before = gc.get_threshold()
+    cfg = RouterConfig.model_validate({"backends": [{"url": "http://127.0.0.1:9", "models": ["m"]}],
+                                       "gc": {"thresholds": [12345, 7, 3]}, "health": {"interval_s": 60}})
+    with TestClient(create_app(cfg)):
+        assert gc.get_threshold() == (12345, 7, 3)
+    assert gc.get_threshold() == before
