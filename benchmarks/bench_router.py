@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -72,7 +73,7 @@ def _stub_router(stubs: list[Stub], logs: Path, **extra: Any) -> RouterProcess:
 def overhead(args: argparse.Namespace) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="bench-router-"))
     stubs = [Stub(n, log_dir=logs, tokens_per_s=args.rate, ttft_ms=args.ttft_ms).start() for n in ("a", "b")]
-    router = _stub_router(stubs, logs)
+    router = _stub_router(stubs, logs, **json.loads(args.router_json))
     cores = sorted(os.sched_getaffinity(0))
     pin = not args.no_pin and len(cores) >= 2
     placement = ({"router": cores[-1:], "load_and_stubs": cores[:-1]} if pin else None)
@@ -99,6 +100,7 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
     added = {k: {q: rounded((via[k][q] or 0) - (direct[k][q] or 0), 1, 3) for q in ("p50", "p99")}
              for k in ("first_token_ms", "per_chunk_ms")}
     res = {"bench": "router-overhead", "streams": args.streams, "rounds": args.rounds, "tokens": args.tokens,
+           "router_config": json.loads(args.router_json),
            "ramp_s": args.ramp_s, "placement": placement,
            "tokens_per_s": args.rate, "direct": direct, "router": via,
            "overhead_ms": {"first_token": added["first_token_ms"], "per_chunk": added["per_chunk_ms"]},
@@ -190,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--rate", type=float, default=10.0, help="tokens per second per stream")
     o.add_argument("--ttft-ms", type=float, default=50.0)
     o.add_argument("--ramp-s", type=float, default=1.0, help="the streams of a wave start evenly over this time")
+    o.add_argument("--router-json", default="{}", metavar="JSON",
+                   help='more router config keys, e.g. \'{"gc": {"thresholds": [10000, 10, 10]}}\'')
     o.add_argument("--no-pin", action="store_true",
                    help="do not give the router a core of its own (default on 2+ cores: the load generator and "
                         "the stubs share the other cores, for both paths, so the router never waits for a core "
