@@ -158,7 +158,10 @@ _EVENTS = [b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n',
            b'data: {"choices":[{"text":" t1"}]}\n\n', b": keep-alive\n\n", b"event: x\n",
            b'data: {"choices":[{"delta":{"content":"say \\"error\\""}}]}\n\n',
            b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":17}}\n\n',
-           b'data: {"error":{"message":"boom"}}\n\n', b"data: [DONE]  \n\n", b"data: [DONE]x\n\n"]
+           b'data: {"error":{"message":"boom"}}\n\n', b"data: [DONE]  \n\n", b"data: [DONE]x\n\n",
+           # more whitespace than one space (the exact, copying reading), empty payloads
+           b"data:  [DONE]\n\n", b'data:\t{"error":{"message":"tab"}}\n', b'data:   {"choices":[{"text":"x"}]}\r\n',
+           b"data:\n\n", b"data: \n", b'data: \r{"choices":[{"text":"y"}]}\n', b"data:[DONE]\n"]
 
 
 def test_sse_counter_reads_in_place_as_the_line_splitter_did():
