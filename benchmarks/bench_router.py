@@ -8,7 +8,9 @@
   stub's monotonic clock), the same waves of concurrent streams sent once straight to the stubs and once
   through a router process. Added latency = router path minus direct path, for the first token (from
   the client's send) and for every chunk (arrival minus the stub's stamp), at p50 and p99; the router's
-  CPU per request from /proc (user + system time of its process over its phase).
+  CPU per request from /proc (user + system time of its process over its phase), and its garbage
+  collections per generation from its /metrics (``router_gc``). ``--router-json`` adds config keys to
+  the router's (``'{"gc": {"thresholds": [700, 10, 10]}}'``: Python's own collector settings).
 * **fault**: 200 requests (3 of 4 streamed) at a fixed rate through a router over two stubs; stub a is
   SIGKILLed after half of them were sent. Each request is *completed* (the full, right content),
   *failed cleanly* (an OpenAI error body, or an SSE error event then [DONE]) or *lost* (anything else: an
