@@ -364,8 +364,8 @@ class Forwarder:
                            media_type="text/event-stream", drain=self.drain, closing=closing)
 
     async def _relay(self, ctx: Ctx, b: Backend, r: UpstreamResponse, first: bytes, counter: SSECounter) -> Any:
-        """The stream after its first data event. Per chunk: one read, the SSE accounting (in place), the
-        backend's running total drawn down, one yield; nothing else is allocated for it."""
+        """The stream after its first data event. Per chunk: one read (no async generator between it and the
+        upstream's reader), the SSE accounting (in place), the backend's running total drawn down, one yield."""
         err: str | None = None
         outcome = "ok"
         flight, deadline = ctx.flight, ctx.deadline
