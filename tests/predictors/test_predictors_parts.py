@@ -272,3 +272,24 @@ def test_param_errors_name_the_fix(data):
     with pytest.raises(ConfigError, match="hyperparameter hidden must be an integer >= 1"):
         make_predictor("mlp", {"hidden": -1}).fit(data["train"]["X"], data["train"]["y"])
     assert make_predictor("mlp", {"blocks": "15.mean,30.last"}).blocks == ("15.mean", "30.last")
+
+
+def test_a_lazy_registry_entry_is_listed_before_and_loaded_on_its_first_lookup():
+    """The trajectory head is registered by name (predictors does not import outlets): it is listed and
+    found like any head, and the loader runs once."""
+    from lenpred.outlets.head import OutletsHead
+    from lenpred.predictors.registry import PREDICTORS
+    from lenpred.registry import Registry
+
+    assert "outlets" in PREDICTORS and "outlets" in PREDICTORS.names()
+    assert PREDICTORS.get("outlets") is OutletsHead and OutletsHead.name == "outlets"
+    calls = []
+    reg: Registry[int] = Registry("thing")
+    reg.add("a", 1)
+    reg.add_lazy("b", lambda: calls.append(1) or 2)
+    assert reg.names() == ["a", "b"] and "b" in reg and not calls
+    assert reg.get("b") == 2 and reg.get("b") == 2 and calls == [1]
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.add("b", 3)
+    with pytest.raises(UnknownKeyError, match="use one of: a, b"):
+        reg.get("c")
