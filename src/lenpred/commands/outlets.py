@@ -147,9 +147,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_bench(a: argparse.Namespace) -> int:
     from lenpred.outlets.pipeline import bench
+    from lenpred.report.outlets import write_bench
 
-    _, art, md = bench(a.traj, a.run, a.out, heads=a.heads, prefill_predictions=a.prefill_predictions, anchors=a.anchors,
-                       reference=a.reference, split=a.split, n_boot=a.n_boot, seed=a.seed, plots=not a.no_plots)
+    done = bench(a.traj, a.run, a.out, heads=a.heads, prefill_predictions=a.prefill_predictions, anchors=a.anchors,
+                 reference=a.reference, split=a.split, n_boot=a.n_boot, seed=a.seed)
+    art, md = write_bench(done, a.out, plots=not a.no_plots)
     print(md)
     print(f"report: {art.path}/outlets_bench.md")
     return 0
@@ -202,6 +204,7 @@ def add_schedule_arguments(p: argparse.ArgumentParser) -> None:
 def run_schedule(a: argparse.Namespace) -> int:
     from lenpred.errors import ConfigError
     from lenpred.outlets.pipeline import schedule
+    from lenpred.report.outlets import write_schedule
 
     try:
         loads = tuple(float(x) for x in a.loads.split(",")) if a.loads else None
@@ -210,7 +213,7 @@ def run_schedule(a: argparse.Namespace) -> int:
     res = schedule(a.run, a.prefill_predictions, a.out, config=a.config, outlets_head=a.outlets_head, traj=a.traj,
                    outlets_predictions=a.outlets_predictions, split=a.split, n_requests=a.requests, loads=loads,
                    progress=lambda m: print(m, file=sys.stderr, flush=True))
-    print((Path(a.out) / "schedule.md").read_text())
+    print(write_schedule(res, a.out))
     print(f"results: {a.out}/results.json ({res.wall_s:.1f} s)")
     return 0
 
