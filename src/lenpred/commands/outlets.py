@@ -202,14 +202,11 @@ def add_schedule_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_schedule(a: argparse.Namespace) -> int:
-    from lenpred.errors import ConfigError
+    from lenpred.checks import parse_loads
     from lenpred.outlets.pipeline import schedule
     from lenpred.report.outlets import write_schedule
 
-    try:
-        loads = tuple(float(x) for x in a.loads.split(",")) if a.loads else None
-    except ValueError:
-        raise ConfigError(f"--loads {a.loads!r} is not a comma-separated list of numbers", "e.g. --loads 0.9,1.0") from None
+    loads = parse_loads(a.loads) if a.loads else None
     res = schedule(a.run, a.prefill_predictions, a.out, config=a.config, outlets_head=a.outlets_head, traj=a.traj,
                    outlets_predictions=a.outlets_predictions, split=a.split, n_requests=a.requests, loads=loads,
                    progress=lambda m: print(m, file=sys.stderr, flush=True))

@@ -1,13 +1,14 @@
 """What ``lenpred simulate`` prints and writes from a sweep (:class:`lenpred.sim.sweep.SweepResult`): the
-short-request P99 end-to-end latency table (console and Markdown) and the ``sim`` artifact (results.json,
-config.json, table.md and the plots)."""
+short-request P99 end-to-end latency table (console and Markdown), the ``sim`` artifact (results.json,
+config.json, table.md and the plots) and the lines that close the run; what ``--list`` and
+``--fit-profile`` print."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KIND", "print_table", "write_sim"]
+__all__ = ["KIND", "catalogue_lines", "print_table", "profile_lines", "result_lines", "write_sim"]
 
 KIND = "sim"
 
@@ -67,3 +68,36 @@ def write_sim(res: Any, md: str, out: Path) -> Any:
             write_plots(res, tmp)
         files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
     return write_artifact(out, kind=KIND, schema_version=1, config=res.config, files=files)
+
+
+def result_lines(res: Any, art: Any, out: Path) -> list[str]:
+    """Where the plots and results.json of the artifact ``art`` (in ``out``) are, the run's wall time,
+    and a note when requests were rejected."""
+    lines = [f"plot: {out / name}" for name in art.meta["files"] if name.endswith(".png")]
+    lines.append(f"results: {out / 'results.json'} ({res.wall_s:.1f} s)")
+    first = res.runs[0].summary
+    if first["n_rejected"]:
+        lines.append(f"note: {first['n_rejected']} request(s) rejected per run (prompt + output exceed one "
+                     f"instance's KV capacity of {first['kv_capacity']} tokens)")
+    return lines
+
+
+def catalogue_lines() -> list[str]:
+    """``lenpred simulate --list``: the latency profiles, queue policies, dispatchers and prediction models."""
+    from lenpred.sched import DISPATCHERS, QUEUE_POLICIES
+    from lenpred.sim.config import prediction_models
+    from lenpred.sim.profiles import PROFILES
+
+    return ["profiles:", *(f"  {name:<18} {PROFILES.get(name).source}" for name in PROFILES),
+            "queue policies:   " + ", ".join(QUEUE_POLICIES.names()),
+            "dispatchers:      " + ", ".join(DISPATCHERS.names()),
+            "prediction models: " + ", ".join(prediction_models())]
+
+
+def profile_lines(prof: Any, dest: Path) -> list[str]:
+    """``lenpred simulate --fit-profile``: the fitted step-time formulas and where the profile is."""
+    return [f"prefill t = {prof.prefill[0]:.4g} + {prof.prefill[1]:.4g} * sum(tokens) + "
+            f"{prof.prefill[2]:.4g} * sum(tokens^2)  [s]",
+            f"decode  t = {prof.decode[0]:.4g} + {prof.decode[1]:.4g} * sum(context) + "
+            f"{prof.decode[2]:.4g} * batch  [s]",
+            f"profile: {dest} (use it as cluster.profile)"]
