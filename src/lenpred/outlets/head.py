@@ -82,6 +82,7 @@ from lenpred.predictors.nn import (
     seeded,
     train_loop,
 )
+from lenpred.predictors.softlabel import bin_kernel
 
 __all__ = ["OutletsHead"]
 
@@ -101,13 +102,7 @@ def _bin_position(y: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 
 def _soft_labels(y: np.ndarray, edges: np.ndarray, smoothing: float) -> np.ndarray:
-    n_bins = len(edges) - 1
-    pos = _bin_position(y, edges)
-    j = np.arange(n_bins)
-    if smoothing <= 0:
-        return (j == np.clip(np.floor(pos + 0.5), 0, n_bins - 1)[:, None]).astype(np.float32)
-    k = np.exp(-0.5 * ((j[None, :] - pos[:, None]) / smoothing) ** 2)
-    return (k / k.sum(1, keepdims=True)).astype(np.float32)
+    return bin_kernel(_bin_position(y, edges), len(edges) - 1, smoothing).astype(np.float32)
 
 
 

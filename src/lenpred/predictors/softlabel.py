@@ -40,20 +40,26 @@ from lenpred.predictors.nn import (
 )
 from lenpred.predictors.targets import Targets
 
-__all__ = ["BinnedHead", "SoftLabelHead", "soft_targets"]
+__all__ = ["BinnedHead", "SoftLabelHead", "bin_kernel", "soft_targets"]
+
+
+def bin_kernel(pos: np.ndarray, n_bins: int, smoothing: float) -> np.ndarray:
+    """(..., B) soft labels of continuous bin coordinates ``pos`` (...,) (bin j's centre is j): a Gaussian
+    kernel of ``smoothing`` bins, normalised; ``smoothing <= 0``: the one-hot of the nearest bin."""
+    j = np.arange(n_bins)  # (B,)
+    if smoothing <= 0:
+        return (j == np.clip(np.floor(pos + 0.5), 0, n_bins - 1)[..., None]).astype(np.float64)
+    k = np.exp(-0.5 * ((j - pos[..., None]) / smoothing) ** 2)
+    return k / k.sum(-1, keepdims=True)
 
 
 def soft_targets(T: Targets, edges: np.ndarray, kind: str, smoothing: float) -> np.ndarray:
     """(n, B) target distributions over the bins ``edges`` (B+1,) (see the module docstring)."""
     n_bins = len(edges) - 1
     w = edges[1] - edges[0]
-    j = np.arange(n_bins)  # (B,)
 
     def kernel(pos: np.ndarray) -> np.ndarray:  # pos (..., ) continuous bin coordinates -> (..., B)
-        if smoothing <= 0:
-            return (j == np.clip(np.floor(pos + 0.5), 0, n_bins - 1)[..., None]).astype(np.float64)
-        k = np.exp(-0.5 * ((j - pos[..., None]) / smoothing) ** 2)
-        return k / k.sum(-1, keepdims=True)
+        return bin_kernel(pos, n_bins, smoothing)
 
     def position(y: np.ndarray) -> np.ndarray:  # the centre of a value's bin is at integer j
         return np.clip(y / w - 0.5, 0.0, n_bins - 1.0)
