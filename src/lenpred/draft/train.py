@@ -112,11 +112,9 @@ def train_draft(
 ) -> TrainResult:
     """Teacher-force (cached), build the vocabulary, train, and write the head to ``out``.
 
-    ``target``: a :class:`lenpred.draft.target.Target`; ``target_spec``: its
-    :class:`lenpred.models.loading.ModelSpec`. ``on_step(step, steps_now)`` is called after each
-    training step once its checkpoint (if due) is written: ``step`` counts from the start of training,
-    ``steps_now`` from this call (a test raises KeyboardInterrupt there, as a kill would).
-    """
+    ``target``: a :class:`lenpred.draft.target.Target`; ``target_spec``: its :class:`lenpred.models.loading.
+    ModelSpec`. ``on_step(step, steps_now)`` runs after each step and its checkpoint (if due): ``step`` counts
+    from the start of training, ``steps_now`` from this call (a test raises KeyboardInterrupt there)."""
     from lenpred.draft.vocab import build_draft_vocab, count_tokens
 
     ddp = Distributed()
