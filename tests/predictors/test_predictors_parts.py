@@ -293,3 +293,27 @@ def test_a_lazy_registry_entry_is_listed_before_and_loaded_on_its_first_lookup()
         reg.add("b", 3)
     with pytest.raises(UnknownKeyError, match="use one of: a, b"):
         reg.get("c")
+
+
+TRAINING = ["epochs", "batch_size", "lr", "weight_decay", "patience", "seed"]
+
+
+@pytest.mark.parametrize("name", ["mlp", "moe", "film", "proxy", "softlabel", "egtp", "probe", "outlets"])
+def test_torch_heads_declare_the_training_fields_once(name):
+    """Every torch head takes TorchHead's six training fields, last and in one order, after its own; a
+    head may change a default (outlets: shorter, larger batches); get_params round-trips, sklearn clones."""
+    from sklearn.base import clone
+
+    from lenpred.predictors.registry import PREDICTORS
+    from lenpred.predictors.torch_head import TorchHead
+
+    cls = PREDICTORS.get(name)
+    assert issubclass(cls, TorchHead) and cls.param_names()[-6:] == TRAINING
+    h = cls(hidden=8, seed=3)
+    want = {"epochs": 60, "batch_size": 512, "patience": 8} if name == "outlets" else \
+        {"epochs": 200, "batch_size": 128, "patience": 20}
+    assert {k: h.get_params()[k] for k in want} == want and (h.lr, h.weight_decay, h.seed, h.hidden) == (1e-3, 1e-4, 3, 8)
+    assert cls(**h.get_params()).get_params() == h.get_params() == clone(h).get_params()
+    assert repr(h).startswith(f"{cls.__name__}(") and "seed=3)" in repr(h)
+    with pytest.raises(ConfigError, match=f"{name}: hyperparameter epochs must be an integer >= 1"):
+        cls(epochs=0)._check_net()
