@@ -309,6 +309,8 @@ def test_torch_heads_declare_the_training_fields_once(name):
 
     cls = PREDICTORS.get(name)
     assert issubclass(cls, TorchHead) and cls.param_names()[-6:] == TRAINING
+    # a dataclass field is a hyperparameter: private state must not be one (annotate it ClassVar, or assign it in a method)
+    assert not [p for p in cls.param_names() if p.startswith("_")]
     h = cls(hidden=8, seed=3)
     want = {"epochs": 60, "batch_size": 512, "patience": 8} if name == "outlets" else \
         {"epochs": 200, "batch_size": 128, "patience": 20}
