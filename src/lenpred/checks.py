@@ -49,20 +49,29 @@ def parse_roles(text: str | Sequence[str], flag: str = "--roles") -> tuple[str, 
     return tuple(r for r in ROLES if r in items)
 
 
-def parse_loads(text: str, flag: str = "--loads") -> tuple[float, ...]:
-    """``"0.5,1,2"`` -> ``(0.5, 1.0, 2.0)``: the loads a simulator sweep runs at (req/s, or multiples of
-    the measured capacity); an empty list, a non-number, nan or inf is refused."""
+def parse_loads(text: str, flag: str = "--loads") -> tuple[tuple[float, ...], bool]:
+    """``"0.5,1,2"`` -> ``((0.5, 1.0, 2.0), False)``; ``"0.9x,1.1x"`` -> ``((0.9, 1.1), True)``: the loads a
+    simulator sweep runs at and whether they are marked as multiples of the measured capacity (``x``).
+    An empty list, a non-number, nan or inf, and a list mixing marked and plain numbers (one of them
+    is surely a typo) are refused."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ConfigError(f"{flag} is empty", f"e.g. {flag} 0.5,1,2 (or 0.9x,1.1x for multiples of capacity)")
+    marked = [x for x in items if x.lower().endswith("x")]
+    if marked and len(marked) != len(items):
+        plain = next(x for x in items if not x.lower().endswith("x"))
+        raise ConfigError(f"{flag} mixes multiples of capacity ({marked[0]!r}) and plain numbers ({plain!r})",
+                          "give every load as a multiple of capacity (0.9x) or every one as a plain number")
     try:
-        loads = tuple(float(x) for x in text.split(",") if x.strip())
+        loads = tuple(float(x[:-1] if marked else x) for x in items)
     except ValueError:
-        raise ConfigError(f"{flag} must be comma-separated numbers, got {text!r}", f"e.g. {flag} 0.5,1,2") from None
-    if not loads:
-        raise ConfigError(f"{flag} is empty", f"e.g. {flag} 0.5,1,2")
+        raise ConfigError(f"{flag} must be comma-separated numbers, got {text!r}",
+                          f"e.g. {flag} 0.5,1,2 (or 0.9x,1.1x for multiples of capacity)") from None
     bad = [x for x in loads if not math.isfinite(x)]
     if bad:  # not "a rate of 0": nan and inf are not rates at all
         raise ConfigError(f"{flag} must be finite numbers, got {bad[0]!r}",
                           f"pass arrival rates (req/s) or multiples of capacity, e.g. {flag} 0.5,1,2")
-    return loads
+    return loads, bool(marked)
 
 
 def check_threads(n: int | None, flag: str = "--threads") -> None:

@@ -48,8 +48,7 @@ def _list() -> int:
 
 def build_config(args: argparse.Namespace) -> Any:
     """The config file with the command-line overrides applied (validated)."""
-    from lenpred.checks import parse_loads
-    from lenpred.sim.config import SimConfig
+    from lenpred.sim.config import SimConfig, parse_loads
 
     if not args.config:
         if not args.requests:
@@ -64,7 +63,8 @@ def build_config(args: argparse.Namespace) -> Any:
     if args.n_requests is not None:
         cfg = cfg.nested("workload", n_requests=args.n_requests)
     if args.loads is not None:
-        cfg = cfg.nested("sweep", loads=parse_loads(args.loads))
+        loads, unit = parse_loads(args.loads, cfg.sweep.load_unit)
+        cfg = cfg.nested("sweep", loads=loads, load_unit=unit)
     if args.predictions is not None:
         from lenpred.sim.config import PredictionConfig
         from lenpred.sim.sweep import with_default_policy

@@ -361,24 +361,13 @@ class SweepConfig(Config):
 
 
 def parse_loads(text: str, default_unit: str = "req/s") -> tuple[tuple[float, ...], str]:
-    """A comma-separated load list -> (loads, load_unit). ``0.9x`` is a multiple of capacity, a plain
-    number is in ``default_unit``; a list mixing both is refused (one of them is surely a typo), and
+    """A comma-separated load list -> (loads, load_unit): ``0.9x`` is a multiple of capacity, a plain
+    number is in ``default_unit`` (:func:`lenpred.checks.parse_loads` refuses a list mixing both), and
     the loads are checked as :class:`SweepConfig` checks them (capacity loads in (0, 4])."""
+    from lenpred.checks import parse_loads as parse
+
     _choice("--loads", "unit", default_unit, LOAD_UNITS)
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise ConfigError(f"--loads is empty, got {text!r}", "e.g. --loads 0.9,0.95 (or 0.9x,0.95x for capacity)")
-    marked = [x for x in items if x.lower().endswith("x")]
-    if marked and len(marked) != len(items):
-        plain = next(x for x in items if not x.lower().endswith("x"))
-        raise ConfigError(f"--loads mixes multiples of capacity ({marked[0]!r}) and plain numbers ({plain!r})",
-                          "give every load as a multiple of capacity (0.9x) or every one in "
-                          f"{'capacity units' if default_unit == 'capacity' else 'requests/s'}")
-    try:
-        loads = tuple(float(x[:-1] if marked else x) for x in items)
-    except ValueError:
-        raise ConfigError(f"--loads must be comma-separated numbers, got {text!r}",
-                          "e.g. --loads 0.9,0.95 (or 0.9x,0.95x for capacity)") from None
+    loads, marked = parse(text)
     unit = "capacity" if marked else default_unit
     SweepConfig(loads=loads, load_unit=unit)  # the same ranges as a config's sweep.loads
     return loads, unit

@@ -52,10 +52,14 @@ def add_schedule_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_schedule(a: argparse.Namespace) -> int:
     from lenpred.checks import parse_loads
+    from lenpred.errors import ConfigError
     from lenpred.outlets.pipeline import schedule
     from lenpred.report.outlets import write_schedule
 
-    loads = parse_loads(a.loads) if a.loads else None
+    loads, marked = parse_loads(a.loads) if a.loads else (None, False)
+    if marked:
+        raise ConfigError(f"outlets schedule --loads {a.loads!r}: loads are in the config's sweep.load_unit",
+                          "give plain numbers (set sweep.load_unit to capacity in --config for multiples of capacity)")
     res = schedule(a.run, a.prefill_predictions, a.out, config=a.config, outlets_head=a.outlets_head, traj=a.traj,
                    outlets_predictions=a.outlets_predictions, split=a.split, n_requests=a.requests, loads=loads,
                    progress=lambda m: print(m, file=sys.stderr, flush=True))
