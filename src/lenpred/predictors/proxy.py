@@ -103,6 +103,21 @@ class ProxyHead(TorchRegressor):
         self.patience = patience
         self.seed = seed
 
+    runtime = "torch"  # the encoder's runtime (lenpred.predictors.proxy_runtime); not a hyperparameter
+
+    def use_runtime(self, runtime: str) -> ProxyHead:
+        """Embed texts with ``runtime`` from now on (``torch`` is the fp32 encoder the head was trained on)."""
+        from lenpred.predictors.proxy_runtime import check_runtime
+
+        self.runtime = check_runtime(runtime)
+        return self
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, 384) embeddings of ``texts`` under this head's runtime (what :meth:`predict` accepts)."""
+        from lenpred.predictors.proxy_runtime import make_embedder
+
+        return make_embedder(self.runtime)(list(texts))
+
     def _prepare(self, X: Any, fit: bool = False) -> Inputs:
         if isinstance(X, np.ndarray) and X.dtype.kind == "f":
             e, spec = X.astype(np.float32), None  # precomputed embeddings
@@ -110,7 +125,7 @@ class ProxyHead(TorchRegressor):
             texts = list(X)
             if not all(isinstance(t, str) for t in texts):
                 raise DataError(f"{self.name}: X must be prompt texts or an (n, {EMBED_DIM}) embedding matrix")
-            e, spec = embed(texts), embedder_spec()
+            e, spec = (embed(texts) if fit else self.encode(texts)), embedder_spec()
         if e.ndim != 2 or e.shape[1] != EMBED_DIM:
             raise DataError(f"{self.name}: embeddings must be (n, {EMBED_DIM}), got {e.shape}")
         if not np.isfinite(e).all():

@@ -27,6 +27,11 @@ class ServeConfig(Config):
                                                 "records (checked by fingerprint)")
     max_prompt_tokens: int | None = Field(None, ge=1, description="hidden-state heads: refuse longer prompts "
                                                                   "(default: the model's context)")
+    runtime: Literal["torch", "torch-int8", "onnx", "onnx-int8"] = Field(
+        "torch", description="proxy head: the MiniLM encoder's runtime (onnx*: needs onnxruntime, lenpred[onnx]); "
+                             "refused when it moves a check prompt's prediction by more than runtime_tolerance")
+    runtime_tolerance: float = Field(0.10, ge=0, description="proxy head: the largest relative change of a check "
+                                                             "prompt's prediction a runtime may make")
     device: str = Field("cpu", description="torch device of the target's prefill (hidden-state heads)")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("warning", description="uvicorn log level")
     access_log: bool = Field(False, description="log one line per HTTP request")

@@ -45,6 +45,7 @@ def bind(host: str, port: int) -> socket.socket:
 def serve(cfg: ServeConfig) -> int:
     from lenpred.checks import check_device
     from lenpred.serve.app import create_app
+    from lenpred.serve.heads import TextOptions
     from lenpred.serve.service import PredictionService
 
     check_device(cfg.device)  # before the head and its target load (seconds), not after
@@ -53,7 +54,7 @@ def serve(cfg: ServeConfig) -> int:
         svc = PredictionService.from_head(cfg.head, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms,
                                           threads=cfg.threads, max_queue=cfg.max_queue, timeout_s=cfg.timeout_s,
                                           model=cfg.model, max_prompt_tokens=cfg.max_prompt_tokens,
-                                          device=cfg.device)
+                                          device=cfg.device, text=TextOptions(cfg.runtime, cfg.runtime_tolerance))
     except BaseException:
         sock.close()
         raise

@@ -39,7 +39,7 @@ from lenpred.serve.errors import (
     ServeError,
     ServiceStoppedError,
 )
-from lenpred.serve.heads import RawPrediction, Runner, load_runner
+from lenpred.serve.heads import RawPrediction, Runner, TextOptions, load_runner
 from lenpred.serve.schema import PredictRequest, PredictResponse
 
 __all__ = ["PredictionService"]
@@ -82,7 +82,7 @@ class PredictionService:
     def from_head(cls, path: str | os.PathLike[str], *, max_batch: int = 64, max_wait_ms: float = 2.0,
                   threads: int = 1, max_queue: int = 4096, timeout_s: float = 60.0, model: str | None = None,
                   max_prompt_tokens: int | None = None, device: str = "cpu", warmup: bool = True,
-                  metrics: Any = None) -> PredictionService:
+                  metrics: Any = None, text: TextOptions | None = None) -> PredictionService:
         """Load the head at ``path`` (and the embedder or target model it reads), ready to :meth:`start`.
 
         Everything that can be wrong with the head (missing, not a head, another format version, a
@@ -92,7 +92,8 @@ class PredictionService:
         if threads is not None and threads < 1:
             raise ConfigError(f"threads must be at least 1, got {threads}")
         _set_threads(threads)
-        runner = load_runner(path, model=model, max_prompt_tokens=max_prompt_tokens, threads=threads, device=device)
+        runner = load_runner(path, model=model, max_prompt_tokens=max_prompt_tokens, threads=threads, device=device,
+                             text=text)
         svc = cls(runner, max_batch=max_batch, max_wait_ms=max_wait_ms, threads=threads, max_queue=max_queue,
                   timeout_s=timeout_s, metrics=metrics)
         if warmup:
