@@ -52,7 +52,7 @@ HEADS: dict[str, tuple[str | None, str]] = {
     "proxy-onnx": ("data/heads/proxy-smollm2-sharegpt", "onnx"),
     "proxy-onnx-int8": ("data/heads/proxy-smollm2-sharegpt", "onnx-int8"),
 }
-MODES = ("inline", "head", "remote")
+MODES = ("inline", "head", "remote", "remote-inline")
 
 
 # ---------------------------------------------------------------- data
@@ -157,7 +157,7 @@ def _config(name: str, mode: str, url: str | None = None) -> Any:
     path, runtime = HEADS[name]
     if name == "chars":
         return EstimatorConfig(kind="chars")
-    if mode == "remote":
+    if mode.startswith("remote"):
         return EstimatorConfig(kind="remote", url=url, timeout_s=60.0)
     # the budget is lifted so that every head can be timed inline (the router refuses the slow ones)
     return EstimatorConfig(kind=mode, head=path, runtime=runtime, inline_p50_ms=1e9, inline_p99_ms=1e9,
@@ -175,9 +175,9 @@ def latency(names: list[str], modes: list[str], b1: int, bursts: int) -> list[di
             continue  # constant / prompt-length: no head to run, the router's chars estimator is their cost
         for mode in (["inline"] if n == "chars" else modes):
             t0 = time.perf_counter()
-            if mode == "remote":
+            if mode.startswith("remote"):  # remote-inline: lenpred serve --inline
                 assert path is not None
-                with Serve(path, runtime) as srv:
+                with Serve(path, runtime, ["--inline"] if mode == "remote-inline" else []) as srv:
                     figs = time_estimator(_config(n, mode, srv.url), texts, b1, bursts)
             else:
                 figs = time_estimator(_config(n, mode), texts, b1, bursts)
@@ -219,7 +219,8 @@ def table(d: dict[str, Any]) -> str:
     lat: dict[tuple[str, str], Any] = {(r["name"], r["mode"]): r for r in d.get("latency", {}).get("rows", [])}
     lines = ["| predictor | MAE / bound ShareGPT | MAE / bound AlpacaEval | max change vs fp32 | "
              "inline b1 p50 / p99 | inline c200 p50 / p99 | head b1 p50 / p99 | head c200 p50 / p99 | "
-             "serve b1 p50 / p99 | serve c200 p50 / p99 |", "|---|" + "---:|" * 9]
+             "serve b1 p50 / p99 | serve c200 p50 / p99 | serve --inline b1 p50 / p99 | "
+             "serve --inline c200 p50 / p99 |", "|---|" + "---:|" * 11]
     for n in HEADS:
         a = acc.get(n, {})
         lat_name = "chars" if n in ("constant", "prompt-length") else n
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--part", choices=("accuracy", "latency"), help="what to measure (else only --table)")
     ap.add_argument("--heads", default=",".join(HEADS), help=f"comma-separated, of: {', '.join(HEADS)}")
-    ap.add_argument("--modes", default=",".join(MODES), help="latency modes: inline, head, remote")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"latency modes: {', '.join(MODES)}")
     ap.add_argument("--b1", type=int, default=392, help="sequential requests (distinct prompts)")
     ap.add_argument("--bursts", type=int, default=2, help="bursts of 200 concurrent requests")
     ap.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws of the bench's intervals")

@@ -32,6 +32,9 @@ class ServeConfig(Config):
                              "refused when it moves a check prompt's prediction by more than runtime_tolerance")
     runtime_tolerance: float = Field(0.10, ge=0, description="proxy head: the largest relative change of a check "
                                                              "prompt's prediction a runtime may make")
+    inline: bool = Field(False, description="text heads: run each request at once on the event loop (no batch "
+                                            "wait, no worker thread): for heads of a fraction of a ms (ngram, "
+                                            "gbdt); a slow head would stall every other request")
     device: str = Field("cpu", description="torch device of the target's prefill (hidden-state heads)")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field("warning", description="uvicorn log level")
     access_log: bool = Field(False, description="log one line per HTTP request")

@@ -55,14 +55,18 @@ def serve(cfg: ServeConfig) -> int:
                                           threads=cfg.threads, max_queue=cfg.max_queue, timeout_s=cfg.timeout_s,
                                           model=cfg.model, max_prompt_tokens=cfg.max_prompt_tokens,
                                           device=cfg.device, text=TextOptions(cfg.runtime, cfg.runtime_tolerance))
+        if cfg.inline and svc.input_kind != "text":
+            raise ConfigError(f"--inline runs text heads on the event loop; head {cfg.head} is a {svc.predictor} head "
+                              "that runs the target's prefill", "drop --inline for this head")
+        svc.inline = cfg.inline
     except BaseException:
         sock.close()
         raise
     host, port = sock.getsockname()[:2]
     app = create_app(svc, max_body_bytes=cfg.max_body_bytes)
     what = f"target {svc.model_id}" if svc.model_id else "no target model"
-    print(f"serve: head {svc.head_name} ({svc.predictor}, card {svc.card_hash}, {what}); max batch {cfg.max_batch}, "
-          f"max wait {cfg.max_wait_ms:g} ms", flush=True)
+    how = "inline (no batching)" if svc.inline else f"max batch {cfg.max_batch}, max wait {cfg.max_wait_ms:g} ms"
+    print(f"serve: head {svc.head_name} ({svc.predictor}, card {svc.card_hash}, {what}); {how}", flush=True)
     print(f"serve: listening on http://{host}:{port}  (POST /v1/predict, GET /healthz, GET /metrics, /docs)",
           flush=True)
     run_app(app, sock, log_level=cfg.log_level, access_log=cfg.access_log)
