@@ -79,7 +79,7 @@ def test_prompt_features_known_values():
     f = prompt_features(["What is 2+2?\nTell me.", "Write a 500 words essay."])
     col = {n: i for i, n in enumerate(FEATURE_NAMES)}
     assert f.shape == (2, len(FEATURE_NAMES))
-    assert f[0, col["n_question"]] == 1 and f[0, col["opens_what"]] == 1 and f[0, col["log_lines"]] == np.log1p(1)
+    assert f[0, col["n_question"]] == 1 and f[0, col["opens_what"]] == 1 and f[0, col["log_lines"]] == pytest.approx(np.log1p(1))
     assert f[1, col["count_asked"]] == 1 and f[1, col["log_count_asked"]] == pytest.approx(np.log1p(500))
     assert f[1, col["long_words"]] == 1 and f[1, col["opens_write"]] == 1
     assert f[0, col["log_chars"]] == pytest.approx(np.log1p(len("What is 2+2?\nTell me.")))

@@ -95,6 +95,19 @@ def test_fast_head_answers_inline_and_falls_back_when_it_fails():
     assert asyncio.run(est.estimate(_chat("again"))).source == "inline:stub"  # no pause: retried at once
 
 
+def test_a_burst_is_predicted_in_batches():
+    stub = Stub(cost_ms=0.1)
+    inline = InlineEstimator(stub, _cfg(inline_max_batch=2, inline_check_calls=4), clock=stub.clock)
+    before = stub.calls
+
+    async def burst() -> list:
+        return await asyncio.gather(*(inline.estimate(_chat("x" * i)) for i in range(5)))
+
+    got = asyncio.run(burst())
+    assert [e.tokens for e in got] == [100.0, 101.0, 102.0, 103.0, 104.0]  # each its own answer, in order
+    assert stub.calls - before == 3  # 5 requests of one loop turn, 2 per call
+
+
 def test_query_text_reads_what_serve_reads():
     assert query_text(_chat("last one")) == "last one"
     q = Query("chat", "m", False, None, ({"role": "user", "content": "first"}, {"role": "assistant", "content": "a"},

@@ -105,6 +105,9 @@ class EstimatorConfig(Config):
                                                   "on the check prompts, may not exceed this")
     inline_p99_ms: float = Field(5.0, description="inline: nor its 99th percentile this")
     inline_check_calls: int = Field(50, description="inline: timed calls of the load-time latency check")
+    inline_max_batch: int = Field(16, description="inline: requests that arrive in one event-loop turn are "
+                                                  "predicted together, this many per call (the loop is busy "
+                                                  "for one call at a time)")
     url: str | None = Field(None, description="`lenpred serve` base URL (kind remote)")
     timeout_s: float = Field(0.5, description="remote: give up on a prediction after this long and use the fallback")
     retry_after_s: float = Field(5.0, description="remote: after a failure, use the fallback for this long")
@@ -133,6 +136,8 @@ class EstimatorConfig(Config):
             raise ConfigError(f"estimator.runtime_tolerance must be >= 0, got {self.runtime_tolerance!r}")
         if self.inline_check_calls < 1:
             raise ConfigError(f"estimator.inline_check_calls must be >= 1, got {self.inline_check_calls}")
+        if self.inline_max_batch < 1:
+            raise ConfigError(f"estimator.inline_max_batch must be >= 1, got {self.inline_max_batch}")
         if not (math.isfinite(self.retry_after_s) and self.retry_after_s >= 0):
             raise ConfigError(f"estimator.retry_after_s must be >= 0, got {self.retry_after_s!r}")
         if not (math.isfinite(self.spread) and self.spread >= 0):

@@ -150,7 +150,9 @@ def query_text(query: Query) -> str | None:
 
 
 class InlineEstimator:
-    """A text head run on the router's event loop, one request at a time (see the module docstring).
+    """A text head run on the router's event loop (see the module docstring). Requests that arrive in the same
+    loop turn (a burst) are predicted together, ``inline_max_batch`` per call; a lone request is predicted
+    on the next turn, alone.
 
     ``runner``: a :class:`lenpred.serve.heads.TextRunner` (or anything with ``predict_texts(texts) ->
     [RawPrediction]``, ``predictor`` and ``meta``); ``clock``: the timer of the load-time check (tests)."""
@@ -159,7 +161,8 @@ class InlineEstimator:
         from lenpred.errors import ConfigError
         from lenpred.serve.check_prompts import CHECK_PROMPTS
 
-        self.runner, self.rel = runner, cfg.spread
+        self.runner, self.rel, self.max_batch = runner, cfg.spread, cfg.inline_max_batch
+        self._pending: list[tuple[str, asyncio.Future[Any]]] = []
         self.name = str(getattr(runner, "path", cfg.head)).rstrip("/").rsplit("/", 1)[-1]
         self.card_hash = (getattr(runner, "meta", None) or {}).get("card_hash")
         p50, p99, n = measure_latency(lambda t: runner.predict_texts([t]), CHECK_PROMPTS, cfg.inline_check_calls,
@@ -193,15 +196,38 @@ class InlineEstimator:
         if text is None:
             raise EstimateFailed("no prompt text a text head can read (token ids, or no user message)", True)
         t0 = time.perf_counter()
-        try:
-            raw = self.runner.predict_texts([text])[0]
-        except Exception as e:  # a head failure must not fail the request: the fallback answers
-            raise EstimateFailed(f"{type(e).__name__}: {e}", True) from e
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((text, fut))
+        if len(self._pending) == 1:
+            loop.call_soon(self._flush)  # after the other requests of this loop turn have joined
+        raw = await fut
         tokens = float(raw.point)
         if not math.isfinite(tokens) or tokens < 0:
             raise EstimateFailed(f"the head predicted {tokens!r} tokens", True)
         return Estimate(tokens, _spread(raw, tokens, self.rel), f"inline:{self.name}",
                         (time.perf_counter() - t0) * 1e3, self.card_hash)
+
+    def _flush(self) -> None:
+        """Predict up to ``max_batch`` waiting requests in one call (those that arrived in the same loop turn:
+        a burst costs one vectorised call per batch, not one call each); more wait for the next turn."""
+        batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+        if self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        live = [(t, f) for t, f in batch if not f.done()]
+        if not live:
+            return
+        try:
+            out = self.runner.predict_texts([t for t, _ in live])
+        except Exception as e:  # a head failure must not fail the requests: the fallback answers
+            err = EstimateFailed(f"{type(e).__name__}: {e}", True)
+            for _, f in live:
+                if not f.done():
+                    f.set_exception(err)
+            return
+        for (_, f), raw in zip(live, out, strict=True):
+            if not f.done():
+                f.set_result(raw)
 
 
 def _load_runner(cfg: EstimatorConfig) -> Any:
