@@ -101,10 +101,10 @@ def test_a_burst_is_predicted_in_batches():
     before = stub.calls
 
     async def burst() -> list:
-        return await asyncio.gather(*(inline.estimate(_chat("x" * i)) for i in range(5)))
+        return await asyncio.gather(*(inline.estimate(_chat("x" * (i + 1))) for i in range(5)))
 
     got = asyncio.run(burst())
-    assert [e.tokens for e in got] == [100.0, 101.0, 102.0, 103.0, 104.0]  # each its own answer, in order
+    assert [e.tokens for e in got] == [101.0, 102.0, 103.0, 104.0, 105.0]  # each its own answer, in order
     assert stub.calls - before == 3  # 5 requests of one loop turn, 2 per call
 
 
