@@ -52,7 +52,8 @@ HEADS: dict[str, tuple[str | None, str]] = {
     "proxy-onnx": ("data/heads/proxy-smollm2-sharegpt", "onnx"),
     "proxy-onnx-int8": ("data/heads/proxy-smollm2-sharegpt", "onnx-int8"),
 }
-MODES = ("inline", "head", "remote", "remote-inline")
+MODES = ("inline", "head", "remote", "remote-inline", "remote-nowait")
+_SERVE_FLAGS = {"remote": ["--max-wait-ms", "2"], "remote-inline": ["--inline"], "remote-nowait": ["--max-wait-ms", "0"]}
 
 
 # ---------------------------------------------------------------- data
@@ -175,9 +176,9 @@ def latency(names: list[str], modes: list[str], b1: int, bursts: int) -> list[di
             continue  # constant / prompt-length: no head to run, the router's chars estimator is their cost
         for mode in (["inline"] if n == "chars" else modes):
             t0 = time.perf_counter()
-            if mode.startswith("remote"):  # remote-inline: lenpred serve --inline
+            if mode.startswith("remote"):  # lenpred serve (--inline, --max-wait-ms 0)
                 assert path is not None
-                extra = ["--runtime-tolerance", "1e9"] + (["--inline"] if mode == "remote-inline" else [])
+                extra = ["--runtime-tolerance", "1e9", *_SERVE_FLAGS[mode]]
                 with Serve(path, runtime, extra) as srv:  # every runtime is timed, the refused ones too
                     figs = time_estimator(_config(n, mode, srv.url), texts, b1, bursts)
             else:
@@ -220,8 +221,9 @@ def table(d: dict[str, Any]) -> str:
     lat: dict[tuple[str, str], Any] = {(r["name"], r["mode"]): r for r in d.get("latency", {}).get("rows", [])}
     lines = ["| predictor | MAE / bound ShareGPT | MAE / bound AlpacaEval | max change vs fp32 | "
              "inline b1 p50 / p99 | inline c200 p50 / p99 | head b1 p50 / p99 | head c200 p50 / p99 | "
-             "serve b1 p50 / p99 | serve c200 p50 / p99 | serve --inline b1 p50 / p99 | "
-             "serve --inline c200 p50 / p99 |", "|---|" + "---:|" * 11]
+             "serve (wait 2 ms) b1 p50 / p99 | serve (wait 2 ms) c200 p50 / p99 | serve --inline b1 p50 / p99 | "
+             "serve --inline c200 p50 / p99 | serve --max-wait-ms 0 b1 p50 / p99 | serve --max-wait-ms 0 c200 p50 / p99 |",
+             "|---|" + "---:|" * 13]
     for n in HEADS:
         a = acc.get(n, {})
         lat_name = "chars" if n in ("constant", "prompt-length") else n

@@ -18,7 +18,9 @@ class ServeConfig(Config):
     host: str = Field("127.0.0.1", description="address to listen on (0.0.0.0: every interface)")
     port: int = Field(8100, ge=0, le=65535, description="TCP port (0: any free port, printed at start)")
     max_batch: int = Field(64, ge=1, le=4096, description="most requests per model call")
-    max_wait_ms: float = Field(2.0, ge=0, le=1000, description="longest a request waits for batch mates (ms)")
+    max_wait_ms: float | None = Field(None, ge=0, le=1000, description="longest a request waits for batch mates (ms; "
+                                                               "default 0 for the ngram / gbdt heads, whose batch "
+                                                               "costs little more than one request, else 2)")
     max_body_bytes: int = Field(1 << 20, ge=256, description="largest request body accepted (bigger: 413)")
     max_queue: int = Field(4096, ge=1, description="most requests waiting for a batch (more: 503 at once)")
     timeout_s: float = Field(60.0, gt=0, description="longest a prediction may take, queueing included (then 504)")
