@@ -110,10 +110,11 @@ class _Fitted:
 
 def _head_predict(path: str, runtime: str, rd: Any, texts: list[str]) -> tuple[np.ndarray, Any]:
     from lenpred.predictors.io import read_head
+    from lenpred.predictors.proxy_runtime import use_runtime
 
     head, _ = read_head(path, card=rd.card)
     if runtime != "torch":
-        head.use_runtime(runtime)
+        use_runtime(head, runtime)
     return head.predict_with_dist(head.encode(texts))
 
 

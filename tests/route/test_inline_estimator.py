@@ -143,3 +143,41 @@ def test_committed_heads_inline_and_runtime_refused_on_them():
     assert e.source == "inline:gbdt-smollm2-sharegpt" and 1 <= e.tokens <= 1024 and e.spread > 0
     with pytest.raises(ConfigError, match="runtime 'onnx' applies to the proxy head's encoder.*a ngram head"):
         make_estimator(EstimatorConfig(kind="inline", head=str(NGRAM), runtime="onnx"))
+
+
+def test_router_end_to_end_with_an_inline_head(tmp_path):
+    """A router whose estimator is an ngram head inline: the header names it, short and long prompts get
+    short and long predictions, and the longer one the larger priority number."""
+    import httpx
+    import numpy as np
+    from route_testing import RouterThread, Stub
+
+    from lenpred.predictors.ngram import NgramHead
+    from lenpred.predictors.targets import Targets
+
+    rng = np.random.default_rng(0)
+    kind = rng.integers(0, 2, 200)
+    texts = [("Answer with one word: is {i} even?" if k == 0 else "Write a detailed long essay about topic {i}.")
+             .format(i=i) for i, k in enumerate(kind)]
+    y = np.where(kind == 0, 7.0, 620.0)[:, None] + rng.normal(0, 5, (200, 2))
+    NgramHead(n_features_log2=12).fit(texts, Targets(y, np.zeros_like(y, dtype=bool), 1024.0)).save(
+        tmp_path / "ngram-route")
+    stub = Stub("h").start()
+    try:
+        cfg = RouterConfig.from_dict({"backends": [{"url": stub.url, "name": "h"}], "priority": {"queue": "sjf"},
+                                      "estimator": {"kind": "inline", "head": str(tmp_path / "ngram-route")},
+                                      "log_requests": False})
+        with RouterThread(cfg) as r:
+            got = {}
+            for p in ("Answer with one word: is 4001 even?", "Write a detailed long essay about topic 4001."):
+                body = {"model": "stub", "messages": [{"role": "user", "content": p}]}
+                resp = httpx.post(r.url + "/v1/chat/completions", json=body, timeout=30)
+                assert resp.status_code == 200, resp.text
+                assert resp.headers["x-lenpred-estimator"] == "inline:ngram-route"
+                got[p] = float(resp.headers["x-lenpred-predicted-tokens"])
+        short, long_ = got.values()
+        assert short < 50 and 400 < long_ < 900, got
+        sent = [q for q in stub.requests() if q["headers"].get("x-lenpred-predicted-tokens")]
+        assert sent[-1]["body"]["priority"] > sent[-2]["body"]["priority"]
+    finally:
+        stub.stop()

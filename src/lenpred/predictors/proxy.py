@@ -103,20 +103,18 @@ class ProxyHead(TorchRegressor):
         self.patience = patience
         self.seed = seed
 
-    runtime = "torch"  # the encoder's runtime (lenpred.predictors.proxy_runtime); not a hyperparameter
+    runtime = "torch"  # the encoder's runtime (lenpred.predictors.proxy_runtime.use_runtime); not a hyperparameter
+    _embedder: Any = None  # texts -> (n, 384) under that runtime; None: embed (fp32 torch)
 
-    def use_runtime(self, runtime: str) -> ProxyHead:
-        """Embed texts with ``runtime`` from now on (``torch`` is the fp32 encoder the head was trained on)."""
-        from lenpred.predictors.proxy_runtime import check_runtime
-
-        self.runtime = check_runtime(runtime)
+    def use_embedder(self, runtime: str, embedder: Any) -> ProxyHead:
+        """Embed texts with ``embedder`` (named ``runtime``) from now on; see
+        :func:`lenpred.predictors.proxy_runtime.use_runtime`, which checks the name and makes the embedder."""
+        self.runtime, self._embedder = runtime, embedder
         return self
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """(n, 384) embeddings of ``texts`` under this head's runtime (what :meth:`predict` accepts)."""
-        from lenpred.predictors.proxy_runtime import make_embedder
-
-        return make_embedder(self.runtime)(list(texts))
+        return (self._embedder or embed)(list(texts))
 
     def _prepare(self, X: Any, fit: bool = False) -> Inputs:
         if isinstance(X, np.ndarray) and X.dtype.kind == "f":

@@ -28,7 +28,7 @@ import numpy as np
 
 from lenpred.errors import ConfigError
 
-__all__ = ["RUNTIMES", "make_embedder", "check_variant", "onnx_file", "variant_deviation"]
+__all__ = ["RUNTIMES", "make_embedder", "check_variant", "onnx_file", "use_runtime", "variant_deviation"]
 
 RUNTIMES = ("torch", "torch-int8", "onnx", "onnx-int8")
 Embedder = Callable[[Sequence[str]], np.ndarray]
@@ -166,6 +166,11 @@ def _onnx(int8: bool) -> Embedder:
         return out
 
     return run
+
+
+def use_runtime(head: Any, runtime: str) -> Any:
+    """Make the proxy ``head`` embed with ``runtime`` from now on (``torch``: the fp32 encoder it was trained on)."""
+    return head.use_embedder(check_runtime(runtime), make_embedder(runtime))
 
 
 def variant_deviation(reference: np.ndarray, variant: np.ndarray) -> float:

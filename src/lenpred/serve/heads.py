@@ -152,7 +152,7 @@ class TextRunner(Runner):
 
     def _use_runtime(self, opts: TextOptions) -> float:
         from lenpred.errors import ConfigError
-        from lenpred.predictors.proxy_runtime import check_runtime, check_variant, make_embedder
+        from lenpred.predictors.proxy_runtime import check_runtime, check_variant, make_embedder, use_runtime
         from lenpred.serve.check_prompts import CHECK_PROMPTS
 
         check_runtime(opts.runtime)
@@ -163,7 +163,7 @@ class TextRunner(Runner):
         dev = check_variant(lambda t: self.head.predict(make_embedder("torch")(t)),
                             lambda t: self.head.predict(fast(t)), CHECK_PROMPTS, opts.tolerance,
                             f"the {opts.runtime} runtime of head {self.path}")
-        self.head.use_runtime(opts.runtime)
+        use_runtime(self.head, opts.runtime)
         return dev
 
     def _prepare(self, req: PredictRequest) -> str:
