@@ -12,6 +12,7 @@ from pathlib import Path
 from bad_input_harness import BadInput
 
 _OK_BACKENDS = [{"url": "http://127.0.0.1:9"}]
+_HEADS = Path(__file__).resolve().parents[2] / "data" / "heads"
 _held: list[socket.socket] = []  # a listening socket kept open while its row runs
 
 
@@ -72,6 +73,16 @@ _ROWS = {
         _cfg({"backends": [{"url": "http://127.0.0.1:8001", "name": "a"}, {"url": "http://127.0.0.1:8001", "name": "b"}]}),
         ["route", "--config", "{cfg}", "--check"]),
     "route-port-taken": _route("cannot listen on 127.0.0.1:", _port_taken),
+    # issue 31: an inline head over its latency budget (1 ns: too slow on any machine), a proxy runtime on a
+    # head that is not a proxy
+    "route-inline-too-slow": _route("over the inline budget of 1e-06 ms p50 / 5 ms p99 -- fix: use estimator kind "
+                                    "'head'", _cfg({"backends": _OK_BACKENDS, "estimator": {
+                                        "kind": "inline", "head": str(_HEADS / "gbdt-smollm2-sharegpt"),
+                                        "inline_p50_ms": 1e-6, "inline_check_calls": 3}})),
+    "route-inline-runtime-not-proxy": _route("runtime 'onnx' applies to the proxy head's encoder",
+                                             _cfg({"backends": _OK_BACKENDS, "estimator": {
+                                                 "kind": "inline", "head": str(_HEADS / "ngram-smollm2-sharegpt"),
+                                                 "runtime": "onnx"}})),
 }
 
 CASES: list[BadInput] = [BadInput(k, argv, setup, expect=expect) for k, (argv, setup, expect) in _ROWS.items()]

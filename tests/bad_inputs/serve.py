@@ -116,3 +116,10 @@ CASES += [  # issue 29 part 11: the last bad-input tail (the device was checked 
     BadInput("serve-unknown-device", ["serve", "--head", "{head}", "--port", "0", "--device", "gpu9"], _head,
              expect="--device 'gpu9' is not a torch device"),
 ]
+
+_HEADS = Path(__file__).resolve().parents[2] / "data" / "heads"
+CASES += [  # issue 31: a proxy encoder runtime on another head; --inline on a head that runs the target's prefill
+    BadInput("serve-runtime-not-proxy", ["serve", "--head", str(_HEADS / "ngram-smollm2-sharegpt"), "--port", "0",
+                                         "--runtime", "onnx"], None,
+             expect="runtime 'onnx' applies to the proxy head's encoder; head"),
+]

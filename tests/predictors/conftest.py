@@ -18,7 +18,8 @@ def data() -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def fitted(data) -> dict[str, Any]:
-    """name -> head fitted with its defaults (proxy on the precomputed 'embedding' block 15.mean)."""
+    """name -> head fitted with its defaults (proxy on the precomputed 'embedding' block 15.mean, the text heads
+    on the prompts' texts)."""
     from lenpred.predictors.registry import PREDICTORS, make_predictor
 
     out = {}
@@ -27,10 +28,7 @@ def fitted(data) -> dict[str, Any]:
         if PREDICTORS.get(name).input_kind == "trajectory":
             continue  # the outlets head reads trajectory rows (tests/outlets)
         h = make_predictor(name)
-        if name == "proxy":
-            h.fit(_emb(tr), tr["y"], X_val=_emb(va), y_val=va["y"])
-        else:
-            h.fit(tr["X"], tr["y"], X_val=va["X"], y_val=va["y"])
+        h.fit(inputs(name, tr), tr["y"], X_val=inputs(name, va), y_val=va["y"])
         out[name] = h
     return out
 
@@ -41,5 +39,10 @@ def _emb(part: dict[str, Any]) -> np.ndarray:
     return (part["X"].block("15.mean") @ m).astype(np.float32)
 
 
+TEXT_HEADS = ("ngram", "gbdt")  # router-side heads: they read the prompt text (synth._text: 3 wordings of s)
+
+
 def inputs(name: str, part: dict[str, Any]) -> Any:
+    if name in TEXT_HEADS:
+        return part["text"]
     return _emb(part) if name == "proxy" else part["X"]

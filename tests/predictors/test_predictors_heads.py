@@ -17,7 +17,7 @@ from lenpred.errors import NotFittedError
 from lenpred.predictors.io import load_head
 from lenpred.predictors.mlp import weighted_mae
 from lenpred.predictors.registry import PREDICTORS, make_predictor
-from predictors.conftest import inputs
+from predictors.conftest import TEXT_HEADS, inputs
 from predictors.synth import CARD
 
 HEADS = [n for n in PREDICTORS.names() if PREDICTORS.get(n).input_kind != "trajectory"]  # outlets: tests/outlets
@@ -33,7 +33,8 @@ def _gap_closed(pred, test) -> tuple[float, float, float, float]:
 @pytest.mark.parametrize("name", [h for h in HEADS if h != "constant"])
 def test_head_learns_the_planted_truth(name, fitted, data):
     closed, mae, const, oracle = _gap_closed(fitted[name].predict(inputs(name, data["test"])), data["test"])
-    need = 0.15 if name == "prompt-length" else 0.5
+    # prompt length, and the text heads (the planted text says only which third of s a prompt is in), see less
+    need = 0.15 if name == "prompt-length" else 0.3 if name in TEXT_HEADS else 0.5
     assert closed >= need, f"{name}: MAE {mae:.1f}, constant {const:.1f}, oracle {oracle:.1f} (closed {closed:.0%})"
     if name == "prompt-length":
         assert closed < 0.5  # prompt length alone cannot explain the hidden state's signal

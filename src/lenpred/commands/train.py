@@ -14,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, help="run directory (its samples are the targets, its split.json the split)")
     p.add_argument("--features", default=None,
                    help="features artifact of the run (lenpred features); not needed by the proxy head")
-    p.add_argument("--predictor", required=True, help="head to train (constant, prompt-length, ridge, mlp, softlabel, egtp, film, moe, proxy, probe)")
+    p.add_argument("--predictor", required=True, help="head to train (constant, prompt-length, ridge, mlp, softlabel, egtp, film, moe, proxy, probe, ngram, gbdt)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="a hyperparameter, repeatable; VALUE is JSON where it parses (e.g. hidden=128, "
                         "blocks=15.mean,30.last, target=samples)")

@@ -357,6 +357,14 @@ class Predictor:
             return self._dist(Z)
         return self.spread_.dist(self._mu(Z), self.cap_)
 
+    def predict_with_dist(self, X: Any) -> tuple[np.ndarray, Dist]:
+        """:meth:`predict` and :meth:`predict_dist` of the same rows, the inputs read and the point computed
+        once (what a service answers per request)."""
+        self._check_fitted()
+        Z = self._prepare(X)
+        mu = self._mu(Z)
+        return mu, (self._dist(Z) if self.own_spread else self.spread_.dist(mu, self.cap_))
+
     def save(self, path: Any, card: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None) -> Any:
         """Write the fitted head as an artifact (:mod:`lenpred.predictors.io`); returns the
         :class:`~lenpred.artifacts.Artifact`. ``card``: the training run's card (its model and

@@ -19,7 +19,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -96,6 +96,19 @@ class ProxyHead(TorchRegressor):
     dropout: float = 0.1
     target: str = "median"
 
+    runtime = "torch"  # the encoder's runtime (lenpred.predictors.proxy_runtime.use_runtime); not a hyperparameter
+    _embedder: ClassVar[Any] = None  # texts -> (n, 384) under that runtime; None: embed (fp32 torch)
+
+    def use_embedder(self, runtime: str, embedder: Any) -> ProxyHead:
+        """Embed texts with ``embedder`` (named ``runtime``) from now on; see
+        :func:`lenpred.predictors.proxy_runtime.use_runtime`, which checks the name and makes the embedder."""
+        self.runtime, self._embedder = runtime, embedder
+        return self
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, 384) embeddings of ``texts`` under this head's runtime (what :meth:`predict` accepts)."""
+        return (self._embedder or embed)(list(texts))
+
     def _prepare(self, X: Any, fit: bool = False) -> Inputs:
         if isinstance(X, np.ndarray) and X.dtype.kind == "f":
             e, spec = X.astype(np.float32), None  # precomputed embeddings
@@ -103,7 +116,7 @@ class ProxyHead(TorchRegressor):
             texts = list(X)
             if not all(isinstance(t, str) for t in texts):
                 raise DataError(f"{self.name}: X must be prompt texts or an (n, {EMBED_DIM}) embedding matrix")
-            e, spec = embed(texts), embedder_spec()
+            e, spec = (embed(texts) if fit else self.encode(texts)), embedder_spec()
         if e.ndim != 2 or e.shape[1] != EMBED_DIM:
             raise DataError(f"{self.name}: embeddings must be (n, {EMBED_DIM}), got {e.shape}")
         if not np.isfinite(e).all():

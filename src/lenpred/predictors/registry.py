@@ -16,8 +16,10 @@ from lenpred.predictors.base import Predictor
 from lenpred.predictors.constant import ConstantHead
 from lenpred.predictors.egtp import EGTPHead
 from lenpred.predictors.film import FiLMHead
+from lenpred.predictors.gbdt import GBDTHead
 from lenpred.predictors.mlp import MLPHead
 from lenpred.predictors.moe import MoEHead
+from lenpred.predictors.ngram import NgramHead
 from lenpred.predictors.probe import ProbeHead
 from lenpred.predictors.prompt_length import PromptLengthHead
 from lenpred.predictors.proxy import ProxyHead
@@ -29,7 +31,7 @@ __all__ = ["PREDICTORS", "make_predictor"]
 
 PREDICTORS: Registry[type[Predictor]] = Registry("predictor")
 for _cls in (ConstantHead, PromptLengthHead, RidgeHead, MLPHead, SoftLabelHead, EGTPHead, FiLMHead, MoEHead,
-             ProxyHead, ProbeHead):
+             ProxyHead, ProbeHead, NgramHead, GBDTHead):
     PREDICTORS.add(_cls.name, _cls)
 
 

@@ -90,16 +90,32 @@ class BackendConfig(Config):
         return self.name or urlsplit(self.url).netloc
 
 
-ESTIMATORS = ("head", "remote", "chars", "none")
+ESTIMATORS = ("inline", "head", "remote", "chars", "none")
 
 
 class EstimatorConfig(Config):
     """Where each request's predicted output length comes from (and what is used when that fails)."""
 
-    kind: Literal["head", "remote", "chars", "none"] = Field(
-        "chars", description="head: a trained head in this process (lenpred.serve); remote: a `lenpred serve` "
-                             "URL; chars: prompt characters / chars_per_token * factor; none: no prediction")
-    head: str | None = Field(None, description="head directory (kind head)")
+    kind: Literal["inline", "head", "remote", "chars", "none"] = Field(
+        "chars", description="inline: a cheap text head (ngram, gbdt) called on the router's event loop, refused "
+                             "when slower than inline_p50_ms / inline_p99_ms; head: a trained head in this process "
+                             "(lenpred.serve, a worker thread); remote: a `lenpred serve` URL; chars: prompt "
+                             "characters / chars_per_token * factor; none: no prediction")
+    head: str | None = Field(None, description="head directory (kinds inline and head)")
+    runtime: Literal["torch", "torch-int8", "onnx", "onnx-int8"] = Field(
+        "torch", description="inline / head, proxy head only: the MiniLM encoder's runtime (onnx*: needs "
+                             "onnxruntime); refused when it moves a check prompt's prediction by more than "
+                             "runtime_tolerance")
+    runtime_tolerance: float = Field(0.10, description="largest relative change of a check prompt's prediction "
+                                                       "a runtime may make (0.10: 10%)")
+    inline_p50_ms: float = Field(2.0, description="inline: the head's median time per request, measured at load "
+                                                  "on the check prompts, may not exceed this")
+    inline_p99_ms: float = Field(5.0, description="inline: nor its 99th percentile this")
+    inline_check_calls: int = Field(200, description="inline: timed calls of the load-time latency check (its p99 "
+                                                    "is the 2nd slowest of 200: one preemption does not refuse a head)")
+    inline_max_batch: int = Field(16, description="inline: requests that arrive in one event-loop turn are "
+                                                  "predicted together, this many per call (the loop is busy "
+                                                  "for one call at a time)")
     url: str | None = Field(None, description="`lenpred serve` base URL (kind remote)")
     timeout_s: float = Field(0.5, description="remote: give up on a prediction after this long and use the fallback")
     retry_after_s: float = Field(5.0, description="remote: after a failure, use the fallback for this long")
@@ -117,12 +133,19 @@ class EstimatorConfig(Config):
 
     @model_validator(mode="after")
     def _check(self) -> EstimatorConfig:
-        if self.kind == "head" and not self.head:
-            raise ConfigError("estimator.head is required for kind 'head'", "give the head's directory")
+        if self.kind in ("head", "inline") and not self.head:
+            raise ConfigError(f"estimator.head is required for kind {self.kind!r}", "give the head's directory")
         if self.kind == "remote" and not self.url:
             raise ConfigError("estimator.url is required for kind 'remote'", "give the `lenpred serve` URL")
         _positive("estimator", timeout_s=self.timeout_s, chars_per_token=self.chars_per_token,
-                  factor=self.factor, max_wait_ms=self.max_wait_ms)
+                  factor=self.factor, max_wait_ms=self.max_wait_ms, inline_p50_ms=self.inline_p50_ms,
+                  inline_p99_ms=self.inline_p99_ms)
+        if not (math.isfinite(self.runtime_tolerance) and self.runtime_tolerance >= 0):
+            raise ConfigError(f"estimator.runtime_tolerance must be >= 0, got {self.runtime_tolerance!r}")
+        if self.inline_check_calls < 1:
+            raise ConfigError(f"estimator.inline_check_calls must be >= 1, got {self.inline_check_calls}")
+        if self.inline_max_batch < 1:
+            raise ConfigError(f"estimator.inline_max_batch must be >= 1, got {self.inline_max_batch}")
         if not (math.isfinite(self.retry_after_s) and self.retry_after_s >= 0):
             raise ConfigError(f"estimator.retry_after_s must be >= 0, got {self.retry_after_s!r}")
         if not (math.isfinite(self.spread) and self.spread >= 0):

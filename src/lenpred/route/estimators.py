@@ -1,9 +1,15 @@
 """Where a request's predicted output length comes from.
 
-An :class:`Estimator` has ``async estimate(query) -> Estimate`` (plus ``start`` / ``stop``). Three kinds:
+An :class:`Estimator` has ``async estimate(query) -> Estimate`` (plus ``start`` / ``stop``). The kinds:
 
+* :class:`InlineEstimator`: a cheap text head (ngram, gbdt: ~0.1 ms) called on the router's own event
+  loop for each request -- no thread, no batch, no HTTP hop. It must earn that place: at load it is
+  timed on :data:`lenpred.serve.check_prompts.CHECK_PROMPTS` and refused when its p50 or p99 per
+  request is over ``inline_p50_ms`` / ``inline_p99_ms`` (a slow head on the loop would delay every
+  other request the router relays);
 * :class:`HeadEstimator`: a trained head in this process, through ``lenpred.serve.service.PredictionService``
-  (micro-batched; a hidden-state head runs the target's prefill here, costly for a large model);
+  (micro-batched in a worker thread; a hidden-state head runs the target's prefill here, costly for a
+  large model);
 * :class:`RemoteEstimator`: ``POST {url}/v1/predict`` on a ``lenpred serve`` process, with a timeout;
 * :class:`CharsEstimator`: prompt characters / ``chars_per_token`` * ``factor`` (what a router without
   a model can do; llm-d uses 1.5 x the input length), or :class:`NoEstimator` (no prediction at all).
@@ -22,6 +28,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,8 +37,8 @@ from lenpred.route.openai import Query, backend_message
 from lenpred.sched.dists import Z90
 
 __all__ = [
-    "CharsEstimator", "Estimate", "EstimateFailed", "Estimator", "HeadEstimator", "NoEstimator",
-    "RemoteEstimator", "WithFallback", "make_estimator",
+    "CharsEstimator", "Estimate", "EstimateFailed", "Estimator", "HeadEstimator", "InlineEstimator", "NoEstimator",
+    "RemoteEstimator", "WithFallback", "make_estimator", "measure_latency",
 ]
 
 log = logging.getLogger("lenpred.route")
@@ -115,25 +122,144 @@ class NoEstimator:
         return self.estimate_now(query)
 
 
+def measure_latency(fn: Any, prompts: Sequence[str], calls: int, p50_budget_ms: float,
+                    clock: Any = time.perf_counter) -> tuple[float, float, int]:
+    """(p50, p99, calls made) in ms of ``fn(prompt)`` over ``calls`` calls cycling through ``prompts``, after
+    one untimed call. Stops early once more than half the planned calls were over ``p50_budget_ms`` (the
+    p50 cannot be met any more: a slow head is refused in a few calls, not after all of them)."""
+    fn(prompts[0])
+    times: list[float] = []
+    over = 0
+    for i in range(calls):
+        t0 = clock()
+        fn(prompts[i % len(prompts)])
+        times.append((clock() - t0) * 1e3)
+        over += times[-1] > p50_budget_ms
+        if over > calls // 2:
+            break
+    ts = sorted(times)
+    return ts[len(ts) // 2], ts[min(len(ts) - 1, math.ceil(0.99 * len(ts)) - 1)], len(ts)
+
+
+def query_text(query: Query) -> str | None:
+    """What a text head reads (as ``lenpred serve`` does): the prompt, or the last user message with text."""
+    if query.prompt is not None:
+        return query.prompt if query.prompt.strip() else None
+    users = [m["content"] for m in query.messages or () if m.get("role") == "user" and m.get("content", "").strip()]
+    return users[-1] if users else None
+
+
+class InlineEstimator:
+    """A text head run on the router's event loop (see the module docstring). Requests that arrive in the same
+    loop turn (a burst) are predicted together, ``inline_max_batch`` per call; a lone request is predicted
+    on the next turn, alone.
+
+    ``runner``: a :class:`lenpred.serve.heads.TextRunner` (or anything with ``predict_texts(texts) ->
+    [RawPrediction]``, ``predictor`` and ``meta``); ``clock``: the timer of the load-time check (tests)."""
+
+    def __init__(self, runner: Any, cfg: EstimatorConfig, clock: Any = time.perf_counter) -> None:
+        from lenpred.errors import ConfigError
+        from lenpred.serve.check_prompts import CHECK_PROMPTS
+
+        self.runner, self.rel, self.max_batch = runner, cfg.spread, cfg.inline_max_batch
+        self._pending: list[tuple[str, asyncio.Future[Any]]] = []
+        self.name = str(getattr(runner, "path", cfg.head)).rstrip("/").rsplit("/", 1)[-1]
+        self.card_hash = (getattr(runner, "meta", None) or {}).get("card_hash")
+        p50, p99, n = measure_latency(lambda t: runner.predict_texts([t]), CHECK_PROMPTS, cfg.inline_check_calls,
+                                      cfg.inline_p50_ms, clock)
+        self.latency_ms = (p50, p99)
+        if p50 > cfg.inline_p50_ms or p99 > cfg.inline_p99_ms:
+            raise ConfigError(f"estimator.head {cfg.head} ({runner.predictor}) takes {p50:.2f} ms p50 / {p99:.2f} ms "
+                              f"p99 per request here (over {n} check calls), over the inline budget of "
+                              f"{cfg.inline_p50_ms:g} ms p50 / {cfg.inline_p99_ms:g} ms p99",
+                              "use estimator kind 'head' (a worker thread) or 'remote' (lenpred serve) for this head, "
+                              "a cheaper head (ngram, gbdt), or raise estimator.inline_p50_ms / inline_p99_ms")
+
+    @classmethod
+    def from_config(cls, cfg: EstimatorConfig) -> InlineEstimator:
+        from lenpred.errors import ConfigError
+
+        runner = _load_runner(cfg)
+        if runner.input_kind != "text":
+            raise ConfigError(f"estimator kind 'inline' runs text heads; {cfg.head} is a {runner.predictor} head "
+                              "that reads the target's prefill", "use estimator kind 'head' or 'remote' for it")
+        return cls(runner, cfg)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def estimate(self, query: Query) -> Estimate:
+        text = query_text(query)
+        if text is None:
+            raise EstimateFailed("no prompt text a text head can read (token ids, or no user message)", True)
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((text, fut))
+        if len(self._pending) == 1:
+            loop.call_soon(self._flush)  # after the other requests of this loop turn have joined
+        raw = await fut
+        tokens = float(raw.point)
+        if not math.isfinite(tokens) or tokens < 0:
+            raise EstimateFailed(f"the head predicted {tokens!r} tokens", True)
+        return Estimate(tokens, _spread(raw, tokens, self.rel), f"inline:{self.name}",
+                        (time.perf_counter() - t0) * 1e3, self.card_hash)
+
+    def _flush(self) -> None:
+        """Predict up to ``max_batch`` waiting requests in one call (those that arrived in the same loop turn:
+        a burst costs one vectorised call per batch, not one call each); more wait for the next turn."""
+        batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+        if self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        live = [(t, f) for t, f in batch if not f.done()]
+        if not live:
+            return
+        try:
+            out = self.runner.predict_texts([t for t, _ in live])
+        except Exception as e:  # a head failure must not fail the requests: the fallback answers
+            err = EstimateFailed(f"{type(e).__name__}: {e}", True)
+            for _, f in live:
+                if not f.done():
+                    f.set_exception(err)
+            return
+        for (_, f), raw in zip(live, out, strict=True):
+            if not f.done():
+                f.set_result(raw)
+
+
+def _load_runner(cfg: EstimatorConfig) -> Any:
+    from pathlib import Path
+
+    from lenpred.errors import ConfigError
+
+    if not Path(str(cfg.head)).is_dir():
+        raise ConfigError(f"estimator.head: no head directory at {cfg.head}",
+                          "train one (lenpred train ...) or use estimator kind 'remote' / 'chars'")
+    try:
+        from lenpred.serve.heads import TextOptions, load_runner  # imported only when used
+    except ImportError as e:
+        raise ConfigError(f"estimator kind {cfg.kind!r} needs lenpred.serve ({e})",
+                          "install lenpred with the serve extra, or use estimator kind 'remote' / 'chars'") from None
+    return load_runner(str(cfg.head), text=TextOptions(cfg.runtime, cfg.runtime_tolerance))
+
+
 class HeadEstimator:
     """A trained head served in this process by ``lenpred.serve.service.PredictionService``."""
 
-    def __init__(self, path: str, max_batch: int = 64, max_wait_ms: float = 2.0, spread: float = 0.5) -> None:
-        from pathlib import Path
+    def __init__(self, cfg: EstimatorConfig) -> None:
+        from lenpred.serve.service import PredictionService
 
-        from lenpred.errors import ConfigError
+        runner = _load_runner(cfg)
+        self.svc = PredictionService(runner, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms)
+        from lenpred.serve.schema import PredictRequest
 
-        if not Path(path).is_dir():
-            raise ConfigError(f"estimator.head: no head directory at {path}",
-                              "train one (lenpred train ...) or use estimator kind 'remote' / 'chars'")
-        try:
-            from lenpred.serve.service import PredictionService  # imported only when used
-        except ImportError as e:
-            raise ConfigError(f"estimator kind 'head' needs lenpred.serve ({e})",
-                              "install lenpred with the serve extra, or use estimator kind 'remote' / 'chars'") from None
-
-        self.svc = PredictionService.from_head(path, max_batch=max_batch, max_wait_ms=max_wait_ms)
-        self.rel = spread
+        out = runner.run([PredictRequest(prompt="Hello.")])  # warm-up: the first request pays no lazy loading
+        if isinstance(out[0], Exception):
+            raise out[0]
+        self.rel = cfg.spread
 
     async def start(self) -> None:
         await self.svc.start()
@@ -278,5 +404,5 @@ def make_estimator(cfg: EstimatorConfig, on_fallback: Any = None) -> Any:
         return WithFallback(primary, fallback, cfg.retry_after_s, on_fallback)
     assert cfg.head is not None
     # a head that fails per request falls back; one retried at once (no skip window: it is in-process)
-    return WithFallback(HeadEstimator(cfg.head, cfg.max_batch, cfg.max_wait_ms, cfg.spread), fallback, 0.0,
-                        on_fallback)
+    primary = InlineEstimator.from_config(cfg) if cfg.kind == "inline" else HeadEstimator(cfg)
+    return WithFallback(primary, fallback, 0.0, on_fallback)

@@ -2,8 +2,9 @@
 
 Two runners, chosen by the head's ``input_kind``:
 
-* :class:`TextRunner` (``proxy``): the prompt's raw text -> MiniLM embedding -> head. No target model.
-  The proxy heads were trained on each prompt's raw text (the first user turn, no chat template), so
+* :class:`TextRunner` (``proxy``, ``ngram``, ``gbdt``): the prompt's raw text -> the head's encoding
+  (MiniLM, optionally on a faster runtime, or hashed n-grams, or cheap prompt features) -> head. No
+  target model. The text heads were trained on each prompt's raw text (the first user turn, no chat template), so
   a ``prompt`` string is embedded as is and ``messages`` contribute their **last user message**.
 * :class:`PrefillRunner` (hidden-state heads: ridge, mlp, ...): the request is rendered exactly as
   ``lenpred collect`` rendered the training prompts (the target's chat template, the run card's
@@ -32,7 +33,17 @@ from lenpred.errors import CardMismatchError, DataError, LenpredError, ModelErro
 from lenpred.serve.errors import BadRequestError, ContextLengthError, InternalError, ServeError
 from lenpred.serve.schema import PredictRequest
 
-__all__ = ["RawPrediction", "Runner", "TextRunner", "PrefillRunner", "load_runner"]
+__all__ = ["RawPrediction", "Runner", "TextOptions", "TextRunner", "PrefillRunner", "load_runner"]
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """How a text head runs: the proxy's encoder ``runtime`` (:data:`lenpred.predictors.proxy_runtime.RUNTIMES`),
+    refused when it moves a prediction on :data:`~lenpred.serve.check_prompts.CHECK_PROMPTS` by more than
+    ``tolerance`` (relative) from the head's own fp32 encoder."""
+
+    runtime: str = "torch"
+    tolerance: float = 0.10
 
 
 @dataclass(frozen=True)
@@ -48,8 +59,7 @@ Outcome = RawPrediction | ServeError
 
 
 def _summaries(head: Any, X: Any) -> list[RawPrediction]:
-    point = np.asarray(head.predict(X), dtype=np.float64)  # (n,)
-    d = head.predict_dist(X)
+    point, d = head.predict_with_dist(X)  # (n,) and its distribution, the inputs read once
     return [RawPrediction(float(point[i]), float(d.q10[i]), float(d.q50[i]), float(d.q90[i]))
             for i in range(point.shape[0])]
 
@@ -119,20 +129,42 @@ class Runner:
 
 
 class TextRunner(Runner):
-    """``proxy``: raw prompt text -> MiniLM embedding (batches of 4 inside :func:`embed`) -> head."""
+    """Text heads (proxy, ngram, gbdt): raw prompt text -> the head's own encoding (``head.encode``: MiniLM
+    for the proxy, hashed n-grams, cheap prompt features) -> head."""
 
     input_kind = "text"
 
-    def __init__(self, head: Any, meta: dict[str, Any], path: Path) -> None:
+    def __init__(self, head: Any, meta: dict[str, Any], path: Path, options: TextOptions | None = None) -> None:
         super().__init__(head, meta, path)
-        from lenpred.predictors.proxy import PACKAGE, embedder_spec
+        opts = options or TextOptions()
+        if head.name == "proxy":
+            from lenpred.predictors.proxy import PACKAGE, embedder_spec
 
-        want = head.feature_spec_
-        have = embedder_spec()
-        if want is not None and want != have:
-            diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
-            raise ModelError(f"the installed {PACKAGE} differs from the one head {path} was trained with "
-                             f"({', '.join(diff)})", f"install the {PACKAGE} version the head records, or retrain it")
+            want = head.feature_spec_
+            have = embedder_spec()
+            if want is not None and want != have:
+                diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+                raise ModelError(f"the installed {PACKAGE} differs from the one head {path} was trained with "
+                                 f"({', '.join(diff)})", f"install the {PACKAGE} version the head records, or retrain it")
+        self.deviation = 0.0  # the runtime's largest relative change of a check prompt's prediction
+        if opts.runtime != "torch":
+            self.deviation = self._use_runtime(opts)
+
+    def _use_runtime(self, opts: TextOptions) -> float:
+        from lenpred.errors import ConfigError
+        from lenpred.predictors.proxy_runtime import check_runtime, check_variant, make_embedder, use_runtime
+        from lenpred.serve.check_prompts import CHECK_PROMPTS
+
+        check_runtime(opts.runtime)
+        if self.head.name != "proxy":
+            raise ConfigError(f"runtime {opts.runtime!r} applies to the proxy head's encoder; head {self.path} is "
+                              f"a {self.head.name} head", "use runtime 'torch' with this head")
+        fast = make_embedder(opts.runtime)
+        dev = check_variant(lambda t: self.head.predict(make_embedder("torch")(t)),
+                            lambda t: self.head.predict(fast(t)), CHECK_PROMPTS, opts.tolerance,
+                            f"the {opts.runtime} runtime of head {self.path}")
+        use_runtime(self.head, opts.runtime)
+        return dev
 
     def _prepare(self, req: PredictRequest) -> str:
         if req.prompt is not None:
@@ -145,10 +177,12 @@ class TextRunner(Runner):
                                   param="messages")
         return users[-1]
 
-    def _predict(self, texts: list[str]) -> list[Outcome]:
-        from lenpred.predictors.proxy import embed
+    def predict_texts(self, texts: list[str]) -> list[RawPrediction]:
+        """Predictions for prompt texts, in order (no request parsing; an error raises)."""
+        return _summaries(self.head, self.head.encode(texts))
 
-        e = embed(texts)  # (n, 384): embedded once, read twice (point and distribution)
+    def _predict(self, texts: list[str]) -> list[Outcome]:
+        e = self.head.encode(texts)  # encoded once, read twice (point and distribution)
         return list(_summaries(self.head, e))
 
 
@@ -279,8 +313,8 @@ class PrefillRunner(Runner):
 
 
 def load_runner(path: str | os.PathLike[str], *, model: str | None = None, max_prompt_tokens: int | None = None,
-                threads: int | None = 1, batch_tokens: int = 16384, device: str = "cpu") -> Runner:
-    """Load the head at ``path`` (strictly) and the input pipeline it needs."""
+                threads: int | None = 1, device: str = "cpu", text: TextOptions | None = None) -> Runner:
+    """Load the head at ``path`` (strictly) and the input pipeline it needs (``text``: how a text head runs)."""
     from lenpred.predictors.io import read_head
 
     p = Path(path)
@@ -290,10 +324,13 @@ def load_runner(path: str | os.PathLike[str], *, model: str | None = None, max_p
         raise DataError(f"head {p} is not a directory", "pass a head directory written by `lenpred train`")
     head, art = read_head(p)
     if head.input_kind == "text":
-        return TextRunner(head, art.meta, p)
+        return TextRunner(head, art.meta, p, text)
     if head.input_kind == "features":
+        if text is not None and text.runtime != "torch":
+            raise DataError(f"runtime {text.runtime!r} applies to the proxy head's encoder; head {p} reads the "
+                            "target's prefill", "use runtime 'torch' with this head")
         return PrefillRunner(head, art.meta, p, model=model, max_prompt_tokens=max_prompt_tokens, threads=threads,
-                             batch_tokens=batch_tokens, device=device)
+                             device=device)
     what = "an OUTLETS head" if head.input_kind == "trajectory" else f"a {head.name} head"
     raise DataError(f"head {p} is {what} (input kind {head.input_kind!r}): it reads states along a generation, which "
                     "a request has not started when it is predicted; serve takes heads of input kind 'text' (proxy) "

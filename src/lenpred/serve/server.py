@@ -19,7 +19,9 @@ from typing import Any
 from lenpred.errors import ConfigError
 from lenpred.serve.config import ServeConfig
 
-__all__ = ["bind", "run_app", "serve"]
+__all__ = ["bind", "run_app", "serve", "CHEAP_HEADS"]
+
+CHEAP_HEADS = ("ngram", "gbdt")  # text heads of a fraction of a ms a request
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -45,23 +47,30 @@ def bind(host: str, port: int) -> socket.socket:
 def serve(cfg: ServeConfig) -> int:
     from lenpred.checks import check_device
     from lenpred.serve.app import create_app
+    from lenpred.serve.heads import TextOptions
     from lenpred.serve.service import PredictionService
 
     check_device(cfg.device)  # before the head and its target load (seconds), not after
     sock = bind(cfg.host, cfg.port)
     try:
-        svc = PredictionService.from_head(cfg.head, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms,
+        svc = PredictionService.from_head(cfg.head, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms or 0.0,
                                           threads=cfg.threads, max_queue=cfg.max_queue, timeout_s=cfg.timeout_s,
                                           model=cfg.model, max_prompt_tokens=cfg.max_prompt_tokens,
-                                          device=cfg.device)
+                                          device=cfg.device, text=TextOptions(cfg.runtime, cfg.runtime_tolerance))
+        if cfg.inline and svc.input_kind != "text":
+            raise ConfigError(f"--inline runs text heads on the event loop; head {cfg.head} is a {svc.predictor} head "
+                              "that runs the target's prefill", "drop --inline for this head")
+        svc.inline = cfg.inline
+        if cfg.max_wait_ms is None:  # the measured default (docs/route.md, router-side predictors): no wait for
+            svc.max_wait_ms = 0.0 if svc.predictor in CHEAP_HEADS else 2.0  # a cheap head halves its idle cost
     except BaseException:
         sock.close()
         raise
     host, port = sock.getsockname()[:2]
     app = create_app(svc, max_body_bytes=cfg.max_body_bytes)
     what = f"target {svc.model_id}" if svc.model_id else "no target model"
-    print(f"serve: head {svc.head_name} ({svc.predictor}, card {svc.card_hash}, {what}); max batch {cfg.max_batch}, "
-          f"max wait {cfg.max_wait_ms:g} ms", flush=True)
+    how = "inline (no batching)" if svc.inline else f"max batch {cfg.max_batch}, max wait {svc.max_wait_ms:g} ms"
+    print(f"serve: head {svc.head_name} ({svc.predictor}, card {svc.card_hash}, {what}); {how}", flush=True)
     print(f"serve: listening on http://{host}:{port}  (POST /v1/predict, GET /healthz, GET /metrics, /docs)",
           flush=True)
     run_app(app, sock, log_level=cfg.log_level, access_log=cfg.access_log)

@@ -39,7 +39,7 @@ from lenpred.serve.errors import (
     ServeError,
     ServiceStoppedError,
 )
-from lenpred.serve.heads import RawPrediction, Runner, load_runner
+from lenpred.serve.heads import RawPrediction, Runner, TextOptions, load_runner
 from lenpred.serve.schema import PredictRequest, PredictResponse
 
 __all__ = ["PredictionService"]
@@ -75,6 +75,7 @@ class PredictionService:
         self._task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._started_at: float | None = None
+        self.inline = False  # True: each request runs on the event loop at once (cheap text heads; `serve --inline`)
         self.batches = 0  # model calls made by the batcher
         self.batch_sizes: list[int] = []  # the last few hundred batch sizes (tests, health)
 
@@ -82,7 +83,7 @@ class PredictionService:
     def from_head(cls, path: str | os.PathLike[str], *, max_batch: int = 64, max_wait_ms: float = 2.0,
                   threads: int = 1, max_queue: int = 4096, timeout_s: float = 60.0, model: str | None = None,
                   max_prompt_tokens: int | None = None, device: str = "cpu", warmup: bool = True,
-                  metrics: Any = None) -> PredictionService:
+                  metrics: Any = None, text: TextOptions | None = None) -> PredictionService:
         """Load the head at ``path`` (and the embedder or target model it reads), ready to :meth:`start`.
 
         Everything that can be wrong with the head (missing, not a head, another format version, a
@@ -92,7 +93,8 @@ class PredictionService:
         if threads is not None and threads < 1:
             raise ConfigError(f"threads must be at least 1, got {threads}")
         _set_threads(threads)
-        runner = load_runner(path, model=model, max_prompt_tokens=max_prompt_tokens, threads=threads, device=device)
+        runner = load_runner(path, model=model, max_prompt_tokens=max_prompt_tokens, threads=threads, device=device,
+                             text=text)
         svc = cls(runner, max_batch=max_batch, max_wait_ms=max_wait_ms, threads=threads, max_queue=max_queue,
                   timeout_s=timeout_s, metrics=metrics)
         if warmup:
@@ -174,6 +176,12 @@ class PredictionService:
     async def predict(self, req: PredictRequest) -> PredictResponse:
         """The prediction for one request (waits at most ``max_wait_ms`` for batch mates)."""
         t0 = time.perf_counter()
+        if self.inline:
+            raw = self._run_inline(req)
+            return PredictResponse(predicted_tokens=raw.point, q10=raw.q10, q50=raw.q50, q90=raw.q90,
+                                   head=self.head_name, card_hash=self.card_hash,
+                                   elapsed_ms=(time.perf_counter() - t0) * 1e3, predictor=self.predictor,
+                                   prompt_tokens=raw.prompt_tokens)
         if not self.running:
             await self.start()
         assert self._queue is not None
@@ -193,6 +201,15 @@ class PredictionService:
                                head=self.head_name, card_hash=self.card_hash,
                                elapsed_ms=(time.perf_counter() - t0) * 1e3, predictor=self.predictor,
                                prompt_tokens=raw.prompt_tokens)
+
+    def _run_inline(self, req: PredictRequest) -> RawPrediction:
+        """One request through the runner on the calling (event-loop) thread: no queue, no batch wait, no
+        thread hop. Only for heads of a fraction of a millisecond (ngram, gbdt): a slow one stalls the loop."""
+        out = self.runner.run([req])[0]
+        if isinstance(out, ServeError):
+            raise out
+        self.batches += 1
+        return out
 
     async def predict_many(self, reqs: Sequence[PredictRequest]) -> list[PredictResponse]:
         """Predictions for several requests, in order (batched together); the first error is raised."""
