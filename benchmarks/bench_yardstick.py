@@ -179,7 +179,7 @@ class CellRunner:
                 "short_threshold_tokens": last["short_threshold_tokens"]}
 
     def episode(self) -> dict[str, Any]:
-        from lenpred.sim.arrivals import Episode
+        from lenpred.sim.episode import Episode
         from lenpred.sim.yardstick import cell_figures, drain_s, episode_arrival, episode_mask
 
         peak, burst = EPISODES[self.cell.where]
@@ -224,7 +224,7 @@ class CellRunner:
 
 def estimate(a: Any, cell: Any, caps: dict[str, float]) -> tuple[int, int, int]:
     """(runs, simulated requests if every steady cell converges at 2 n0, ... if none converges)."""
-    from lenpred.sim.arrivals import Episode
+    from lenpred.sim.episode import Episode
     from lenpred.sim.yardstick import episode_arrival
 
     arms, nd = len(a.arm_objs), cell.n_decode

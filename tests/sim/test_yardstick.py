@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lenpred.errors import ConfigError, DataError
-from lenpred.sim.arrivals import Episode, unit_arrivals
+from lenpred.sim.arrivals import unit_arrivals
 from lenpred.sim.config import (
     ArrivalConfig,
     ClusterConfig,
@@ -22,6 +22,7 @@ from lenpred.sim.config import (
     parse_loads,
 )
 from lenpred.sim.engine import SimResult, Simulator
+from lenpred.sim.episode import Episode
 from lenpred.sim.workload import Workload
 from lenpred.sim.yardstick import (
     cell_figures,

@@ -408,7 +408,7 @@ class SimConfig(Config):
         if len(set(names)) != len(names):
             raise ConfigError(f"policy names must be unique, got {names}")
         if self.workload.arrival.process == "episode" and self.sweep.load_unit == "req/s":
-            from lenpred.sim.arrivals import check_episode_length
+            from lenpred.sim.episode import check_episode_length
 
             for rate in self.sweep.loads or (self.workload.arrival.effective_rate,):
                 check_episode_length(self.workload.arrival, self.workload.n_requests, float(rate or 1.0))

@@ -231,7 +231,7 @@ def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Worklo
         # their own times (load None)
         loads = [cfg.workload.arrival.effective_rate]
     if cfg.workload.arrival.process == "episode":  # every load's episode must fit the run, before any runs
-        from lenpred.sim.arrivals import check_episode_length
+        from lenpred.sim.episode import check_episode_length
 
         for load in loads:
             rate = 1.0 if load is None else (load * capacity if capacity is not None else load)

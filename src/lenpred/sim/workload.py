@@ -26,8 +26,9 @@ import pandas as pd
 from lenpred.errors import ConfigError, DataError
 from lenpred.predictions import Predictions
 from lenpred.sched.dists import rescaled, row_dist
-from lenpred.sim.arrivals import Episode, require_rate, trace_arrivals, unit_arrivals
+from lenpred.sim.arrivals import require_rate, trace_arrivals, unit_arrivals
 from lenpred.sim.config import PredictionConfig, WorkloadConfig
+from lenpred.sim.episode import Episode
 from lenpred.sim.length_sources import (
     filter_lengths,
     read_trace,

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from lenpred.errors import ConfigError
-from lenpred.sim.arrivals import Episode
 from lenpred.sim.config import ArrivalConfig, MetricsConfig
 from lenpred.sim.engine import SimResult
+from lenpred.sim.episode import Episode
 from lenpred.sim.metrics import attainment_by_class, latency_arrays
 
 TOL = 0.05  # the convergence rule: every checked P99 moved less than 5% between successive N
