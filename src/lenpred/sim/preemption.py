@@ -1,6 +1,19 @@
 """Preemption on a decode instance: for KV (the batch no longer fits) and by policy (a waiting
 request whose key beats a running one's), both costed as the cluster says (recompute: the request
-re-prefills prompt + generated tokens later; swap: its KV goes to host memory and back).
+re-prefills prompt + generated tokens later; swap: its KV goes to host memory and back); and the
+rule that admits queued requests into the batch.
+
+The KV victim and the admission rule are the arm's (``PolicyConfig.victim`` / ``admission``):
+
+* victim ``policy``: the running request with the largest queue key (under FCFS the latest arrival);
+  ``latest``: the latest arrival (vLLM's default); ``predicted-remaining``: the most predicted tokens
+  left, ``pred_remaining(gen)`` from the latest re-prediction applied (OUTLETS') or else the prefill
+  head's prediction minus gen, 0 once overrun; ``true-remaining``: the most true tokens left (the
+  ceiling). Ties go to the latest arrival (then the larger request id).
+* admission ``fits-now``: the batch's KV plus one token each plus the request fits the budget less
+  the watermark; ``predicted-peak`` (S3's): that, and the sum of predicted peak KV of every running,
+  in-flight and the new request, prompt + max(predicted total, generated), fits too; ``true-peak``:
+  prompt + true total instead (the ceiling). An empty instance admits whatever fits now.
 
 :class:`Preemption` is a mixin of :class:`~lenpred.sim.instances.DecodeInstance`: it reads that
 instance's batch state (``running``, ``waiting``, the KV counters, ``policy``) and is kept apart so the
@@ -25,25 +38,65 @@ def kv_need(r: Request) -> int:
 
 
 class Preemption:
-    """Whom a decode instance evicts, and what it costs (see the module docstring)."""
+    """Whom a decode instance evicts, what it costs, and whom it admits (see the module docstring)."""
 
     # provided by DecodeInstance
     policy: Any
     running: dict[int, Request]
     waiting: list[tuple[float, int, Request]]
+    step: int
+    cap: int
+    cap_eff: float
+    ctx: int
+    pred_sum: float
+    kv_reserved: int
+    reserved_pred: float
+    true_peak: int
+    victim_rule: str = "policy"
+    admission_rule: str = "fits-now"
+
+    def set_kv_rules(self, victim: str, admission: str) -> None:
+        """The KV victim and admission rules (values of ``PolicyConfig.victim`` / ``admission``)."""
+        self.victim_rule = victim
+        self.admission_rule = admission
 
     def _preempt_one(self, t: float) -> float:
-        """Preempt the lowest-priority running request; returns the swap-out time it costs."""
-        key = self.policy.key
+        """Preempt the running request the victim rule names; returns the swap-out time it costs."""
+        rule = self.victim_rule
         victim: Request | None = None
-        worst = -math.inf
-        for r in self.running.values():
-            k = key(r, r.gen + (self.step - r.base_step), t)
-            if k >= worst:  # ties: the later-joined one (dict order), as vLLM preempts the newest
-                worst = k
-                victim = r
+        if rule == "policy":
+            key = self.policy.key
+            worst = -math.inf
+            for r in self.running.values():
+                k = key(r, r.gen + (self.step - r.base_step), t)
+                if k >= worst:  # ties: the later-joined one (dict order), as vLLM preempts the newest
+                    worst = k
+                    victim = r
+        else:
+            best: tuple[float, float, int] | None = None
+            for r in self.running.values():
+                gen = r.gen + (self.step - r.base_step)
+                left = 0.0 if rule == "latest" else (
+                    r.pred_remaining(gen) if rule == "predicted-remaining" else float(r.output - gen))
+                score = (left, r.arrival, r.rid)
+                if best is None or score > best:
+                    best, victim = score, r
         assert victim is not None
         return self._evict(victim, t)
+
+    def _admits(self, r: Request, used: int, empty: bool) -> bool:
+        """Whether queued ``r`` may join: ``used`` is the KV after it joins (running + in flight + one
+        token each + its own), ``empty`` whether nothing runs or is in flight."""
+        if used > self.cap_eff and not (empty and used <= self.cap):
+            return False
+        rule = self.admission_rule
+        if rule == "fits-now" or empty:
+            return True
+        if rule == "predicted-peak":
+            peak = self.ctx + self.pred_sum + self.kv_reserved + self.reserved_pred + kv_need(r) + r.q_rem
+        else:
+            peak = self.true_peak + r.prompt + r.output
+        return peak <= self.cap_eff
 
     def _evict(self, victim: Request, t: float) -> float:
         """Preempt ``victim`` (recompute or swap, as the cluster says); returns the swap-out time."""
@@ -67,7 +120,7 @@ class Preemption:
             return False
         joins_now = r.need in (NEED_RECOMPUTE, NEED_SWAP_IN)
         used = self.ctx + self.kv_reserved + self.n_run + kv_need(r) + (1 if joins_now else 0)
-        return used <= self.cap_eff or (slots == 0 and self.kv_reserved == 0 and used <= self.cap)
+        return self._admits(r, used, slots == 0 and self.kv_reserved == 0)
 
     def _policy_preempt(self, t: float) -> float:
         """While the first queued request finds no room and beats the worst running request (by the
