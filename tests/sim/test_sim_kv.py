@@ -104,6 +104,42 @@ def test_first_victim_end_to_end(victim: str, repred: bool, first: int, toy_prof
     assert seen[0] == (first, 33)
 
 
+def test_horizon_peak_by_hand(toy_profile: LatencyProfile) -> None:
+    # running a, b, c (prompt 10 + 30 generated each; predicted left 5 / 80 / 15, true 70 / 2 / 30) and a
+    # fresh r (prompt 10, 1 token from prefill: KV 11; predicted left 39, true 49). Predicted, sorted down:
+    # b (80, 40), r (39, 11), c (15, 40), a (5, 40): footprints 40 + 80, 51 + 2 x 39, 91 + 3 x 15,
+    # 131 + 4 x 5 = 120, 129, 136, 151. True: a (70, 40), r (49, 11), c (30, 40), b (2, 40): 110, 149, 181, 139.
+    d = _instance(toy_profile, "latest")
+    _running(d)
+    r = Request(3, 3.0, 10, 50, 40)
+    r.gen = 1
+    r.q_rem = r.pred_remaining(1)
+    assert d._horizon_peak(r, truth=False) == 151.0
+    assert d._horizon_peak(r, truth=True) == 181.0
+    d.set_kv_rules("latest", "predicted-horizon")
+    d.cap_eff = 150.0
+    assert not d._admits(r, 131, empty=False)
+    d.cap_eff = 151.0
+    assert d._admits(r, 131, empty=False)
+
+
+@pytest.mark.parametrize(("pred_b", "held"), [(30.0, False), (80.0, True)])
+def test_horizon_admits_what_the_sum_of_peaks_holds_back(pred_b: float, held: bool,
+                                                         toy_profile: LatencyProfile) -> None:
+    # a (prompt 10, predicted 100) has ~35 tokens when b (prompt 10) arrives at 0.5 s. b predicted 30:
+    # a leaves last, the footprint peaks at 45 + 65 = 110 or 56 + 2 x 30 = 116 <= 130: admitted (the sum
+    # of peaks, 151, is not). b predicted 80: b leaves last, 56 + 2 x 65 = 186 > 130: held back.
+    reqs = [Request(0, 0.0, 10, 50, 100), Request(1, 0.5, 10, 10, pred_b)]
+    cluster = ClusterConfig(mode="colocated", kv_capacity_tokens=130, watermark=0.0)
+    hor = simulate(reqs, cluster, PolicyConfig(admission="predicted-horizon"), profile=toy_profile,
+                   check_invariants=True)
+    now = simulate(reqs, cluster, PolicyConfig(), profile=toy_profile)
+    if held:
+        assert hor.t_prefill_start[1] >= hor.t_finish[0]
+    else:
+        assert hor.t_prefill_start[1] == now.t_prefill_start[1] < now.t_finish[0]
+
+
 def test_predicted_peak_holds_back_what_fits_now(toy_profile: LatencyProfile) -> None:
     # a (predicted peak 10 + 100) runs; b arrives at 0.5 s (predicted peak 10 + 1 + 30): 151 > 130, so
     # predicted-peak keeps b waiting until a finishes; fits-now admits it at once (KV ~ 10 + gen + 11);
@@ -124,12 +160,13 @@ def test_predicted_peak_holds_back_what_fits_now(toy_profile: LatencyProfile) ->
     assert (now.n_preempt == 0).all() and (peak.n_preempt == 0).all()
 
 
-def test_true_peak_admission_never_preempts(make_requests: MakeRequests, toy_profile: LatencyProfile) -> None:
-    # admitted only while the true peaks fit, a batch never outgrows its KV
+@pytest.mark.parametrize("rule", ["true-peak", "true-horizon"])
+def test_true_admission_never_preempts(rule: str, make_requests: MakeRequests, toy_profile: LatencyProfile) -> None:
+    # admitted only while the true peaks (or the true future footprint) fit, a batch never outgrows its KV
     reqs = make_requests(n=200, rate=80.0)
     cluster = ClusterConfig(n_prefill=1, n_decode=2, kv_capacity_tokens=3000)
     base = simulate(reqs, cluster, PolicyConfig(), profile=toy_profile)
-    peak = Simulator(reqs, cluster, PolicyConfig(admission="true-peak"), profile=toy_profile,
+    peak = Simulator(reqs, cluster, PolicyConfig(admission=rule), profile=toy_profile,
                      check_invariants=True).run()
     assert base.n_preempt.sum() > 0 and peak.n_preempt.sum() == 0
     assert np.isfinite(peak.t_finish).all()

@@ -37,7 +37,7 @@ SPLIT_ROLES = ("train", "val", "test")  # lenpred.data.split.ROLES (not imported
 LOAD_UNITS = ("req/s", "capacity")
 # KV preemption victim and decode admission rules (lenpred.sim.preemption)
 VICTIMS = ("policy", "latest", "predicted-remaining", "true-remaining")
-ADMISSIONS = ("fits-now", "predicted-peak", "true-peak")
+ADMISSIONS = ("fits-now", "predicted-peak", "true-peak", "predicted-horizon", "true-horizon")
 # prediction models that are not synthetic predictors: a predictions table, a trace's own column
 TABLE_MODELS = ("table", "input")
 
@@ -162,7 +162,9 @@ class PolicyConfig(Config):
     victim: str = Field("policy", description="KV preemption victim: policy (the queue key's largest), latest "
                         "(the latest arrival, vLLM's), predicted-remaining or true-remaining (the most tokens left)")
     admission: str = Field("fits-now", description="decode admission: fits-now (the current KV fits, less the "
-                           "watermark), predicted-peak (also the sum of predicted peak KV fits, S3) or true-peak")
+                           "watermark), predicted-peak (also the sum of predicted peak KV fits, S3), true-peak, "
+                           "predicted-horizon (also the batch's most future KV, requests leaving at their predicted "
+                           "ends, fits) or true-horizon")
     prediction: PredictionConfig | None = Field(None, description="default: the config's top-level prediction")
 
     @model_validator(mode="after")

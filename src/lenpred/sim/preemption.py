@@ -13,7 +13,11 @@ The KV victim and the admission rule are the arm's (``PolicyConfig.victim`` / ``
 * admission ``fits-now``: the batch's KV plus one token each plus the request fits the budget less
   the watermark; ``predicted-peak`` (S3's): that, and the sum of predicted peak KV of every running,
   in-flight and the new request, prompt + max(predicted total, generated), fits too; ``true-peak``:
-  prompt + true total instead (the ceiling). An empty instance admits whatever fits now.
+  prompt + true total instead (the ceiling); ``predicted-horizon``: fits now, and the most KV the
+  batch would hold in the future, if every request ran to its predicted end and then left, fits
+  (:meth:`Preemption._horizon_peak`; requests do not all peak at once, which the sum of peaks
+  assumes); ``true-horizon``: the same on true lengths (the ceiling). An empty instance admits
+  whatever fits now.
 
 :class:`Preemption` is a mixin of :class:`~lenpred.sim.instances.DecodeInstance`: it reads that
 instance's batch state (``running``, ``waiting``, the KV counters, ``policy``) and is kept apart so the
@@ -25,6 +29,8 @@ from __future__ import annotations
 import heapq
 import math
 from typing import Any
+
+import numpy as np
 
 from lenpred.sched.queue import NEVER
 from lenpred.sim.request import NEED_RECOMPUTE, NEED_SWAP_IN, Request
@@ -94,9 +100,36 @@ class Preemption:
             return True
         if rule == "predicted-peak":
             peak = self.ctx + self.pred_sum + self.kv_reserved + self.reserved_pred + kv_need(r) + r.q_rem
-        else:
+        elif rule == "true-peak":
             peak = self.true_peak + r.prompt + r.output
+        else:
+            peak = self._horizon_peak(r, rule == "true-horizon")
         return peak <= self.cap_eff
+
+    def _horizon_peak(self, r: Request, truth: bool) -> float:
+        """The most KV the batch would ever hold if ``r`` joined and every running request ran to its
+        predicted (``truth``: true) end, one token per step, leaving then: with remaining lengths sorted
+        down, rem_1 >= rem_2 >= ..., the footprint peaks just before the k-th one leaves, at
+        sum_{i <= k} (prompt_i + gen_i) + k rem_k; a request past its prediction counts 1 token left.
+        Requests in flight count at their peak (prompt + remaining) throughout."""
+        rem = []
+        base = []
+        step = self.step
+        for q in self.running.values():
+            gen = q.gen + (step - q.base_step)
+            left = float(q.output - gen) if truth else q.pred_remaining(gen)
+            rem.append(left if left > 1.0 else 1.0)
+            base.append(q.prompt + gen)
+        rem.append(float(r.output - r.gen) if truth else max(r.q_rem, 1.0))
+        base.append(kv_need(r))
+        x = np.asarray(rem)
+        order = np.argsort(-x, kind="stable")
+        foot = np.cumsum(np.asarray(base, dtype=np.float64)[order]) + np.arange(1, x.size + 1) * x[order]
+        if truth:
+            flight = self.true_peak - sum(q.prompt + q.output for q in self.running.values())
+        else:
+            flight = self.kv_reserved + self.reserved_pred
+        return float(foot.max()) + flight
 
     def _evict(self, victim: Request, t: float) -> float:
         """Preempt ``victim`` (recompute or swap, as the cluster says); returns the swap-out time."""

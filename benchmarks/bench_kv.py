@@ -1,0 +1,275 @@
+"""A KV-bound regime, where remaining length decides (issue 30 part 3): KV victim choice and admission.
+
+The cluster is bench_policies.py's (1 prefill + 2 decode, ``llama8b-h100``, batch limit 256, recompute
+preemption, 25 GB/s link, ShareGPT test prompts), with each decode instance's KV budget cut so KV
+binds before the 256 slots. **Budget rule**: half of what a full batch holds at the workload's mean
+context, ``K = 0.5 x 256 x mean(prompt + output / 2)`` tokens (the seed-0 workload's means; the same
+K for every seed): a full batch of 256 would need 2 K, so the batch is KV-bound and requests admitted
+while they fit grow into preemption. Loads are multiples of the capacity a burst probe measures on
+this cluster under vLLM's default (FCFS, preempt the latest arrival).
+
+Arms: every arm is FCFS with round-robin dispatch, so only the victim and admission rules differ
+(:mod:`lenpred.sim.preemption`): vLLM's default (victim ``latest``, admission ``fits-now``); victim
+``predicted-remaining``, admission ``predicted-peak`` (S3) and both, each on the OUTLETS
+re-predictions (``--outlets``, all 2,416 test samples) and on the mlp prefill head; the ceilings on
+the true lengths (``true-remaining``, ``true-peak``, both). Beyond the issue's arms: admission ``predicted-horizon``
+(the batch's most future KV, requests leaving at their predicted ends, must fit), alone and with the
+victim rule, and ``true-horizon``. Per (arm, load, seed) one simulation and
+one JSON row appended to ``WORK/cells.jsonl`` at once (resumable; a cell already there is skipped).
+The report: ``OUT/kv.json`` (every row and the per-cell summary) and ``OUT/kv.md`` (min-max over
+seeds, ratios to vLLM's default per seed, the issue's goal checked per cell and seed).
+
+    flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python benchmarks/bench_kv.py --max-minutes 9
+    .venv/bin/python benchmarks/bench_kv.py --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_policies import ROOT, build, make_tables, prediction, sim_config, sources  # noqa: E402
+from policies_report import read_rows  # noqa: E402
+
+LOADS = (0.9, 0.95, 0.98)
+SEEDS = (0, 1, 2, 3, 4)
+BUDGET_SHARE = 0.5  # K = share x batch limit x mean(prompt + output / 2)
+KEY = ("arm", "load", "seed", "n_requests")
+GOAL_PREEMPT = 0.7  # the goal: preemptions cut >= 30%
+
+
+@dataclass(frozen=True)
+class KvArm:
+    name: str
+    predictor: str  # "-" (none), "outlets", "mlp", "true"
+    victim: str
+    admission: str
+
+    def config(self, tables: dict[str, str]) -> Any:
+        from lenpred.sim.config import PolicyConfig
+
+        return PolicyConfig(name=self.name, queue="fcfs", dispatch="round-robin", victim=self.victim,
+                            admission=self.admission, prediction=prediction(self.predictor, tables, None))
+
+
+BASE = KvArm("vllm-default", "-", "latest", "fits-now")
+ARMS = [BASE] + [KvArm(f"{what} {p}", p, v, a) for p in ("outlets", "mlp")
+                 for what, v, a in (("victim", "predicted-remaining", "fits-now"),
+                                    ("admit", "latest", "predicted-peak"),
+                                    ("both", "predicted-remaining", "predicted-peak"),
+                                    ("horizon", "latest", "predicted-horizon"),
+                                    ("victim+horizon", "predicted-remaining", "predicted-horizon"))] + [
+    KvArm("victim true", "true", "true-remaining", "fits-now"), KvArm("admit true", "true", "latest", "true-peak"),
+    KvArm("both true", "true", "true-remaining", "true-peak"), KvArm("horizon true", "true", "latest", "true-horizon")]
+OUTLETS_ARMS = [a.name for a in ARMS if a.predictor == "outlets"]
+
+
+def kv_budget(wl: Any, max_batch: int) -> int:
+    """The stated rule: BUDGET_SHARE x max_batch x mean(prompt + output / 2), in tokens."""
+    return int(round(BUDGET_SHARE * max_batch * float(np.mean(wl.prompt + wl.output / 2.0))))
+
+
+def cell_row(res: Any, thr: float) -> dict[str, Any]:
+    """Preemptions per request (mean, P99, share preempted), overall and short P99 / P50 E2E, SLO
+    attainment and goodput (SLO-meeting completions per second) of one run."""
+    from lenpred.sim.metrics import summarize
+
+    s = summarize(res, short_threshold=thr)
+    lat = s["latency"]
+    return {"preempt_mean": s["preemption"]["mean"], "preempt_p99": s["preemption"]["p99"],
+            "preempt_share": s["preemption"]["share"], "p99_s": lat["all"]["e2e"]["p99"],
+            "p50_s": lat["all"]["e2e"]["p50"], "short_p99_s": lat["short"]["e2e"]["p99"],
+            "short_p50_s": lat["short"]["e2e"]["p50"], "ttft_p99_s": lat["all"]["ttft"]["p99"],
+            "tpot_p99_s": lat["all"]["tpot"]["p99"], "attainment": s["slo"]["attainment"],
+            "goodput_rps": s["goodput_rps"], "throughput_rps": s["throughput_rps"],
+            "mean_batch": float(np.mean(s["decode_imbalance"]["mean_batch"]))}
+
+
+def setup(a: argparse.Namespace, say: Any) -> tuple[Any, dict[str, str], dict[str, Any]]:
+    """The source, its predictions tables, and the budget and capacity (measured once, in WORK/setup.json)."""
+    from lenpred.sim.sweep import measure_capacity
+
+    src = sources(argparse.Namespace(alpaca_roles=None))["sharegpt"]
+    work = Path(a.work)
+    tables = make_tables(src, work, None, "", "", say)
+    tables["outlets"] = a.outlets
+    path = work / "setup.json"
+    if path.is_file():
+        return src, tables, json.loads(path.read_text())
+    cfg = sim_config(src, a.n_requests, 0, "poisson")
+    wl = build(src, cfg, tables)
+    budget = kv_budget(wl, cfg.cluster.max_batch)
+    cfg = cfg.nested("cluster", kv_capacity_tokens=budget)
+    cap = measure_capacity(cfg, wl, BASE.config(tables))
+    st = {"kv_capacity_tokens": budget, "capacity_rps": cap, "mean_prompt": float(wl.prompt.mean()),
+          "mean_output": float(wl.output.mean()), "rule": f"{BUDGET_SHARE} x max_batch x mean(prompt + output/2)"}
+    path.write_text(json.dumps(st, indent=2) + "\n")
+    say(f"KV budget {budget} tokens per decode instance; capacity {cap:.2f} requests/s")
+    return src, tables, st
+
+
+def run_grid(a: argparse.Namespace, say: Any) -> bool:
+    """Every missing cell, seed by seed; returns False when --max-minutes stopped it early."""
+    from lenpred.sim.sweep import PredictionCache, run_one
+
+    t_end = time.monotonic() + 60.0 * a.max_minutes
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    jl = work / "cells.jsonl"
+    have = {tuple(r[k] for k in KEY) for r in read_rows(jl)} if jl.is_file() else set()
+    src, tables, st = setup(a, say)
+    for seed in a.seeds:
+        todo = [(x, load) for load in a.loads for x in ARMS if (x.name, load, seed, a.n_requests) not in have]
+        if not todo:
+            continue
+        cfg = sim_config(src, a.n_requests, seed, "poisson").nested("cluster",
+                                                                    kv_capacity_tokens=st["kv_capacity_tokens"])
+        wl = build(src, cfg, tables)
+        thr = float(np.median(wl.output))
+        cache = PredictionCache(wl, seed)
+        for x, load in todo:
+            if time.monotonic() > t_end:
+                say("stopped by --max-minutes: run again to continue")
+                return False
+            c0 = time.process_time()
+            res = run_one(cfg, wl, x.config(tables), load * st["capacity_rps"], cache=cache)
+            row = {"arm": x.name, "policy": "fcfs", "predictor": x.predictor, "victim": x.victim, "admission": x.admission,
+                   "load": load, "seed": seed, "n_requests": a.n_requests, **cell_row(res, thr),
+                   "short_threshold_tokens": thr, "rate_rps": load * st["capacity_rps"],
+                   "kv_capacity_tokens": st["kv_capacity_tokens"], "cpu_s": time.process_time() - c0}
+            with jl.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            say(f"s{seed} {load:g}x {x.name}: {row['preempt_mean']:.3f} preempt/req, P99 {row['p99_s']:.2f} s, "
+                f"short P99 {row['short_p99_s']:.2f} s, attainment {row['attainment']:.3f} ({row['cpu_s']:.1f} s CPU)")
+    return True
+
+
+# ---------------------------------------------------------------- report
+METRICS = (("preempt_mean", "preempt/req"), ("preempt_share", "share preempted"), ("p99_s", "P99 s"),
+           ("short_p99_s", "short P99 s"), ("attainment", "SLO attainment"), ("goodput_rps", "goodput req/s"))
+RATIOS = (("preempt_mean", "preempt"), ("p99_s", "P99"), ("short_p99_s", "short P99"), ("attainment", "attain"))
+
+
+def summarize_cells(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per load and arm: min / max / mean over seeds of each metric, and of its ratio to vLLM's
+    default in the same seed; per load: whether the goal holds for each OUTLETS arm in every seed."""
+    out: dict[str, Any] = {}
+    for load in sorted({r["load"] for r in rows}):
+        at = [r for r in rows if r["load"] == load]
+        base = {r["seed"]: r for r in at if r["arm"] == BASE.name}
+        cell: dict[str, Any] = {"seeds": sorted(base), "arms": {}}
+        for x in ARMS:
+            rs = [r for r in at if r["arm"] == x.name and r["seed"] in base]
+            if not rs:
+                continue
+            m = {k: _mm([r[k] for r in rs]) for k, _ in METRICS}
+            ratios = {k: _mm([_ratio(r[k], base[r["seed"]][k]) for r in rs]) for k, _ in RATIOS}
+            goal = [r["preempt_mean"] <= GOAL_PREEMPT * base[r["seed"]]["preempt_mean"]
+                    and r["p99_s"] < base[r["seed"]]["p99_s"] and r["short_p99_s"] <= base[r["seed"]]["short_p99_s"]
+                    for r in rs]
+            cell["arms"][x.name] = {"n_seeds": len(rs), "metrics": m, "ratio_to_default": ratios,
+                                    "goal_seeds": int(sum(goal)), "goal_all_seeds": all(goal)}
+        out[f"{load:g}"] = cell
+    return out
+
+
+def _mm(v: list[float]) -> dict[str, float]:
+    x = np.asarray(v, dtype=float)
+    return {"min": float(np.nanmin(x)), "max": float(np.nanmax(x)), "mean": float(np.nanmean(x))}
+
+
+def _ratio(v: float, b: float) -> float:
+    return float(v / b) if b else (1.0 if v == b else float("inf"))
+
+
+def _fmt(m: dict[str, float], digits: int = 2) -> str:
+    lo, hi = m["min"], m["max"]
+    return f"{lo:.{digits}f}" if abs(hi - lo) < 0.5 * 10 ** -digits else f"{lo:.{digits}f}-{hi:.{digits}f}"
+
+
+def write_report(work: Path, out: Path, n_requests: int | None = None) -> list[Path]:
+    """OUT/kv.json and OUT/kv.md from WORK/cells.jsonl (only the rows of ``n_requests`` when given)."""
+    rows = read_rows(work / "cells.jsonl") if (work / "cells.jsonl").is_file() else []
+    rows = [r for r in rows if "arm" in r and n_requests in (None, r.get("n_requests"))]
+    setup_info = json.loads((work / "setup.json").read_text()) if (work / "setup.json").is_file() else {}
+    summ = summarize_cells(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    js = out / "kv.json"
+    js.write_text(json.dumps({"setup": setup_info, "summary": summ, "rows": rows}, indent=1) + "\n")
+    lines = ["# KV-bound regime: victim choice and admission (issue 30 part 3)", "",
+             f"KV budget {setup_info.get('kv_capacity_tokens', '?')} tokens per decode instance "
+             f"({setup_info.get('rule', '')}), batch limit 256, 1 prefill + 2 decode, ShareGPT test prompts, "
+             f"capacity {setup_info.get('capacity_rps', float('nan')):.2f} requests/s (burst probe, vLLM default). "
+             "Figures: min-max over seeds; ratios: per seed, to vLLM's default in the same seed.", ""]
+    for load, cell in summ.items():
+        lines += [f"## load {load} x capacity (seeds {', '.join(map(str, cell['seeds']))})", "",
+                  "| arm | " + " | ".join(lab for _, lab in METRICS) + " | " +
+                  " | ".join(f"{lab} / default" for _, lab in RATIOS) + " | goal seeds |",
+                  "|" + "---|" * (len(METRICS) + len(RATIOS) + 2)]
+        for name, c in cell["arms"].items():
+            vals = [_fmt(c["metrics"][k], 3 if k.startswith("preempt") or k == "attainment" else 2)
+                    for k, _ in METRICS]
+            rat = [_fmt(c["ratio_to_default"][k]) for k, _ in RATIOS]
+            goal = "-" if name == BASE.name else f"{c['goal_seeds']}/{c['n_seeds']}"
+            lines.append(f"| {name} | " + " | ".join(vals) + " | " + " | ".join(rat) + f" | {goal} |")
+        lines.append("")
+    met = {load: [n for n in OUTLETS_ARMS if cell["arms"].get(n, {}).get("goal_all_seeds")]
+           for load, cell in summ.items()}
+    lines += ["## Goal", "", "OUTLETS-informed victim choice and admission cut preemptions >= 30% and overall P99 "
+              "below vLLM's default, with short P99 no worse, in every KV-bound cell (every seed):", ""]
+    lines += [f"* load {load}: " + (", ".join(v) + " meet it" if v else "no OUTLETS arm meets it")
+              for load, v in met.items()]
+    md = out / "kv.md"
+    md.write_text("\n".join(lines) + "\n")
+    return [js, md]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="docs/kv", help="report folder (kv.json, kv.md)")
+    ap.add_argument("--work", default="out/kv", help="cells.jsonl, setup.json, predictions tables")
+    ap.add_argument("--n-requests", type=int, default=16000)
+    ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
+    ap.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS))
+    ap.add_argument("--outlets", default=str(ROOT / "data/outlets/predictions-test-smollm2-sharegpt.parquet"),
+                    help="OUTLETS predictions with re-predictions for the test samples")
+    ap.add_argument("--max-minutes", type=float, default=9.0, help="stop starting cells after this long")
+    ap.add_argument("--report-only", action="store_true", help="write the report from WORK/cells.jsonl")
+    a = ap.parse_args(argv)
+    try:
+        a.seeds = [int(x) for x in a.seeds.split(",") if x]
+        a.loads = [float(x) for x in a.loads.split(",") if x]
+    except ValueError as e:
+        print(f"error: --seeds / --loads must be comma-separated numbers ({e}) -- fix: e.g. --loads 0.9,0.98",
+              file=sys.stderr)
+        return 1
+    if not a.seeds or not a.loads or any(not (0 < x < 2) for x in a.loads) or a.n_requests < 100:
+        print(f"error: loads {a.loads} must be in (0, 2) x capacity, seeds non-empty, --n-requests >= 100 "
+              "-- fix: e.g. --loads 0.9,0.98 --seeds 0,1,2,3,4", file=sys.stderr)
+        return 1
+    from lenpred.errors import LenpredError
+
+    say = lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        if not a.report_only:
+            run_grid(a, say)
+        for p in write_report(Path(a.work), Path(a.out), a.n_requests):
+            print(f"wrote {p}")
+    except LenpredError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
