@@ -43,8 +43,8 @@ from policies_report import read_rows  # noqa: E402
 
 LOADS = (0.9, 0.95, 0.98)
 SEEDS = (0, 1, 2, 3, 4)
-BUDGET_SHARE = 0.5  # K = share x batch limit x mean(prompt + output / 2)
-KEY = ("arm", "load", "seed", "n_requests")
+BUDGETS = (0.5, 0.25)  # K = share x batch limit x mean(prompt + output / 2)
+KEY = ("arm", "budget_share", "load", "seed", "n_requests")
 GOAL_PREEMPT = 0.7  # the goal: preemptions cut >= 30%
 
 
@@ -74,9 +74,9 @@ ARMS = [BASE] + [KvArm(f"{what} {p}", p, v, a) for p in ("outlets", "mlp")
 OUTLETS_ARMS = [a.name for a in ARMS if a.predictor == "outlets"]
 
 
-def kv_budget(wl: Any, max_batch: int) -> int:
-    """The stated rule: BUDGET_SHARE x max_batch x mean(prompt + output / 2), in tokens."""
-    return int(round(BUDGET_SHARE * max_batch * float(np.mean(wl.prompt + wl.output / 2.0))))
+def kv_budget(wl: Any, max_batch: int, share: float) -> int:
+    """The stated rule: share x max_batch x mean(prompt + output / 2), in tokens."""
+    return int(round(share * max_batch * float(np.mean(wl.prompt + wl.output / 2.0))))
 
 
 def cell_row(res: Any, thr: float) -> dict[str, Any]:
@@ -95,41 +95,53 @@ def cell_row(res: Any, thr: float) -> dict[str, Any]:
             "mean_batch": float(np.mean(s["decode_imbalance"]["mean_batch"]))}
 
 
-def setup(a: argparse.Namespace, say: Any) -> tuple[Any, dict[str, str], dict[str, Any]]:
-    """The source, its predictions tables, and the budget and capacity (measured once, in WORK/setup.json)."""
+def setup(a: argparse.Namespace, say: Any, share: float) -> tuple[Any, dict[str, str], dict[str, Any]]:
+    """The source, its predictions tables, and the budget and capacity (measured once per budget share, in
+    WORK/setup-<share>.json)."""
     from lenpred.sim.sweep import measure_capacity
 
     src = sources(argparse.Namespace(alpaca_roles=None))["sharegpt"]
     work = Path(a.work)
     tables = make_tables(src, work, None, "", "", say)
     tables["outlets"] = a.outlets
-    path = work / "setup.json"
+    path = work / f"setup-{share:g}.json"
     if path.is_file():
         return src, tables, json.loads(path.read_text())
     cfg = sim_config(src, a.n_requests, 0, "poisson")
     wl = build(src, cfg, tables)
-    budget = kv_budget(wl, cfg.cluster.max_batch)
+    budget = kv_budget(wl, cfg.cluster.max_batch, share)
     cfg = cfg.nested("cluster", kv_capacity_tokens=budget)
     cap = measure_capacity(cfg, wl, BASE.config(tables))
     st = {"kv_capacity_tokens": budget, "capacity_rps": cap, "mean_prompt": float(wl.prompt.mean()),
-          "mean_output": float(wl.output.mean()), "rule": f"{BUDGET_SHARE} x max_batch x mean(prompt + output/2)"}
+          "mean_output": float(wl.output.mean()), "budget_share": share,
+          "rule": f"{share:g} x max_batch x mean(prompt + output/2)"}
     path.write_text(json.dumps(st, indent=2) + "\n")
     say(f"KV budget {budget} tokens per decode instance; capacity {cap:.2f} requests/s")
     return src, tables, st
 
 
 def run_grid(a: argparse.Namespace, say: Any) -> bool:
-    """Every missing cell, seed by seed; returns False when --max-minutes stopped it early."""
-    from lenpred.sim.sweep import PredictionCache, run_one
-
+    """Every missing cell, budget by budget and seed by seed; returns False when --max-minutes stopped it."""
     t_end = time.monotonic() + 60.0 * a.max_minutes
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     jl = work / "cells.jsonl"
     have = {tuple(r[k] for k in KEY) for r in read_rows(jl)} if jl.is_file() else set()
-    src, tables, st = setup(a, say)
+    for share in a.budgets:
+        if not run_budget(a, share, have, say, t_end):
+            return False
+    return True
+
+
+def run_budget(a: argparse.Namespace, share: float, have: set[tuple[Any, ...]], say: Any, t_end: float) -> bool:
+    """The missing cells of one budget share, seed by seed."""
+    from lenpred.sim.sweep import PredictionCache, run_one
+
+    jl = Path(a.work) / "cells.jsonl"
+    src, tables, st = setup(a, say, share)
     for seed in a.seeds:
-        todo = [(x, load) for load in a.loads for x in ARMS if (x.name, load, seed, a.n_requests) not in have]
+        todo = [(x, load) for load in a.loads for x in ARMS
+                if (x.name, share, load, seed, a.n_requests) not in have]
         if not todo:
             continue
         cfg = sim_config(src, a.n_requests, seed, "poisson").nested("cluster",
@@ -144,12 +156,12 @@ def run_grid(a: argparse.Namespace, say: Any) -> bool:
             c0 = time.process_time()
             res = run_one(cfg, wl, x.config(tables), load * st["capacity_rps"], cache=cache)
             row = {"arm": x.name, "policy": "fcfs", "predictor": x.predictor, "victim": x.victim, "admission": x.admission,
-                   "load": load, "seed": seed, "n_requests": a.n_requests, **cell_row(res, thr),
+                   "budget_share": share, "load": load, "seed": seed, "n_requests": a.n_requests, **cell_row(res, thr),
                    "short_threshold_tokens": thr, "rate_rps": load * st["capacity_rps"],
                    "kv_capacity_tokens": st["kv_capacity_tokens"], "cpu_s": time.process_time() - c0}
             with jl.open("a") as f:
                 f.write(json.dumps(row) + "\n")
-            say(f"s{seed} {load:g}x {x.name}: {row['preempt_mean']:.3f} preempt/req, P99 {row['p99_s']:.2f} s, "
+            say(f"K {share:g} s{seed} {load:g}x {x.name}: {row['preempt_mean']:.3f} preempt/req, P99 {row['p99_s']:.2f} s, "
                 f"short P99 {row['short_p99_s']:.2f} s, attainment {row['attainment']:.3f} ({row['cpu_s']:.1f} s CPU)")
     return True
 
@@ -164,8 +176,8 @@ def summarize_cells(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per load and arm: min / max / mean over seeds of each metric, and of its ratio to vLLM's
     default in the same seed; per load: whether the goal holds for each OUTLETS arm in every seed."""
     out: dict[str, Any] = {}
-    for load in sorted({r["load"] for r in rows}):
-        at = [r for r in rows if r["load"] == load]
+    for share, load in sorted({(r["budget_share"], r["load"]) for r in rows}, key=lambda c: (-c[0], c[1])):
+        at = [r for r in rows if r["budget_share"] == share and r["load"] == load]
         base = {r["seed"]: r for r in at if r["arm"] == BASE.name}
         cell: dict[str, Any] = {"seeds": sorted(base), "arms": {}}
         for x in ARMS:
@@ -179,7 +191,7 @@ def summarize_cells(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     for r in rs]
             cell["arms"][x.name] = {"n_seeds": len(rs), "metrics": m, "ratio_to_default": ratios,
                                     "goal_seeds": int(sum(goal)), "goal_all_seeds": all(goal)}
-        out[f"{load:g}"] = cell
+        out[f"K {share:g}, load {load:g}"] = cell
     return out
 
 
@@ -201,18 +213,20 @@ def write_report(work: Path, out: Path, n_requests: int | None = None) -> list[P
     """OUT/kv.json and OUT/kv.md from WORK/cells.jsonl (only the rows of ``n_requests`` when given)."""
     rows = read_rows(work / "cells.jsonl") if (work / "cells.jsonl").is_file() else []
     rows = [r for r in rows if "arm" in r and n_requests in (None, r.get("n_requests"))]
-    setup_info = json.loads((work / "setup.json").read_text()) if (work / "setup.json").is_file() else {}
+    setup_info = {p.stem.removeprefix("setup-"): json.loads(p.read_text()) for p in sorted(work.glob("setup-*.json"))}
     summ = summarize_cells(rows)
     out.mkdir(parents=True, exist_ok=True)
     js = out / "kv.json"
     js.write_text(json.dumps({"setup": setup_info, "summary": summ, "rows": rows}, indent=1) + "\n")
     lines = ["# KV-bound regime: victim choice and admission (issue 30 part 3)", "",
-             f"KV budget {setup_info.get('kv_capacity_tokens', '?')} tokens per decode instance "
-             f"({setup_info.get('rule', '')}), batch limit 256, 1 prefill + 2 decode, ShareGPT test prompts, "
-             f"capacity {setup_info.get('capacity_rps', float('nan')):.2f} requests/s (burst probe, vLLM default). "
-             "Figures: min-max over seeds; ratios: per seed, to vLLM's default in the same seed.", ""]
-    for load, cell in summ.items():
-        lines += [f"## load {load} x capacity (seeds {', '.join(map(str, cell['seeds']))})", "",
+             "Batch limit 256, 1 prefill + 2 decode, ShareGPT test prompts, FCFS + round robin in every arm. "
+             "Figures: min-max over seeds; ratios: per seed, to vLLM's default in the same seed. KV budgets "
+             "(K share: tokens per decode instance, share x 256 x mean(prompt + output/2); capacity by a burst "
+             "probe under vLLM's default):", ""]
+    lines += [f"* K {k}: {v['kv_capacity_tokens']} tokens, capacity {v['capacity_rps']:.2f} requests/s"
+              for k, v in setup_info.items()] + [""]
+    for label, cell in summ.items():
+        lines += [f"## {label} x capacity (seeds {', '.join(map(str, cell['seeds']))})", "",
                   "| arm | " + " | ".join(lab for _, lab in METRICS) + " | " +
                   " | ".join(f"{lab} / default" for _, lab in RATIOS) + " | goal seeds |",
                   "|" + "---|" * (len(METRICS) + len(RATIOS) + 2)]
@@ -227,8 +241,8 @@ def write_report(work: Path, out: Path, n_requests: int | None = None) -> list[P
            for load, cell in summ.items()}
     lines += ["## Goal", "", "OUTLETS-informed victim choice and admission cut preemptions >= 30% and overall P99 "
               "below vLLM's default, with short P99 no worse, in every KV-bound cell (every seed):", ""]
-    lines += [f"* load {load}: " + (", ".join(v) + " meet it" if v else "no OUTLETS arm meets it")
-              for load, v in met.items()]
+    lines += [f"* {label}: " + (", ".join(v) + " meet it" if v else "no OUTLETS arm meets it")
+              for label, v in met.items()]
     md = out / "kv.md"
     md.write_text("\n".join(lines) + "\n")
     return [js, md]
@@ -241,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n-requests", type=int, default=16000)
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     ap.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS))
+    ap.add_argument("--budgets", default=",".join(f"{x:g}" for x in BUDGETS),
+                    help="KV budget shares: K = share x 256 x mean(prompt + output/2)")
     ap.add_argument("--outlets", default=str(ROOT / "data/outlets/predictions-test-smollm2-sharegpt.parquet"),
                     help="OUTLETS predictions with re-predictions for the test samples")
     ap.add_argument("--max-minutes", type=float, default=9.0, help="stop starting cells after this long")
@@ -249,13 +265,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         a.seeds = [int(x) for x in a.seeds.split(",") if x]
         a.loads = [float(x) for x in a.loads.split(",") if x]
+        a.budgets = [float(x) for x in a.budgets.split(",") if x]
     except ValueError as e:
         print(f"error: --seeds / --loads must be comma-separated numbers ({e}) -- fix: e.g. --loads 0.9,0.98",
               file=sys.stderr)
         return 1
-    if not a.seeds or not a.loads or any(not (0 < x < 2) for x in a.loads) or a.n_requests < 100:
-        print(f"error: loads {a.loads} must be in (0, 2) x capacity, seeds non-empty, --n-requests >= 100 "
-              "-- fix: e.g. --loads 0.9,0.98 --seeds 0,1,2,3,4", file=sys.stderr)
+    if (not a.seeds or not a.loads or any(not (0 < x < 2) for x in a.loads) or a.n_requests < 100
+            or not a.budgets or any(not (0 < x <= 1) for x in a.budgets)):
+        print(f"error: loads {a.loads} must be in (0, 2) x capacity, budgets {a.budgets} in (0, 1], seeds "
+              "non-empty, --n-requests >= 100 -- fix: e.g. --loads 0.9,0.98 --budgets 0.5,0.25 --seeds 0,1,2,3,4",
+              file=sys.stderr)
         return 1
     from lenpred.errors import LenpredError
 

@@ -28,11 +28,11 @@ def test_arms_differ_only_in_the_rules() -> None:
 def test_budget_rule_by_hand() -> None:
     wl = SimpleNamespace(prompt=np.array([100, 300]), output=np.array([200, 600]))
     # mean(prompt + output / 2) = mean(200, 600) = 400; 0.5 x 256 x 400
-    assert bk.kv_budget(wl, 256) == 51200
+    assert bk.kv_budget(wl, 256, 0.5) == 51200 and bk.kv_budget(wl, 256, 0.25) == 25600
 
 
 def _row(arm: str, seed: int, pre: float, p99: float, short: float) -> dict:
-    return {"arm": arm, "policy": "fcfs", "load": 0.9, "seed": seed, "n_requests": 100, "preempt_mean": pre, "preempt_share": 0.1,
+    return {"arm": arm, "policy": "fcfs", "budget_share": 0.5, "load": 0.9, "seed": seed, "n_requests": 100, "preempt_mean": pre, "preempt_share": 0.1,
             "p99_s": p99, "short_p99_s": short, "attainment": 0.9, "goodput_rps": 1.0}
 
 
@@ -41,7 +41,7 @@ def test_goal_needs_every_seed(tmp_path: Path) -> None:
     rows += [_row("victim outlets", 0, 0.7, 9.0, 5.0), _row("victim outlets", 1, 0.5, 9.0, 5.0)]  # met in both
     rows += [_row("admit outlets", 0, 0.5, 9.0, 5.0), _row("admit outlets", 1, 0.71, 9.0, 5.0)]  # cut 29% in seed 1
     rows += [_row("both outlets", 0, 0.5, 10.0, 5.0), _row("both outlets", 1, 0.5, 9.0, 5.1)]  # P99 equal; short worse
-    s = bk.summarize_cells(rows)["0.9"]["arms"]
+    s = bk.summarize_cells(rows)["K 0.5, load 0.9"]["arms"]
     assert s["victim outlets"]["goal_all_seeds"] and s["victim outlets"]["goal_seeds"] == 2
     assert not s["admit outlets"]["goal_all_seeds"] and s["admit outlets"]["goal_seeds"] == 1
     assert s["both outlets"]["goal_seeds"] == 0
@@ -53,11 +53,12 @@ def test_goal_needs_every_seed(tmp_path: Path) -> None:
     js, md = bk.write_report(work, tmp_path / "out")
     assert len(json.loads(js.read_text())["rows"]) == len(rows)
     text = md.read_text()
-    assert "load 0.9: victim outlets meet it" in text and "| admit outlets |" in text and "| 1/2 |" in text
+    assert "K 0.5, load 0.9: victim outlets meet it" in text and "| admit outlets |" in text and "| 1/2 |" in text
 
 
 def test_bad_loads_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert bk.main(["--loads", "0.9,x"]) == 1
     assert bk.main(["--loads", "0"]) == 1
+    assert bk.main(["--budgets", "1.5"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and all("fix:" in e for e in err)
+    assert len(err) == 3 and all("fix:" in e for e in err)
