@@ -1,19 +1,20 @@
-"""Input checks that several verbs share, each in one place: split roles, torch devices, thread
-counts, the target's context length, and the sane limits of values that would otherwise run away.
+"""Input checks that several verbs share, each in one place: split roles, simulator loads, torch devices,
+thread counts, the target's context length, and the sane limits of values that would otherwise run away.
 
 Each raises a :class:`~lenpred.errors.LenpredError` naming the problem and the fix, before any work.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from lenpred.errors import ConfigError, ContextLengthError, ModelError
 
-__all__ = ["LIMITS", "check_context", "check_device", "check_limit", "check_threads", "model_context", "parse_roles",
-           "prompt_text"]
+__all__ = ["LIMITS", "check_context", "check_device", "check_limit", "check_threads", "model_context", "parse_loads",
+           "parse_roles", "prompt_text"]
 
 ROLES = ("train", "val", "test")  # lenpred.data.split.ROLES (not imported: pandas would load for --help)
 
@@ -46,6 +47,22 @@ def parse_roles(text: str | Sequence[str], flag: str = "--roles") -> tuple[str, 
     if bad:
         raise ConfigError(f"{flag}: unknown split role {bad[0]!r}", f"roles are {', '.join(ROLES)} (e.g. {flag} train,val)")
     return tuple(r for r in ROLES if r in items)
+
+
+def parse_loads(text: str, flag: str = "--loads") -> tuple[float, ...]:
+    """``"0.5,1,2"`` -> ``(0.5, 1.0, 2.0)``: the loads a simulator sweep runs at (req/s, or multiples of
+    the measured capacity); an empty list, a non-number, nan or inf is refused."""
+    try:
+        loads = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{flag} must be comma-separated numbers, got {text!r}", f"e.g. {flag} 0.5,1,2") from None
+    if not loads:
+        raise ConfigError(f"{flag} is empty", f"e.g. {flag} 0.5,1,2")
+    bad = [x for x in loads if not math.isfinite(x)]
+    if bad:  # not "a rate of 0": nan and inf are not rates at all
+        raise ConfigError(f"{flag} must be finite numbers, got {bad[0]!r}",
+                          f"pass arrival rates (req/s) or multiples of capacity, e.g. {flag} 0.5,1,2")
+    return loads
 
 
 def check_threads(n: int | None, flag: str = "--threads") -> None:

@@ -249,6 +249,10 @@ CASES += [
                                                "{tmp}/p.parquet", "--outlets-predictions", "{tmp}/o.parquet",
                                                "--out", "{tmp}/h"], _eval_run_and_foreign_out,
              expect="not a lenpred artifact"),
+    BadInput("outlets-schedule-loads-nan", ["outlets", "schedule", "--run", "{tmp}", "--prefill-predictions",
+                                            "{tmp}/p.parquet", "--outlets-predictions", "{tmp}/o.parquet",
+                                            "--loads", "1,nan", "--out", "{tmp}/s"], None,
+             expect="--loads must be finite numbers, got nan"),  # the one --loads parser simulate uses too
     BadInput("outlets-anchor-bands-not-from-zero", ["outlets", "anchor", "--traj", "{traj}", "--run", "{run}", "--head",
                                                     "{tmp}/h", "--prefill-predictions", "{tmp}/p.parquet", "--bands",
                                                     "5,1", "--out", "{tmp}/a"], _eval_run,

@@ -131,3 +131,32 @@ def _fcfs_aging(tmp: Path) -> dict[str, Path]:
 CASES += [  # issue 29 part 11: the last bad-input tail
     BadInput("simulate-aging-on-fcfs", CONFIG, _fcfs_aging, expect="policy 'fcfs' takes no aging (got 50"),
 ]
+
+
+def _with(workload_arrival: dict | None = None, sweep: dict | None = None):  # noqa: ANN202 - a setup callable
+    """The tiny config with its arrival process and/or sweep replaced."""
+
+    def setup(tmp: Path) -> dict[str, Path]:
+        p = _config(tmp, _run(tmp, "run", "toy"))
+        cfg = json.loads(p.read_text())
+        if workload_arrival is not None:
+            cfg["workload"]["arrival"] = workload_arrival
+        if sweep is not None:
+            cfg["sweep"] = sweep
+        p.write_text(json.dumps(cfg))
+        return {"cfg": p}
+
+    return setup
+
+
+CASES += [  # issue 30: overload episodes and load units
+    BadInput("simulate-episode-burst-below-base", CONFIG, _with({"process": "episode", "burst_factor": 0.5}),
+             expect="burst_factor must be >= 1 (the burst rate over the base rate), got 0.5"),
+    BadInput("simulate-episode-longer-than-run", CONFIG,
+             _with({"process": "episode", "rate": 1.0, "burst_start_s": 60, "burst_s": 30, "tail_s": 300}),
+             expect="the episode ends at 390 s (burst_start_s + burst_s + tail_s) but workload.n_requests 50"),
+    BadInput("simulate-gamma-cv-zero", CONFIG, _with({"process": "gamma", "cv": 0}), expect="cv must be > 0"),
+    BadInput("simulate-capacity-load-looks-like-req-s", CONFIG,
+             _with(sweep={"loads": [0.9, 30], "load_unit": "capacity"}),
+             expect="sweep.loads 30 is 30x the saturation throughput; capacity loads must lie in (0, 4]"),
+]

@@ -27,16 +27,16 @@ LAZY_BY_NAME = {
     # a saved head names its class by registry key; loading one looks the key up in the registry,
     # which imports every head (a head that loads other heads must not make that a cycle)
     ("lenpred.predictors.io", "lenpred.predictors.registry"),
+    # the trajectory head lives with the trajectory features in lenpred.outlets, above the predictors: the
+    # registry names it and loads it on its first lookup (Registry.add_lazy)
+    ("lenpred.predictors.registry", "lenpred.outlets.head"),
 }
 
 
-# (importer, imported) packages: the imports that still close a package cycle; each goes when its
-# package stops importing the other (outlets returns data and commands call report; the predictor
-# registry stops importing outlets' head)
-PACKAGE_EDGES_TO_REMOVE = {
-    ("lenpred.outlets", "lenpred.report"),
-    ("lenpred.predictors", "lenpred.outlets"),
-}
+# (importer, imported) packages: the imports that still close a package cycle while they are untangled
+# (none left: outlets returns data and commands call report; the predictor registry loads outlets' head
+# by name)
+PACKAGE_EDGES_TO_REMOVE: set[tuple[str, str]] = set()
 # what the scheduling package may import: the simulator and the router import it, never the reverse
 SCHED_MAY_IMPORT = {"lenpred.errors", "lenpred.registry"}
 

@@ -62,6 +62,15 @@ def test_training_lowers_the_loss_and_raises_acceptance(tmp_path) -> None:
     assert head.meta["card_scope"] == "model" and head.meta["card"]["model.fingerprint"] == SPEC.fingerprint
 
 
+def _kill_after(n: int, max_steps: int):
+    """An ``on_step`` callback that kills training (KeyboardInterrupt) after ``n`` steps of the call."""
+    def on_step(step: int, steps_now: int) -> None:
+        if steps_now >= n and step < max_steps:
+            raise KeyboardInterrupt
+
+    return on_step
+
+
 def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path) -> None:
     model = tiny_llama(init=0.1)
     target = Target(model)
@@ -73,17 +82,19 @@ def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path) -> None:
               cache_dir=tmp_path / "cache")
     train_draft(out=tmp_path / "a", ckpt_dir=tmp_path / "ck-a", **kw)
     with pytest.raises(KeyboardInterrupt):
-        train_draft(out=tmp_path / "b", ckpt_dir=tmp_path / "ck-b", _stop_after=6, **kw)  # killed after step 6
+        train_draft(out=tmp_path / "b", ckpt_dir=tmp_path / "ck-b", on_step=_kill_after(6, 12), **kw)  # killed after step 6
     assert not (tmp_path / "b").exists()
     assert sorted(p.name for p in (tmp_path / "ck-b").glob("ckpt-*.pt")) == ["ckpt-0000004.pt"]
-    train_draft(out=tmp_path / "b", ckpt_dir=tmp_path / "ck-b", **kw)  # resumes at step 4
+    seen: list[tuple[int, int]] = []
+    train_draft(out=tmp_path / "b", ckpt_dir=tmp_path / "ck-b", on_step=lambda *a: seen.append(a), **kw)  # resumes at step 4
+    assert seen == [(4 + i, i) for i in range(1, 9)]  # (step, steps of this call) after each of steps 5..12
     a, b = load_draft(tmp_path / "a").model.state_dict(), load_draft(tmp_path / "b").model.state_dict()
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert load_draft(tmp_path / "b").meta["training"]["resumed_with_changes"] == []
     # resumed under a shorter schedule: allowed, and the head's training card says so
     with pytest.raises(KeyboardInterrupt):
-        train_draft(out=tmp_path / "c", ckpt_dir=tmp_path / "ck-c", _stop_after=4, **kw)
+        train_draft(out=tmp_path / "c", ckpt_dir=tmp_path / "ck-c", on_step=_kill_after(4, 12), **kw)
     kw["cfg"] = cfg.replace(max_steps=6)
     train_draft(out=tmp_path / "c", ckpt_dir=tmp_path / "ck-c", **kw)
     train_draft(out=tmp_path / "c2", ckpt_dir=tmp_path / "ck-c", **kw)  # resumed again: recorded once

@@ -205,17 +205,21 @@ def _tiny_config(path: str) -> dict:
 def test_schedule_experiment_runs_on_test_samples(bench):
     from lenpred.outlets.pipeline import predict_table
     from lenpred.outlets.schedule import run_schedule, sample_workload
+    from lenpred.report.outlets import write_schedule
     from lenpred.sim.config import SimConfig
 
     root, p = bench["root"], bench["paths"]
     table = predict_table(str(root / "outlets"), str(p["traj"]), str(p["run"])).write(root / "op.parquet")
     cfg = _tiny_config("experiments/outlets/schedule.json")
     res = run_schedule(cfg, p["run"], table, root / "pre.parquet", root / "sched")
+    assert not (root / "sched" / "schedule.md").exists()  # outlets returns data; the report writes the table
+    md = write_schedule(res, root / "sched")
     rows = json.loads((root / "sched" / "schedule.json").read_text())
     assert [r["arm"] for r in rows] == ["fcfs+rr", "prefill sjf+lpt", "outlets srpt+lpt", "prompt-median sjf+lpt",
                                         "true srpt+lpt"]
     assert all(r["short_p99_e2e_s"] > 0 and r["tokens_max_over_mean"] >= 1.0 for r in rows)
-    assert (root / "sched" / "schedule.md").is_file() and (root / "sched" / "results.json").is_file()
+    assert (root / "sched" / "schedule.md").read_text() == md and (root / "sched" / "results.json").is_file()
+    assert md.count("\n| 1 | ") == 5  # one row per arm at the one load
     # the workload is drawn from the test prompts' samples only, and the OUTLETS arm's requests carry re-predictions
     from lenpred.outlets.schedule import fill_placeholders
     from lenpred.predictions import read_predictions

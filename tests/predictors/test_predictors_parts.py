@@ -272,3 +272,50 @@ def test_param_errors_name_the_fix(data):
     with pytest.raises(ConfigError, match="hyperparameter hidden must be an integer >= 1"):
         make_predictor("mlp", {"hidden": -1}).fit(data["train"]["X"], data["train"]["y"])
     assert make_predictor("mlp", {"blocks": "15.mean,30.last"}).blocks == ("15.mean", "30.last")
+
+
+def test_a_lazy_registry_entry_is_listed_before_and_loaded_on_its_first_lookup():
+    """The trajectory head is registered by name (predictors does not import outlets): it is listed and
+    found like any head, and the loader runs once."""
+    from lenpred.outlets.head import OutletsHead
+    from lenpred.predictors.registry import PREDICTORS
+    from lenpred.registry import Registry
+
+    assert "outlets" in PREDICTORS and "outlets" in PREDICTORS.names()
+    assert PREDICTORS.get("outlets") is OutletsHead and OutletsHead.name == "outlets"
+    calls = []
+    reg: Registry[int] = Registry("thing")
+    reg.add("a", 1)
+    reg.add_lazy("b", lambda: calls.append(1) or 2)
+    assert reg.names() == ["a", "b"] and "b" in reg and not calls
+    assert reg.get("b") == 2 and reg.get("b") == 2 and calls == [1]
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.add("b", 3)
+    with pytest.raises(UnknownKeyError, match="use one of: a, b"):
+        reg.get("c")
+
+
+TRAINING = ["epochs", "batch_size", "lr", "weight_decay", "patience", "seed"]
+
+
+@pytest.mark.parametrize("name", ["mlp", "moe", "film", "proxy", "softlabel", "egtp", "probe", "outlets"])
+def test_torch_heads_declare_the_training_fields_once(name):
+    """Every torch head takes TorchHead's six training fields, last and in one order, after its own; a
+    head may change a default (outlets: shorter, larger batches); get_params round-trips, sklearn clones."""
+    from sklearn.base import clone
+
+    from lenpred.predictors.registry import PREDICTORS
+    from lenpred.predictors.torch_head import TorchHead
+
+    cls = PREDICTORS.get(name)
+    assert issubclass(cls, TorchHead) and cls.param_names()[-6:] == TRAINING
+    # a dataclass field is a hyperparameter: private state must not be one (annotate it ClassVar, or assign it in a method)
+    assert not [p for p in cls.param_names() if p.startswith("_")]
+    h = cls(hidden=8, seed=3)
+    want = {"epochs": 60, "batch_size": 512, "patience": 8} if name == "outlets" else \
+        {"epochs": 200, "batch_size": 128, "patience": 20}
+    assert {k: h.get_params()[k] for k in want} == want and (h.lr, h.weight_decay, h.seed, h.hidden) == (1e-3, 1e-4, 3, 8)
+    assert cls(**h.get_params()).get_params() == h.get_params() == clone(h).get_params()
+    assert repr(h).startswith(f"{cls.__name__}(") and "seed=3)" in repr(h)
+    with pytest.raises(ConfigError, match=f"{name}: hyperparameter epochs must be an integer >= 1"):
+        cls(epochs=0)._check_net()

@@ -1,4 +1,4 @@
-"""benchmarks/bench_router.py's A/B figures from hand-made request records."""
+"""benchmarks/router_ab.py's A/B figures (bench_router.py ab) from hand-made request records."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from bench_scripts import load_benchmark
 
-br = load_benchmark("bench_router")
+br = load_benchmark("router_ab")
 
 
 def _rec(t_send, first, e2e, out, backend="a"):
@@ -62,3 +62,31 @@ def test_paired_reports_the_speed_gap_between_neighbours():
     assert p["neighbour_speed_gap"] == pytest.approx(0.10, abs=0.002)
     assert p["speed_per_block"]["rr"] == [10.0, pytest.approx(10.0)]
     assert p["blocks_won_vs_first_arm"] == {"lpt": 1}  # block 1: 1.5 s < 2.0 s; block 0 has no short request
+
+
+def _ab_args(**kw):
+    import argparse
+
+    base = {"arms": "rr,lpt", "same_estimator": False, "slots": 1, "chars_arm": False, "blocks": 1, "repeat_first": False}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_ab_arms_from_the_flags():
+    heads = {"proxy": "p", "ridge": "r"}
+    arms = br._arms(_ab_args(), heads, 10)
+    assert list(arms) == ["round-robin", "lpt-proxy", "lpt-ridge"]
+    assert arms["round-robin"] == {"policy": "round-robin", "estimator": {"kind": "chars"}}
+    assert arms["lpt-ridge"] == {"policy": "least-predicted-tokens", "head": "ridge"}
+    arms = br._arms(_ab_args(arms="recommended,lpt", slots=2, repeat_first=True), {"proxy": "p"}, 10)
+    assert list(arms) == ["lpt-proxy", "recommended-proxy", "lpt-proxy-again"]
+    assert arms["recommended-proxy"]["slots"] == 2
+    assert list(br._arms(_ab_args(arms="lpt"), {}, 10)) == ["lpt-chars"]  # no head: the chars estimate
+
+
+@pytest.mark.parametrize(("kw", "says"), [({"arms": "rr,fifo"}, "unknown arm kind 'fifo'"),
+                                          ({"arms": "recommended"}, "no arm to run"),
+                                          ({"blocks": 11}, "--blocks 11"),
+                                          ({"blocks": 2, "repeat_first": True}, "use one of them")])
+def test_ab_arms_refuse_bad_flags_with_one_line(kw, says):
+    with pytest.raises(SystemExit, match=says.replace("(", r"\(")):
+        br._arms(_ab_args(**kw), {}, 10)

@@ -202,7 +202,7 @@ def test_least_predicted_tokens_uses_the_draw_down():
         assert (a.index, b.index) == (0, 1)
         c = await _acquire(pool, "s2", 50)
         assert c.index == 1  # 100 predicted tokens < 1000
-        a.flights["long"].gen = 950  # the long one has streamed 950 tokens: ~50 left
+        a.progress(a.flights["long"], 950)  # the long one has streamed 950 tokens: ~50 left
         d = await _acquire(pool, "s3", 50)
         assert d.index == 0
         pool.release(a, "long")
@@ -271,14 +271,14 @@ def test_a_slow_health_check_does_not_take_out_a_busy_backend():
     h = HealthConfig(fail_after=1)
     pool = _pool("least-requests", n=1)
     b = pool.backends[0]
-    b.flights["r"] = Flight("r", 10, 0, 0)
+    b.admit(Flight("r", 10, 0, 0))
     b.check_result(False, "health check failed: ReadTimeout", h, slow=True)
     assert b.healthy  # busy: llama.cpp answers /v1/models only between requests
     b.check_result(False, "health check failed: ConnectError", h, slow=False)
     assert not b.healthy and "ConnectError" in b.last_error
     b.check_result(True, None, h)
     assert b.healthy and b.last_error is None
-    b.flights.clear()
+    b.finish("r")
     b.check_result(False, "health check failed: ReadTimeout", h, slow=True)
     assert not b.healthy  # idle and silent: out
 

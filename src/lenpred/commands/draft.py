@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
 def _cache(args: argparse.Namespace) -> int:
     from lenpred.draft.train_config import DraftTrainConfig
     from lenpred.draft.train_data import fill_state_cache, open_run_target
+    from lenpred.report.draft import cache_line
 
     roles = tuple(dict.fromkeys(r.strip() for r in args.roles.split(",") if r.strip()))  # checked by preflight
     cfg = DraftTrainConfig(max_seq_len=args.max_seq_len, topk=args.topk, layers=args.layers)
@@ -77,9 +78,7 @@ def _cache(args: argparse.Namespace) -> int:
                          cache_dir=args.cache)
     cdir, tf, n = fill_state_cache(rt.run, rt.split, rt.target, rt.lm.spec, cfg, cache_dir=args.cache, roles=roles,
                                    progress=not args.no_progress)
-    rate = f" ({tf['tokens'] / tf['seconds']:.0f} tokens/s)" if tf["tokens"] else " (all cached already)"
-    print(f"lenpred draft cache: {int(tf['tokens'])} response tokens teacher-forced now{rate}; "
-          f"{n} response tokens of {','.join(roles)} in {cdir}", file=sys.stderr, flush=True)
+    print(f"lenpred draft cache: {cache_line(tf, n, roles, cdir)}", file=sys.stderr, flush=True)
     return 0
 
 
@@ -89,6 +88,7 @@ def _train(args: argparse.Namespace) -> int:
     from lenpred.draft.train import train_draft
     from lenpred.draft.train_config import DraftTrainConfig
     from lenpred.draft.train_data import open_run_target
+    from lenpred.report.draft import train_lines
 
     cfg = from_arguments(DraftTrainConfig, args, where="draft train")
     cfg.check()
@@ -103,14 +103,8 @@ def _train(args: argparse.Namespace) -> int:
     res = train_draft(run=rt.run, split=rt.split, target=rt.target, target_spec=rt.lm.spec, cfg=cfg, out=out,
                       cache_dir=args.cache, ckpt_dir=args.ckpt, eos_id=rt.eos_id, progress=not args.no_progress and main,
                       log=say, device=rt.device)
-    if main:
-        fmt = ", ".join
-        rate = f" ({res.steps_per_s:.2f} steps/s this session)" if res.steps_per_s else ""
-        say(f"wrote {res.head_path} after {res.steps} steps{rate}")
-        if res.val_loss:
-            say(f"validation loss by unroll step: {fmt(f'{x:.3f}' for x in res.val_loss)}; "
-                f"top-1 agreement: {fmt(f'{x:.2f}' for x in res.val_acc)}")
-        say(f"state cache: {res.cache_dir}")
+    for line in train_lines(res) if main else ():
+        say(line)
     return 0
 
 

@@ -14,14 +14,12 @@ on stderr (on a terminal) with the text printed at the end. A head trained on th
 draft head or target is refused before the target is loaded.
 
 The generation itself is :func:`lenpred.outlets.live.open_generation` (the same as ``lenpred demo``'s
-live part); this module parses the flags and prints the stream.
+live part); this module parses the flags, :mod:`lenpred.report.generate` prints the stream.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
 from lenpred.errors import ConfigError
@@ -70,43 +68,6 @@ def _check_args(args: argparse.Namespace) -> Any:
     return tree
 
 
-class _Printer:
-    """The stream: text on stdout as cycles commit it, or JSON lines (``--json``); with a length head
-    on a terminal, a live line on stderr; ``--events FILE``: one JSON line per cycle."""
-
-    def __init__(self, args: argparse.Namespace, tokenizer: Any, events: Any) -> None:
-        self.args, self.tokenizer, self.events = args, tokenizer, events
-        self.printed = ""
-        self.live = not args.json and args.length_head is not None and sys.stderr.isatty()
-        self.stream_text = not args.json and args.length_head is None
-
-    def __call__(self, c: Any, ev: Any) -> None:
-        now = self.tokenizer.decode(c.generated, skip_special_tokens=True)
-        delta = now[len(self.printed):]
-        self.printed = now
-        pred = ev.to_json() if ev is not None else {}
-        for k in ("cycle", "committed", "n_generated"):
-            pred.pop(k, None)
-        if self.stream_text:
-            sys.stdout.write(delta)
-            sys.stdout.flush()
-        if self.args.json:
-            sys.stdout.write(json.dumps({"event": "cycle", "cycle": c.index, "tokens": c.committed, "text": delta,
-                                         "n_generated": c.n_generated, **pred}) + "\n")
-            sys.stdout.flush()
-        if self.live and ev is not None:
-            tail = now[-40:].replace("\n", " ")
-            sys.stderr.write(f"\r\033[K{c.n_generated} tokens | ~{ev.remaining_now:.0f} left "
-                             f"[{ev.remaining_q10:.0f}-{ev.remaining_q90:.0f} after t={ev.t}] | total ~{ev.total:.0f} "
-                             f"[{ev.total_q10:.0f}-{ev.total_q90:.0f}] | ...{tail}")
-            sys.stderr.flush()
-        if self.events is not None:
-            self.events.write(json.dumps({"cycle": c.index, "proposed": c.proposed, "accepted": c.accepted,
-                                          "committed": c.committed, "n_generated": c.n_generated,
-                                          "state_positions": [c.positions[0], c.positions[-1]] if c.positions else [],
-                                          "seconds": round(c.seconds, 6), **pred}) + "\n")
-
-
 def run(args: argparse.Namespace) -> int:
     from lenpred.commands.preflight import preflight
 
@@ -118,43 +79,21 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from lenpred.outlets.live import open_generation
+    from lenpred.report.generate import StreamOptions, StreamPrinter, finish
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     session = open_generation(text, draft=args.draft, length_head=args.length_head, model=args.model, card=args.card,
                               greedy=args.greedy, k=args.k, tree=tree, max_new_tokens=args.max_new_tokens,
                               seed=args.seed, chat_template=not args.no_chat_template)
+    opts = StreamOptions(json=args.json, length_head=args.length_head is not None, quiet=args.quiet,
+                         greedy=args.greedy, tree=args.tree if tree is not None else None, k=args.k)
     events = open(args.events, "w", encoding="utf-8") if args.events else None  # noqa: SIM115
-    printer = _Printer(args, session.lm.tokenizer, events)
+    printer = StreamPrinter(opts, session.lm.tokenizer, events)
     try:
         res = session.run(printer)
     finally:
         if events is not None:
             events.close()
-    _finish(args, session, res, printer, tree)
+    finish(opts, session, res, printer)
     return 0
-
-
-def _finish(args: argparse.Namespace, session: Any, res: Any, printer: _Printer, tree: Any) -> None:
-    """The end of the stream: the text (or the JSON ``done`` line) and the summary lines on stderr."""
-    g, online = res.gen, session.online
-    if printer.live:
-        sys.stderr.write("\n")
-    if args.json:
-        last = online.events[-1].to_json() if online is not None and online.events else {}
-        sys.stdout.write(json.dumps({"event": "done", "n_generated": len(g.tokens), "stop_reason": g.stop_reason,
-                                     "tau": round(g.tau, 4), "seconds": round(res.seconds, 3), "text": res.text,
-                                     "last_prediction": last}) + "\n")
-    else:
-        sys.stdout.write((res.text if not printer.stream_text else res.text[len(printer.printed):]) + "\n")
-    if res.head_seconds and not args.quiet:
-        per, fwd = res.head_ms_per_cycle, res.loop_pass_ms
-        print(f"lenpred generate: length head {per:.2f} ms per cycle (median over {len(res.head_seconds)} "
-              f"cycles) = {100 * per / fwd:.2f}% of the loop's mean target pass ({fwd:.1f} ms)", file=sys.stderr)
-    if not args.quiet:
-        mode = "greedy" if args.greedy else f"sampling ({session.card_source})"
-        shape = f"tree {args.tree}" if tree is not None else f"k={args.k}"
-        spec_s = f"{shape}, tau={g.tau:.2f}, " if session.heads.draft else "plain, "
-        dt = res.seconds
-        print(f"lenpred generate: {len(g.tokens)} tokens in {dt:.1f}s ({len(g.tokens) / max(dt, 1e-9):.1f} tok/s), "
-              f"{spec_s}{g.target_forwards} target forwards, {mode}, stop={g.stop_reason}", file=sys.stderr)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,35 +40,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from lenpred.sched import DISPATCHERS, QUEUE_POLICIES
-    from lenpred.sim.config import prediction_models
-    from lenpred.sim.profiles import PROFILES
+    from lenpred.report.sim import catalogue_lines
 
-    print("profiles:")
-    for name in PROFILES:
-        print(f"  {name:<18} {PROFILES.get(name).source}")
-    print("queue policies:   " + ", ".join(QUEUE_POLICIES.names()))
-    print("dispatchers:      " + ", ".join(DISPATCHERS.names()))
-    print("prediction models: " + ", ".join(prediction_models()))
+    print("\n".join(catalogue_lines()))
     return 0
-
-
-def _parse_loads(text: str) -> tuple[float, ...]:
-    try:
-        loads = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(f"--loads must be comma-separated numbers, got {text!r}", "e.g. --loads 0.5,1,2") from None
-    if not loads:
-        raise ConfigError("--loads is empty", "e.g. --loads 0.5,1,2")
-    bad = [x for x in loads if not math.isfinite(x)]
-    if bad:  # not "a rate of 0": nan and inf are not rates at all
-        raise ConfigError(f"--loads must be finite numbers, got {bad[0]!r}",
-                          "pass arrival rates (req/s) or multiples of capacity, e.g. --loads 0.5,1,2")
-    return loads
 
 
 def build_config(args: argparse.Namespace) -> Any:
     """The config file with the command-line overrides applied (validated)."""
+    from lenpred.checks import parse_loads
     from lenpred.sim.config import SimConfig
 
     if not args.config:
@@ -85,7 +64,7 @@ def build_config(args: argparse.Namespace) -> Any:
     if args.n_requests is not None:
         cfg = cfg.nested("workload", n_requests=args.n_requests)
     if args.loads is not None:
-        cfg = cfg.nested("sweep", loads=_parse_loads(args.loads))
+        cfg = cfg.nested("sweep", loads=parse_loads(args.loads))
     if args.predictions is not None:
         from lenpred.sim.config import PredictionConfig
         from lenpred.sim.sweep import with_default_policy
@@ -94,51 +73,12 @@ def build_config(args: argparse.Namespace) -> Any:
     return cfg
 
 
-def _fmt(v: Any, pct: bool = False) -> str:
-    if v is None:
-        return "-"
-    return f"{v * 100:+.1f}%" if pct else f"{v:.3f}"
-
-
-def print_table(res: Any) -> str:
-    """Print the short-request P99 E2E table with rich; return it as Markdown too."""
-    from rich.console import Console
-    from rich.table import Table
-
-    rows = res.table()
-    pols = res.policies()
-    cap = res.capacity_rps
-    title = (f"{res.config.name}: P99 end-to-end latency (s) of short requests "
-             f"(true output < {res.short_threshold:g} tokens = median); change vs {res.baseline}")
-    t = Table(title=title, title_justify="left")
-    header = ["load", "req/s"]
-    for p in pols:
-        header.append(p)
-        if p != res.baseline:
-            header.append(f"{p} change")
-    for h in header:
-        t.add_column(h, justify="right")
-    md = ["| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
-    for r in rows:
-        load = "-" if r["load"] is None else (f"{r['load']:g}x" if cap else f"{r['load']:g}")
-        cells = [load, "-" if r["rate_rps"] is None else f"{r['rate_rps']:.1f}"]
-        for p in pols:
-            cells.append(_fmt(r[p]))
-            if p != res.baseline:
-                cells.append(_fmt(r[f"{p} change"], pct=True))
-        t.add_row(*cells)
-        md.append("| " + " | ".join(cells) + " |")
-    Console(width=max(100, 24 * len(header))).print(t)
-    if cap:
-        print(f"saturation throughput (probe): {cap:.1f} requests/s; loads are multiples of it")
-    return "\n".join([title, "", *md])
-
-
 def _fit(args: argparse.Namespace) -> int:
     import json
 
     from lenpred.artifacts import check_out
     from lenpred.fileio import atomic_write_bytes
+    from lenpred.report.sim import profile_lines
     from lenpred.sim.profiles import fit_profile, read_timings
 
     path = Path(args.fit_profile)
@@ -148,32 +88,8 @@ def _fit(args: argparse.Namespace) -> int:
     rows = read_timings(path)
     prof = fit_profile(rows, name=path.stem, base=args.base_profile)
     atomic_write_bytes(dest, (json.dumps(prof.describe(), indent=2) + "\n").encode())
-    print(f"prefill t = {prof.prefill[0]:.4g} + {prof.prefill[1]:.4g} * sum(tokens) + "
-          f"{prof.prefill[2]:.4g} * sum(tokens^2)  [s]")
-    print(f"decode  t = {prof.decode[0]:.4g} + {prof.decode[1]:.4g} * sum(context) + "
-          f"{prof.decode[2]:.4g} * batch  [s]")
-    print(f"profile: {dest} (use it as cluster.profile)")
+    print("\n".join(profile_lines(prof, dest)))
     return 0
-
-
-KIND = "sim"
-
-
-def _write(res: Any, md: str, out: Path) -> Any:
-    """results.json, config.json, table.md and the plots, as one artifact written atomically."""
-    import tempfile
-
-    from lenpred.artifacts import write_artifact
-
-    with tempfile.TemporaryDirectory() as tmp:
-        res.write(tmp)
-        (Path(tmp) / "table.md").write_text(md + "\n")
-        if res.config.plots:
-            from lenpred.report.sim_plots import write_plots
-
-            write_plots(res, tmp)
-        files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
-    return write_artifact(out, kind=KIND, schema_version=1, config=res.config, files=files)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -182,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.fit_profile:
         return _fit(args)
     from lenpred.artifacts import check_out
+    from lenpred.report.sim import KIND, print_table, result_lines, write_sim
     from lenpred.sim.sweep import replay_config, run_sweep
 
     cfg = build_config(args)
@@ -194,15 +111,6 @@ def run(args: argparse.Namespace) -> int:
         cfg, workload = replay_config(cfg, args.requests, loads_given=args.loads is not None)
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     res = run_sweep(cfg, progress=say, workload=workload)
-    md = print_table(res)
-    art = _write(res, md, out)
-    for name in art.meta["files"]:
-        if name.endswith(".png"):
-            print(f"plot: {out / name}")
-    path = out / "results.json"
-    print(f"results: {path} ({res.wall_s:.1f} s)")
-    first = res.runs[0].summary
-    if first["n_rejected"]:
-        print(f"note: {first['n_rejected']} request(s) rejected per run (prompt + output exceed one "
-              f"instance's KV capacity of {first['kv_capacity']} tokens)")
+    art = write_sim(res, print_table(res), out)
+    print("\n".join(result_lines(res, art, out)))
     return 0

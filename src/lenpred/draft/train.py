@@ -108,14 +108,13 @@ def train_draft(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     device: str = "cpu",
-    _stop_after: int | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
     """Teacher-force (cached), build the vocabulary, train, and write the head to ``out``.
 
-    ``target``: a :class:`lenpred.draft.target.Target`; ``target_spec``: its
-    :class:`lenpred.models.loading.ModelSpec`. ``_stop_after`` (tests) raises KeyboardInterrupt
-    after that many steps of this call, as a kill would.
-    """
+    ``target``: a :class:`lenpred.draft.target.Target`; ``target_spec``: its :class:`lenpred.models.loading.
+    ModelSpec`. ``on_step(step, steps_now)`` runs after each step and its checkpoint (if due): ``step`` counts
+    from the start of training, ``steps_now`` from this call (a test raises KeyboardInterrupt there)."""
     from lenpred.draft.vocab import build_draft_vocab, count_tokens
 
     ddp = Distributed()
@@ -153,7 +152,7 @@ def train_draft(
 
     # 4. train
     loop = _Loop(model, opt, cache, data, cfg, ddp, device, target.vocab_size)
-    steps_now, elapsed = loop.run(step, history, kdir, progress=progress, say=say, stop_after=_stop_after)
+    steps_now, elapsed = loop.run(step, history, kdir, progress=progress, say=say, on_step=on_step)
     step += steps_now
     sps = steps_now / elapsed if steps_now else None
     if not ddp.main:  # rank 0 evaluates and writes the head
@@ -230,7 +229,7 @@ class _Loop:
         return (ls / ns).tolist(), (acs / ns).tolist()
 
     def run(self, step: int, history: dict[str, Any], kdir: Path, *, progress: bool, say: Callable[[str], None],
-            stop_after: int | None) -> tuple[int, float]:
+            on_step: Callable[[int, int], None] | None) -> tuple[int, float]:
         """Train from ``step`` to ``max_steps`` (appending to ``history``): (steps taken, seconds)."""
         cfg, ddp, model, opt = self.cfg, self.ddp, self.model, self.opt
         model.train()
@@ -260,8 +259,8 @@ class _Loop:
                         f"acc {', '.join(f'{x:.2f}' for x in va)}")
                 if ddp.main and (step % cfg.checkpoint_every == 0 or step == cfg.max_steps):
                     save_checkpoint(kdir, step, model, opt, history)
-                if stop_after is not None and steps_now >= stop_after and step < cfg.max_steps:
-                    raise KeyboardInterrupt
+                if on_step is not None:
+                    on_step(step, steps_now)
         return steps_now, time.perf_counter() - t0
 
 

@@ -61,6 +61,7 @@ validation run batched in torch (the same function to float32 rounding).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -70,18 +71,17 @@ from torch import nn
 from lenpred.errors import DataError
 from lenpred.outlets.rownet import OnlineOutlets, Refiner, RowNet, refine_checkpoints
 from lenpred.outlets.spec import LOG_OFFSET, TARGET_PREFIX, check_trajectory_spec, row_weights
-from lenpred.predictors.base import Predictor, check_param
+from lenpred.predictors.base import check_param
 from lenpred.predictors.dist import Dist, binned, weighted_quantile
 from lenpred.predictors.nn import (
     LogScale,
     Standardizer,
-    load_module,
     mlp,
     module_tensors,
     one_thread,
-    seeded,
-    train_loop,
 )
+from lenpred.predictors.softlabel import bin_kernel
+from lenpred.predictors.torch_head import TorchHead
 
 __all__ = ["OutletsHead"]
 
@@ -101,17 +101,12 @@ def _bin_position(y: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 
 def _soft_labels(y: np.ndarray, edges: np.ndarray, smoothing: float) -> np.ndarray:
-    n_bins = len(edges) - 1
-    pos = _bin_position(y, edges)
-    j = np.arange(n_bins)
-    if smoothing <= 0:
-        return (j == np.clip(np.floor(pos + 0.5), 0, n_bins - 1)[:, None]).astype(np.float32)
-    k = np.exp(-0.5 * ((j[None, :] - pos[:, None]) / smoothing) ** 2)
-    return (k / k.sum(1, keepdims=True)).astype(np.float32)
+    return bin_kernel(_bin_position(y, edges), len(edges) - 1, smoothing).astype(np.float32)
 
 
 
-class OutletsHead(Predictor):
+@dataclass(eq=False, repr=False)
+class OutletsHead(TorchHead):
     """Remaining length ``L - t`` from trajectory rows (see the module docstring)."""
 
     name: ClassVar[str] = "outlets"
@@ -119,28 +114,20 @@ class OutletsHead(Predictor):
     own_spread: ClassVar[bool] = True
     default_blocks: ClassVar[tuple[str, ...]] = ("draft",)
 
-    def __init__(self, blocks: tuple[str, ...] | None = None, progress: bool = True, loss: str = "l1-log",
-                 n_bins: int = 32, bins: str = "log", smoothing: float = 1.0, refine: bool = False,
-                 point: str = "median", hidden: int = 256, depth: int = 2, dropout: float = 0.1, epochs: int = 60,
-                 batch_size: int = 512, lr: float = 1e-3, weight_decay: float = 1e-4, patience: int = 8,
-                 seed: int = 0) -> None:
-        self.blocks = blocks
-        self.progress = progress
-        self.loss = loss
-        self.n_bins = n_bins
-        self.bins = bins
-        self.smoothing = smoothing
-        self.refine = refine
-        self.point = point
-        self.hidden = hidden
-        self.depth = depth
-        self.dropout = dropout
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.patience = patience
-        self.seed = seed
+    blocks: tuple[str, ...] | None = None
+    progress: bool = True
+    loss: str = "l1-log"
+    n_bins: int = 32
+    bins: str = "log"
+    smoothing: float = 1.0
+    refine: bool = False
+    point: str = "median"
+    hidden: int = 256
+    depth: int = 2
+    dropout: float = 0.1
+    epochs: int = field(default=60, kw_only=True)
+    batch_size: int = field(default=512, kw_only=True)
+    patience: int = field(default=8, kw_only=True)
 
     # ---------------------------------------------------------------- hyperparameters
     @property
@@ -157,11 +144,7 @@ class OutletsHead(Predictor):
         check_param(isinstance(self.n_bins, int) and self.n_bins >= 2, n, "n_bins", "must be an integer >= 2")
         check_param(float(self.smoothing) >= 0, n, "smoothing", "must be >= 0 (bins)")
         check_param(self.point in ("median", "mean"), n, "point", "must be 'median' or 'mean'")
-        for k in ("hidden", "epochs", "batch_size", "patience"):
-            check_param(isinstance(getattr(self, k), int) and getattr(self, k) >= 1, n, k, "must be an integer >= 1")
-        check_param(isinstance(self.depth, int) and self.depth >= 0, n, "depth", "must be an integer >= 0")
-        check_param(0.0 <= float(self.dropout) < 1.0, n, "dropout", "must be in [0, 1)")
-        check_param(float(self.lr) > 0 and float(self.weight_decay) >= 0, n, "lr", "must be > 0 (weight_decay >= 0)")
+        self._check_net()
         blocks = self.default_blocks if self.blocks is None else self.blocks
         check_param(len(blocks) >= 1 and all(isinstance(b, str) and b for b in blocks), n, "blocks",
                     "must name at least one trajectory block (draft, fused, draft_running, target)")
@@ -265,14 +248,6 @@ class OutletsHead(Predictor):
     def _build(self) -> nn.Module:
         return mlp(self.d_in_, self.hidden, self.depth, self._n_out(), float(self.dropout))
 
-    def _train(self, loss_of: Any, n: int, val_mae: Any) -> None:
-        with seeded(self.seed):
-            self.net_ = self._build()
-            log = train_loop(self.net_, loss_of, n, val_mae=val_mae, epochs=self.epochs, batch_size=self.batch_size,
-                             lr=float(self.lr), weight_decay=float(self.weight_decay), patience=self.patience,
-                             seed=self.seed)
-        self.train_log_ = log.__dict__
-
     def _fit_regression(self, x: np.ndarray, y: np.ndarray, w: np.ndarray, val: Any) -> None:
         self.tscale_ = LogScale.fit(y, log=self.loss == "l1-log")
         self.width_scale_ = 1.0
@@ -295,7 +270,7 @@ class OutletsHead(Predictor):
                 q50 = self._tokens_regression(xv_t, val[1])[1]
                 return float(np.average(np.abs(q50 - val[2]), weights=val[3]))
 
-        self._train(loss_of, len(y), val_mae)
+        self._train_net(self._build, loss_of, len(y), val_mae)
         if val is not None:
             self.width_scale_ = self._calibrate(self.scaler_(val[0]), val[2], val[3])
 
@@ -346,7 +321,7 @@ class OutletsHead(Predictor):
                 p = d.q50 if self.point == "median" else d.mean
                 return float(np.average(np.abs(p - val[2]), weights=val[3]))
 
-        self._train(loss_of, len(y), val_mae)
+        self._train_net(self._build, loss_of, len(y), val_mae)
 
     def _probs(self, xt: torch.Tensor, t: np.ndarray) -> np.ndarray:
         """(n, B) histograms in one batch (validation), mass on bins entirely above cap - t removed."""
@@ -450,6 +425,4 @@ class OutletsHead(Predictor):
         if self.cap_ is None:
             raise DataError("outlets head lacks its cap", "the head is corrupt: retrain it")
         self.cap_ = float(self.cap_)
-        with seeded(self.seed):
-            self.net_ = self._build()
-        load_module(self.net_, tensors)
+        self._load_net(self._build, tensors)

@@ -8,10 +8,14 @@
 * :func:`predict_table` -- a predictions table with re-predictions
   (:func:`lenpred.outlets.schedule.outlets_predictions`) for the simulator;
 * :func:`bench` -- every method along the trajectory on the test prompts
-  (:mod:`lenpred.outlets.evaluate`) into a report folder (an ``outlets-bench`` artifact:
-  ``outlets_bench.json``, its schema, ``outlets_bench.md`` and the plots);
+  (:mod:`lenpred.outlets.evaluate`), for a report folder (an ``outlets-bench`` artifact that
+  :func:`lenpred.report.outlets.write_bench` writes: ``outlets_bench.json``, its schema,
+  ``outlets_bench.md`` and the plots);
 * :func:`schedule` -- the simulator's value-for-scheduling experiment
-  (:func:`lenpred.outlets.schedule.run_schedule`), re-predictions made from a head if needed.
+  (:func:`lenpred.outlets.schedule.run_schedule`), re-predictions made from a head if needed; its
+  table and plots are :func:`lenpred.report.outlets.write_schedule`'s.
+
+These return data; ``lenpred.commands.outlets`` hands it to :mod:`lenpred.report.outlets`.
 
 Each raises :class:`~lenpred.errors.LenpredError` before writing anything when an input is wrong.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -153,38 +158,32 @@ def predict_table(head_path: str, traj_path: str, run: str, roles: Sequence[str]
 
 
 # ---------------------------------------------------------------- bench
+@dataclass(frozen=True)
+class BenchRun:
+    """What :func:`bench` computed: the bench, the inputs it records (the artifact's config) and the run's card."""
+
+    result: Any
+    config: dict[str, Any]
+    card: dict[str, Any]
+
+
 def bench(traj: str, run: str, out: str, *, heads: Sequence[str] = (), prefill_predictions: Sequence[str] = (),
-          anchors: Sequence[str] = (), reference: str | None = None, split: str | None = None, n_boot: int = 1000, seed: int = 0,
-          plots: bool = True) -> tuple[Any, Any, str]:
+          anchors: Sequence[str] = (), reference: str | None = None, split: str | None = None, n_boot: int = 1000,
+          seed: int = 0) -> BenchRun:
     """Score the heads and the carried prefill tables (``"[NAME=]PATH"`` each) on the test prompts'
-    trajectory rows and write the report folder ``out``; returns (the
-    :class:`~lenpred.outlets.evaluate.OutletsBench`, its artifact, its Markdown)."""
-    import tempfile
-
-    from lenpred.artifacts import write_artifact
+    trajectory rows, once ``out`` is known to be writable (an ``outlets-bench`` report folder, written
+    by :func:`lenpred.report.outlets.write_bench`)."""
     from lenpred.data.rundir import RunDir
-    from lenpred.outlets.evaluate import OutletsBench, run_bench
-    from lenpred.report.outlets import render_markdown, write_plots
+    from lenpred.outlets.evaluate import run_bench
 
-    out_p = Path(out)
-    check_out(out_p, kind="outlets-bench")
+    check_out(Path(out), kind="outlets-bench")
     if not heads and not prefill_predictions and not anchors:
         raise ConfigError("nothing to bench", "pass --heads HEAD... and/or --prefill-predictions FILE...")
     res = run_bench(traj, run, heads=named(heads), prefill=named(prefill_predictions), anchors=named(anchors), split=split,
                     reference=reference, n_boot=n_boot, seed=seed)
-    md = render_markdown(res)
-    files = {"outlets_bench.md": md.encode()}
-    if plots:
-        with tempfile.TemporaryDirectory() as tmp:
-            for path in write_plots(res, Path(tmp)):
-                files[path.name] = path.read_bytes()
     config = {"traj": traj, "run": run, "heads": list(heads), "prefill_predictions": list(prefill_predictions),
               **({"anchors": list(anchors)} if anchors else {}), "reference": reference, "split": split, "n_boot": n_boot, "seed": seed}
-    art = write_artifact(out_p, kind="outlets-bench", schema_version=1, config=config, card=RunDir.open(run).card,
-                         card_scope="run", json_files={"outlets_bench.json": res.to_dict(),
-                                                       "outlets_bench.schema.json": OutletsBench.json_schema()},
-                         files=files)
-    return res, art, md
+    return BenchRun(res, config, RunDir.open(run).card)
 
 
 # ---------------------------------------------------------------- schedule
@@ -193,7 +192,8 @@ def schedule(run: str, prefill_predictions: str, out: str, *, config: str | os.P
              split: str | None = None, n_requests: int | None = None, loads: tuple[float, ...] | None = None,
              progress: Callable[[str], None] | None = None) -> Any:
     """The value-for-scheduling experiment into ``out``: the OUTLETS table is ``outlets_predictions``,
-    or made here from ``outlets_head`` on ``traj``'s test rows (``out/outlets_predictions.parquet``)."""
+    or made here from ``outlets_head`` on ``traj``'s test rows (``out/outlets_predictions.parquet``).
+    Returns the sweep (:func:`lenpred.report.outlets.write_schedule` adds ``schedule.md`` and the plots)."""
     from lenpred.outlets.schedule import run_schedule
 
     out_p = Path(out)

@@ -27,7 +27,8 @@ directory and the two predictions tables; :func:`run_schedule` fills them in. Ru
     lenpred outlets schedule --config experiments/outlets/schedule.json --run RUN \\
         --traj TRAJ --outlets-head HEAD --prefill-predictions PREFILL.parquet --out out/outlets/schedule
 
-``schedule.md`` is :func:`lenpred.report.outlets.schedule_markdown` of :func:`schedule_table`.
+:func:`run_schedule` writes the data (``results.json``, ``config.json``, ``schedule.json``: the rows of
+:func:`schedule_table`); ``schedule.md`` and the plots are :func:`lenpred.report.outlets.write_schedule`'s.
 """
 
 from __future__ import annotations
@@ -143,9 +144,8 @@ def run_schedule(config: str | os.PathLike[str] | Mapping[str, Any], run: str | 
                  out: str | os.PathLike[str], *, keys: pd.DataFrame | None = None, n_requests: int | None = None,
                  loads: tuple[float, ...] | None = None, progress: Callable[[str], None] | None = None) -> Any:
     """Fill the config's placeholders, build the test-sample workload (``keys``: default the samples
-    of the OUTLETS table), run every arm at every load, write results.json, config.json, schedule.md."""
+    of the OUTLETS table), run every arm at every load, write results.json, config.json, schedule.json."""
     from lenpred.predictions import read_predictions
-    from lenpred.report.outlets import schedule_markdown
     from lenpred.sim.config import SimConfig
     from lenpred.sim.sweep import run_sweep
 
@@ -176,11 +176,5 @@ def run_schedule(config: str | os.PathLike[str] | Mapping[str, Any], run: str | 
     res = run_sweep(cfg, progress=progress, workload=wl)
     dest = Path(out)
     res.write(dest)
-    rows = schedule_table(res)
-    (dest / "schedule.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (dest / "schedule.md").write_text(schedule_markdown(rows, res))
-    if cfg.plots:
-        from lenpred.report.sim_plots import write_plots
-
-        write_plots(res, dest)
+    (dest / "schedule.json").write_text(json.dumps(schedule_table(res), indent=2) + "\n")
     return res

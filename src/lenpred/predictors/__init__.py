@@ -4,10 +4,10 @@ uses as yardsticks live in :mod:`lenpred.sim.noise`.
 Every predictor writes the same predictions table (:mod:`lenpred.predictions`).
 
 The trained heads (one file each: constant, prompt_length, ridge, mlp, softlabel, egtp, film, moe,
-proxy, probe) follow the estimator contract of :mod:`lenpred.predictors.base`, are listed in
-:mod:`lenpred.predictors.registry`, and are saved / loaded by :mod:`lenpred.predictors.io`;
-:mod:`lenpred.predictors.pipeline` trains them on a run's split and predicts a run. The names below
-are imported lazily, so that importing this package does not import torch.
+proxy, probe; the torch heads on :mod:`lenpred.predictors.torch_head`) follow the estimator contract of
+:mod:`lenpred.predictors.base`, are listed in :mod:`lenpred.predictors.registry`, and are saved / loaded
+by :mod:`lenpred.predictors.io`; :mod:`lenpred.predictors.pipeline` trains them on a run's split and
+predicts a run. The names below are imported lazily, so that importing this package does not import torch.
 """
 
 from __future__ import annotations

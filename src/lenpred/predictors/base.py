@@ -1,6 +1,7 @@
 """The estimator contract every length predictor ("head") follows -- scikit-learn's, plus distributions.
 
-* The constructor only stores keyword hyperparameters (no validation, no work); ``get_params`` /
+* The constructor only stores keyword hyperparameters (no validation, no work; the torch heads' is a
+  dataclass's, :class:`~lenpred.predictors.torch_head.TorchHead`); ``get_params`` /
   ``set_params`` read and write them by the constructor's signature.
 * ``fit(X, y, X_val=None, y_val=None)`` validates the hyperparameters and the data, trains, and
   returns ``self``. Fitted state ends in ``_``. ``X_val`` / ``y_val`` (the split's validation

@@ -9,6 +9,8 @@ targets as in ``mlp``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -36,27 +38,18 @@ class FiLMNet(nn.Module):
         return self.out(h)[:, 0]  # (B,)
 
 
+@dataclass(eq=False, repr=False)
 class FiLMHead(TorchRegressor):
     name = "film"
     default_blocks = ("@mid.mean", "@high.last")
 
-    def __init__(self, blocks: tuple[str, ...] | None = None, cond: tuple[str, ...] = ("side",), hidden: int = 256,
-                 depth: int = 2, cond_hidden: int = 64, dropout: float = 0.1, target: str = "median", epochs: int = 200,
-                 batch_size: int = 128, lr: float = 1e-3, weight_decay: float = 1e-4, patience: int = 20,
-                 seed: int = 0) -> None:
-        self.blocks = blocks
-        self.cond = cond  # the conditioning blocks (default: every side feature)
-        self.hidden = hidden
-        self.depth = depth
-        self.cond_hidden = cond_hidden
-        self.dropout = dropout
-        self.target = target
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.patience = patience
-        self.seed = seed
+    blocks: tuple[str, ...] | None = None
+    cond: tuple[str, ...] = ("side",)  # the conditioning blocks (default: every side feature)
+    hidden: int = 256
+    depth: int = 2
+    cond_hidden: int = 64
+    dropout: float = 0.1
+    target: str = "median"
 
     def _check_params(self) -> None:
         self._check_common()

@@ -12,24 +12,17 @@ see the within-prompt spread, medians denoise the target. Regression is in log1p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from lenpred.predictors.base import Inputs, Predictor, check_param
-from lenpred.predictors.nn import (
-    LogScale,
-    Standardizer,
-    load_module,
-    mlp,
-    module_tensors,
-    one_thread,
-    seeded,
-    train_loop,
-)
+from lenpred.predictors.base import Inputs, check_param
+from lenpred.predictors.nn import LogScale, Standardizer, mlp, module_tensors, one_thread
 from lenpred.predictors.targets import Targets
+from lenpred.predictors.torch_head import TorchHead
 
 __all__ = ["TorchRegressor", "MLPHead", "weighted_mae"]
 
@@ -40,19 +33,13 @@ def weighted_mae(pred: np.ndarray, T: Targets) -> float:
     return float(np.average(np.abs(pred[row] - y), weights=w))
 
 
-class TorchRegressor(Predictor):
+class TorchRegressor(TorchHead):
     """A torch network mapping (x, c) to one output in standardised log-length space, L1 loss."""
 
     def _check_common(self) -> None:
         n = self.name
         check_param(self.target in ("median", "samples"), n, "target", "must be 'median' or 'samples'")
-        for k in ("hidden", "epochs", "batch_size", "patience"):
-            v = getattr(self, k)
-            check_param(isinstance(v, int) and v >= 1, n, k, "must be an integer >= 1")
-        if "depth" in self.param_names():
-            check_param(isinstance(self.depth, int) and self.depth >= 0, n, "depth", "must be an integer >= 0")
-        check_param(0.0 <= float(self.dropout) < 1.0, n, "dropout", "must be in [0, 1)")
-        check_param(float(self.lr) > 0 and float(self.weight_decay) >= 0, n, "lr", "must be > 0 (weight_decay >= 0)")
+        self._check_net()
 
     def _check_params(self) -> None:
         self._check_common()
@@ -99,11 +86,7 @@ class TorchRegressor(Predictor):
             def val() -> float:
                 return weighted_mae(self._tokens(xv, cv), Tv)
 
-        with seeded(self.seed):
-            self.net_ = self._build(*self.dims_)
-            log = train_loop(self.net_, loss_of, len(row), val_mae=val, epochs=self.epochs, batch_size=self.batch_size,
-                             lr=float(self.lr), weight_decay=float(self.weight_decay), patience=self.patience, seed=self.seed)
-        self.train_log_ = log.__dict__
+        self._train_net(lambda: self._build(*self.dims_), loss_of, len(row), val)
 
     def _tokens(self, xt: torch.Tensor, ct: torch.Tensor | None) -> np.ndarray:
         self.net_.eval()
@@ -128,29 +111,19 @@ class TorchRegressor(Predictor):
         self.cscaler_ = Standardizer(tensors["c_mean"], tensors["c_scale"]) if "c_mean" in tensors else None
         self.tscale_ = LogScale(**info["target"])
         self.train_log_ = dict(info.get("train_log") or {})
-        with seeded(self.seed):  # initial values are overwritten; seeding keeps the caller's RNG untouched
-            self.net_ = self._build(*self.dims_)
-        load_module(self.net_, tensors)
+        self._load_net(lambda: self._build(*self.dims_), tensors)
 
 
+@dataclass(eq=False, repr=False)
 class MLPHead(TorchRegressor):
     name = "mlp"
     default_blocks = ("@mid.mean", "@high.last")
 
-    def __init__(self, blocks: tuple[str, ...] | None = None, hidden: int = 256, depth: int = 2, dropout: float = 0.1,
-                 target: str = "median", epochs: int = 200, batch_size: int = 128, lr: float = 1e-3,
-                 weight_decay: float = 1e-4, patience: int = 20, seed: int = 0) -> None:
-        self.blocks = blocks
-        self.hidden = hidden
-        self.depth = depth
-        self.dropout = dropout
-        self.target = target
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.patience = patience
-        self.seed = seed
+    blocks: tuple[str, ...] | None = None
+    hidden: int = 256
+    depth: int = 2
+    dropout: float = 0.1
+    target: str = "median"
 
     def _build(self, d_x: int, d_c: int) -> nn.Module:
         return mlp(d_x, self.hidden, self.depth, 1, float(self.dropout))

@@ -8,6 +8,8 @@ batch) keeps the gate from collapsing onto one expert. Targets as in ``mlp``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -32,27 +34,18 @@ class MoENet(nn.Module):
         return (g * y).sum(-1), g  # (B,), (B, E)
 
 
+@dataclass(eq=False, repr=False)
 class MoEHead(TorchRegressor):
     name = "moe"
     default_blocks = ("@mid.mean", "@high.last")
 
-    def __init__(self, blocks: tuple[str, ...] | None = None, hidden: int = 256, n_experts: int = 4,
-                 expert_hidden: int = 64, balance: float = 0.01, dropout: float = 0.1, target: str = "median",
-                 epochs: int = 200, batch_size: int = 128, lr: float = 1e-3, weight_decay: float = 1e-4,
-                 patience: int = 20, seed: int = 0) -> None:
-        self.blocks = blocks
-        self.hidden = hidden
-        self.n_experts = n_experts
-        self.expert_hidden = expert_hidden
-        self.balance = balance
-        self.dropout = dropout
-        self.target = target
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.patience = patience
-        self.seed = seed
+    blocks: tuple[str, ...] | None = None
+    hidden: int = 256
+    n_experts: int = 4
+    expert_hidden: int = 64
+    balance: float = 0.01
+    dropout: float = 0.1
+    target: str = "median"
 
     def _check_params(self) -> None:
         self._check_common()

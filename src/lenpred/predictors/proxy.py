@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,23 +86,15 @@ def embed(texts: Sequence[str], batch_size: int = 4) -> np.ndarray:
     return out
 
 
+@dataclass(eq=False, repr=False)
 class ProxyHead(TorchRegressor):
     name = "proxy"
     input_kind = "text"
 
-    def __init__(self, hidden: int = 256, depth: int = 2, dropout: float = 0.1, target: str = "median",
-                 epochs: int = 200, batch_size: int = 128, lr: float = 1e-3, weight_decay: float = 1e-4,
-                 patience: int = 20, seed: int = 0) -> None:
-        self.hidden = hidden
-        self.depth = depth
-        self.dropout = dropout
-        self.target = target
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.patience = patience
-        self.seed = seed
+    hidden: int = 256
+    depth: int = 2
+    dropout: float = 0.1
+    target: str = "median"
 
     def _prepare(self, X: Any, fit: bool = False) -> Inputs:
         if isinstance(X, np.ndarray) and X.dtype.kind == "f":

@@ -2,7 +2,9 @@
 
 ``lenpred train --predictor NAME`` and :func:`lenpred.predictors.io.load_head` look heads up here; an
 unknown name is an error that lists the valid ones. Synthetic noise models (:mod:`lenpred.sim.noise`) are not
-trained estimators and are not in this table.
+trained estimators and are not in this table. The trajectory head ``outlets`` lives with the trajectory
+features it reads (:mod:`lenpred.outlets`, a package above this one): it is registered by name and loaded
+on its first lookup.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from lenpred.errors import ConfigError
-from lenpred.outlets.head import OutletsHead
 from lenpred.predictors.base import Predictor
 from lenpred.predictors.constant import ConstantHead
 from lenpred.predictors.egtp import EGTPHead
@@ -28,8 +29,17 @@ __all__ = ["PREDICTORS", "make_predictor"]
 
 PREDICTORS: Registry[type[Predictor]] = Registry("predictor")
 for _cls in (ConstantHead, PromptLengthHead, RidgeHead, MLPHead, SoftLabelHead, EGTPHead, FiLMHead, MoEHead,
-             ProxyHead, ProbeHead, OutletsHead):
+             ProxyHead, ProbeHead):
     PREDICTORS.add(_cls.name, _cls)
+
+
+def _outlets_head() -> type[Predictor]:
+    from lenpred.outlets.head import OutletsHead
+
+    return OutletsHead
+
+
+PREDICTORS.add_lazy("outlets", _outlets_head)
 
 
 def make_predictor(name: str, params: dict[str, Any] | None = None) -> Predictor:

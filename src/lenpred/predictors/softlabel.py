@@ -21,39 +21,39 @@ or too wide; without validation the levels are the nominal 0.1 / 0.9.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from lenpred.predictors.base import Inputs, Predictor, check_param
+from lenpred.predictors.base import Inputs, check_param
 from lenpred.predictors.dist import Dist, binned, binned_cdf, weighted_quantile
-from lenpred.predictors.nn import (
-    Standardizer,
-    load_module,
-    mlp,
-    module_tensors,
-    one_thread,
-    seeded,
-    train_loop,
-)
+from lenpred.predictors.nn import Standardizer, mlp, module_tensors, one_thread
 from lenpred.predictors.targets import Targets
+from lenpred.predictors.torch_head import TorchHead
 
-__all__ = ["BinnedHead", "SoftLabelHead", "soft_targets"]
+__all__ = ["BinnedHead", "SoftLabelHead", "bin_kernel", "soft_targets"]
+
+
+def bin_kernel(pos: np.ndarray, n_bins: int, smoothing: float) -> np.ndarray:
+    """(..., B) soft labels of continuous bin coordinates ``pos`` (...,) (bin j's centre is j): a Gaussian
+    kernel of ``smoothing`` bins, normalised; ``smoothing <= 0``: the one-hot of the nearest bin."""
+    j = np.arange(n_bins)  # (B,)
+    if smoothing <= 0:
+        return (j == np.clip(np.floor(pos + 0.5), 0, n_bins - 1)[..., None]).astype(np.float64)
+    k = np.exp(-0.5 * ((j - pos[..., None]) / smoothing) ** 2)
+    return k / k.sum(-1, keepdims=True)
 
 
 def soft_targets(T: Targets, edges: np.ndarray, kind: str, smoothing: float) -> np.ndarray:
     """(n, B) target distributions over the bins ``edges`` (B+1,) (see the module docstring)."""
     n_bins = len(edges) - 1
     w = edges[1] - edges[0]
-    j = np.arange(n_bins)  # (B,)
 
     def kernel(pos: np.ndarray) -> np.ndarray:  # pos (..., ) continuous bin coordinates -> (..., B)
-        if smoothing <= 0:
-            return (j == np.clip(np.floor(pos + 0.5), 0, n_bins - 1)[..., None]).astype(np.float64)
-        k = np.exp(-0.5 * ((j - pos[..., None]) / smoothing) ** 2)
-        return k / k.sum(-1, keepdims=True)
+        return bin_kernel(pos, n_bins, smoothing)
 
     def position(y: np.ndarray) -> np.ndarray:  # the centre of a value's bin is at integer j
         return np.clip(y / w - 0.5, 0.0, n_bins - 1.0)
@@ -67,7 +67,7 @@ def soft_targets(T: Targets, edges: np.ndarray, kind: str, smoothing: float) -> 
     return k.sum(1) / have.sum(1, keepdims=True)
 
 
-class BinnedHead(Predictor):
+class BinnedHead(TorchHead):
     """An MLP classifier over equal-width length bins, trained on soft targets (cross-entropy)."""
 
     own_spread = True
@@ -79,11 +79,7 @@ class BinnedHead(Predictor):
         check_param(self.target in ("histogram", "kernel"), n, "target", "must be 'histogram' or 'kernel'")
         check_param(float(self.smoothing) >= 0, n, "smoothing", "must be >= 0 (bins)")
         check_param(self.point in ("median", "mean"), n, "point", "must be 'median' or 'mean'")
-        for k in ("hidden", "epochs", "batch_size", "patience"):
-            check_param(isinstance(getattr(self, k), int) and getattr(self, k) >= 1, n, k, "must be an integer >= 1")
-        check_param(isinstance(self.depth, int) and self.depth >= 0, n, "depth", "must be an integer >= 0")
-        check_param(0.0 <= float(self.dropout) < 1.0, n, "dropout", "must be in [0, 1)")
-        check_param(float(self.lr) > 0 and float(self.weight_decay) >= 0, n, "lr", "must be > 0 (weight_decay >= 0)")
+        self._check_net()
 
     def _fit(self, Z: Inputs, T: Targets, Zv: Inputs | None, Tv: Targets | None) -> None:
         assert Z.x is not None
@@ -108,11 +104,7 @@ class BinnedHead(Predictor):
                 return weighted_mae(self._summaries(xv)[1], Tv)
 
         self.levels_ = self.NOMINAL_LEVELS
-        with seeded(self.seed):
-            self.net_ = mlp(self.d_in_, self.hidden, self.depth, self.n_bins, float(self.dropout))
-            log = train_loop(self.net_, loss_of, T.n, val_mae=val, epochs=self.epochs, batch_size=self.batch_size,
-                             lr=float(self.lr), weight_decay=float(self.weight_decay), patience=self.patience, seed=self.seed)
-        self.train_log_ = log.__dict__
+        self._train_net(self._new_net, loss_of, T.n, val)
         if Zv is not None and Tv is not None:
             self.levels_ = self._recalibrated_levels(self._probs(self.scaler_(Zv.x)), Tv)
 
@@ -155,30 +147,23 @@ class BinnedHead(Predictor):
         self.edges_ = tensors["edges"]
         self.train_log_ = dict(info.get("train_log") or {})
         self.levels_ = tuple(info.get("levels") or self.NOMINAL_LEVELS)  # heads saved before: nominal levels
-        with seeded(self.seed):
-            self.net_: nn.Module = mlp(self.d_in_, self.hidden, self.depth, self.n_bins, float(self.dropout))
-        load_module(self.net_, tensors)
+        self._load_net(self._new_net, tensors)
+
+    def _new_net(self) -> nn.Module:
+        return mlp(self.d_in_, self.hidden, self.depth, self.n_bins, float(self.dropout))
 
 
+@dataclass(eq=False, repr=False)
 class SoftLabelHead(BinnedHead):
     name = "softlabel"
     default_blocks = ("@mid.mean", "@high.last")
 
-    def __init__(self, blocks: tuple[str, ...] | None = None, n_bins: int = 32, target: str = "histogram",
-                 smoothing: float = 1.0, point: str = "median", hidden: int = 256, depth: int = 2, dropout: float = 0.1,
-                 epochs: int = 200, batch_size: int = 128, lr: float = 1e-3, weight_decay: float = 1e-4,
-                 patience: int = 20, seed: int = 0) -> None:
-        self.blocks = blocks
-        self.n_bins = n_bins
-        self.target = target
-        self.smoothing = smoothing
-        self.point = point
-        self.hidden = hidden
-        self.depth = depth
-        self.dropout = dropout
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.patience = patience
-        self.seed = seed
+    blocks: tuple[str, ...] | None = None
+    n_bins: int = 32
+    target: str = "histogram"
+    smoothing: float = 1.0
+    point: str = "median"
+    hidden: int = 256
+    depth: int = 2
+    dropout: float = 0.1
+

@@ -6,8 +6,11 @@
 - :mod:`~lenpred.report.bound` the bound analysis: its tables, ``summary.md`` and the artifact
   directory ``lenpred bound`` writes; :mod:`~lenpred.report.bound_plots` its four plots;
 - :mod:`~lenpred.report.run_info` what ``lenpred info`` prints about a run directory;
+- :mod:`~lenpred.report.demo` the tables and lines ``lenpred demo`` prints;
 - :mod:`~lenpred.report.draft` what ``lenpred draft inspect`` prints about a draft head;
-- :mod:`~lenpred.report.sim_plots` a simulator sweep's plots (latency CDFs, P99 vs load);
+- :mod:`~lenpred.report.generate` the stream ``lenpred generate`` prints;
+- :mod:`~lenpred.report.sim` what ``lenpred simulate`` prints and writes (the latency table, the artifact);
+  :mod:`~lenpred.report.sim_plots` a simulator sweep's plots (latency CDFs, P99 vs load);
 - :mod:`~lenpred.report.outlets` the OUTLETS bench's tables and plots, and the scheduling experiment's table;
 - :mod:`~lenpred.report.page` the one self-contained HTML page ``lenpred report`` writes from all of them.
 
@@ -17,4 +20,4 @@ Nothing here computes a figure: it formats what :mod:`lenpred.stats`, :mod:`lenp
 bench`` then ``bench.write_plots(...)``.
 """
 
-__all__ = ["bench", "bound", "bound_plots", "draft", "outlets", "page", "run_info", "sim_plots", "table"]
+__all__ = ["bench", "bound", "bound_plots", "demo", "draft", "generate", "outlets", "page", "run_info", "sim", "sim_plots", "table"]

@@ -1,11 +1,12 @@
-"""What ``lenpred draft inspect`` prints about a draft head: shape, vocabulary, layers, training card."""
+"""What ``lenpred draft`` prints: ``inspect``'s description of a head (shape, vocabulary, layers, training
+card), and the closing lines of ``train`` and ``cache``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["head_lines"]
+__all__ = ["cache_line", "head_lines", "train_lines"]
 
 
 def head_lines(head: Any, ignored_fields: Sequence[str] = ()) -> list[str]:
@@ -36,3 +37,20 @@ def head_lines(head: Any, ignored_fields: Sequence[str] = ()) -> list[str]:
                      f"{d.get('train_prompts')} training prompts of {tr.get('run')} (seed {tr.get('seed')}); "
                      f"final val top-1 {tr.get('final', {}).get('val_acc')}")
     return lines
+
+
+def train_lines(res: Any) -> list[str]:
+    """``lenpred draft train``'s closing lines from its :class:`lenpred.draft.train.TrainResult`."""
+    fmt = ", ".join
+    rate = f" ({res.steps_per_s:.2f} steps/s this session)" if res.steps_per_s else ""
+    lines = [f"wrote {res.head_path} after {res.steps} steps{rate}"]
+    if res.val_loss:
+        lines.append(f"validation loss by unroll step: {fmt(f'{x:.3f}' for x in res.val_loss)}; "
+                     f"top-1 agreement: {fmt(f'{x:.2f}' for x in res.val_acc)}")
+    return [*lines, f"state cache: {res.cache_dir}"]
+
+
+def cache_line(tf: dict[str, float], n: int, roles: Sequence[str], cdir: Any) -> str:
+    """``lenpred draft cache``'s closing line: the tokens teacher-forced now (and how fast), and the cache's."""
+    rate = f" ({tf['tokens'] / tf['seconds']:.0f} tokens/s)" if tf["tokens"] else " (all cached already)"
+    return f"{int(tf['tokens'])} response tokens teacher-forced now{rate}; {n} response tokens of {','.join(roles)} in {cdir}"

@@ -9,6 +9,9 @@ and vs tokens generated (one line per method, the carried oracle as a band), and
 :func:`schedule_markdown`: the value-for-scheduling table (:func:`lenpred.outlets.schedule.schedule_table`
 rows: short-request and overall P99 end-to-end latency per load and arm, their change against the
 baseline, the decode load imbalance).
+
+:func:`write_bench` and :func:`write_schedule` write what ``lenpred outlets bench`` / ``schedule``
+computed (:mod:`lenpred.outlets.pipeline`) into its folder.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 from lenpred.outlets.evaluate import ORACLE, OutletsBench
 
-__all__ = ["render_markdown", "write_plots", "mae_rows", "schedule_markdown"]
+__all__ = ["render_markdown", "write_plots", "mae_rows", "schedule_markdown", "write_bench", "write_schedule"]
 
 
 def _n(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -200,3 +203,40 @@ def schedule_markdown(rows: list[dict[str, Any]], res: Any) -> str:
                    f"{f(r['all_p99_change'], '{:+.1%}')} | {f(r['tokens_max_over_mean'], '{:.3f}')} | "
                    f"{f(r['batch_cv'], '{:.3f}')} |")
     return "\n".join(out) + "\n"
+
+
+def write_bench(run: Any, out: str | Path, plots: bool = True) -> tuple[Any, str]:
+    """The ``outlets-bench`` artifact of a :class:`lenpred.outlets.pipeline.BenchRun` in ``out``
+    (``outlets_bench.json``, its schema, ``outlets_bench.md`` and, with ``plots``, the plots);
+    returns (the artifact, its Markdown)."""
+    import tempfile
+
+    from lenpred.artifacts import write_artifact
+
+    res = run.result
+    md = render_markdown(res)
+    files = {"outlets_bench.md": md.encode()}
+    if plots:
+        with tempfile.TemporaryDirectory() as tmp:
+            for path in write_plots(res, Path(tmp)):
+                files[path.name] = path.read_bytes()
+    art = write_artifact(Path(out), kind="outlets-bench", schema_version=1, config=run.config, card=run.card,
+                         card_scope="run", json_files={"outlets_bench.json": res.to_dict(),
+                                                       "outlets_bench.schema.json": OutletsBench.json_schema()},
+                         files=files)
+    return art, md
+
+
+def write_schedule(res: Any, out: str | Path) -> str:
+    """``schedule.md`` (returned too) and, when the config asks for plots, the sweep's plots, beside what
+    :func:`lenpred.outlets.schedule.run_schedule` wrote in ``out``."""
+    from lenpred.outlets.schedule import schedule_table
+
+    dest = Path(out)
+    md = schedule_markdown(schedule_table(res), res)
+    (dest / "schedule.md").write_text(md)
+    if res.config.plots:
+        from lenpred.report.sim_plots import write_plots as write_sim_plots
+
+        write_sim_plots(res, dest)
+    return md

@@ -17,12 +17,13 @@ import asyncio
 import contextlib
 import gc
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from lenpred.route.config import RouterConfig
+from lenpred.route.config import GcConfig, RouterConfig
 from lenpred.route.forward import Drain, error_response
 from lenpred.route.openai import ApiError
 from lenpred.route.router import PATHS, Router
@@ -81,13 +82,13 @@ def create_app(cfg: RouterConfig, estimator: Any = None) -> RouterApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
         await router.start()
-        # everything loaded so far (FastAPI, pydantic, the head) lives as long as the process: out of the
-        # collector's sight, a full collection no longer walks it and stalls every stream for tens of ms
-        gc.collect()
-        gc.freeze()
+        restore = _tune_gc(cfg.gc)
+        router.gc_timer.install()  # every collection from here on is timed (lenpred_route_gc_pause_seconds)
         try:
             yield
         finally:
+            router.gc_timer.remove()
+            restore()
             await router.stop()
 
     app = RouterApp(title="lenpred route", version="1", lifespan=lifespan,
@@ -126,6 +127,19 @@ def create_app(cfg: RouterConfig, estimator: Any = None) -> RouterApp:
 
     _error_handlers(app)
     return app
+
+
+def _tune_gc(g: GcConfig) -> Callable[[], None]:
+    """Set the collector for a long-lived server; returns what puts the thresholds back. Everything loaded so
+    far (FastAPI, pydantic, the head) lives as long as the process: frozen, out of the collector's sight, a
+    full collection no longer walks it and stalls every stream for tens of ms."""
+    before = gc.get_threshold()
+    if g.freeze:
+        gc.collect()
+        gc.freeze()
+    if g.thresholds is not None:
+        gc.set_threshold(*g.thresholds)
+    return lambda: gc.set_threshold(*before)
 
 
 def _error_handlers(app: FastAPI) -> None:

@@ -3,7 +3,10 @@
 A :class:`Backend` satisfies the dispatchers' ``Loaded`` protocol (``outstanding_requests()``,
 ``outstanding_tokens()``), so the router picks a backend with the very dispatchers the simulator
 uses (:func:`lenpred.sched.dispatch.make_dispatcher`): one implementation of round robin, least
-requests, least predicted tokens and power of two choices.
+requests, least predicted tokens and power of two choices. Both answers are O(1): a backend keeps a
+running total of its flights' expected remaining tokens, changed by each flight's admission
+(:meth:`Backend.admit`), progress (:meth:`Backend.progress`) and end (:meth:`Backend.finish`: completed,
+failed, or the client gone), never recomputed by summing.
 
 **Predicted outstanding tokens** of a backend = the sum over its requests in flight of the expected
 remaining output, drawn down as the response streams. A request predicted at ``mu`` tokens (sd
@@ -61,6 +64,7 @@ class Flight:
     key: float  # priority key (smaller first)
     gen: int = 0  # tokens streamed so far (events, or usage when the stream carries it)
     prefill: float = 0.0  # prompt work counted until the first token (prompt tokens x prompt_weight)
+    counted: float = 0.0  # its share of its backend's running total: remaining() when last counted
 
     def remaining(self) -> float:
         r = expected_remaining(self.tokens, self.spread, float(self.gen))
@@ -79,7 +83,8 @@ class Backend:
             {m: {"id": m, "object": "model", "owned_by": self.label} for m in cfg.models} if cfg.models else None
         )
         self.priority_on = cfg.priority != "off"
-        self.flights: dict[str, Flight] = {}
+        self.flights: dict[str, Flight] = {}  # changed only by admit / finish (they keep the total)
+        self._tokens = 0.0  # sum of the flights' counted remaining tokens
         self.fails = 0
         self.oks = 0
         self.last_error: str | None = None
@@ -91,7 +96,34 @@ class Backend:
         return len(self.flights)
 
     def outstanding_tokens(self) -> float:
-        return sum(f.remaining() for f in self.flights.values())
+        return self._tokens
+
+    # -- the running total: every change of a flight on this backend goes through one of these
+    def admit(self, flight: Flight) -> None:
+        """``flight`` runs here from now on (a rid registered twice is counted once, as its latest flight)."""
+        self.finish(flight.rid)
+        flight.counted = flight.remaining()
+        self.flights[flight.rid] = flight
+        self._tokens += flight.counted
+
+    def progress(self, flight: Flight, gen: int) -> None:
+        """``flight`` has streamed ``gen`` tokens: its expected remaining output is drawn down."""
+        if gen == flight.gen:
+            return
+        flight.gen = gen
+        if self.flights.get(flight.rid) is flight:
+            left = flight.remaining()
+            self._tokens += left - flight.counted
+            flight.counted = left
+
+    def finish(self, rid: str) -> bool:
+        """The flight ``rid`` ended here (done, failed, or its client gone); False when it was not here."""
+        f = self.flights.pop(rid, None)
+        if f is None:
+            return False
+        # the last one out leaves exactly 0 (no rounding left over from the additions)
+        self._tokens = self._tokens - f.counted if self.flights else 0.0
+        return True
 
     # -- state
     def serves(self, model: str) -> bool:
@@ -193,7 +225,7 @@ class Pool:
             return None
         b = None if self.n_waiting else self._pick(model, exclude)  # arrivals do not overtake waiters
         if b is not None:
-            b.flights[flight.rid] = flight
+            b.admit(flight)
             return b
         if self.n_waiting >= self.max_queued:
             raise QueueFull()
@@ -229,13 +261,13 @@ class Pool:
                 if not any(x.healthy and x.has_slot() for x in self.backends):
                     break
                 continue
-            b.flights[w.flight.rid] = w.flight  # registered now, so the next pick sees the load
+            b.admit(w.flight)  # registered now, so the next pick sees the load
             w.fut.set_result(b)
         for w in keep:
             heapq.heappush(self._waiters, w)
 
     def release(self, b: Backend, rid: str) -> None:
-        if b.flights.pop(rid, None) is not None:
+        if b.finish(rid):
             b.n_done += 1
         self._wake()
 

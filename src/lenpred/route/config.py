@@ -24,9 +24,16 @@ from lenpred.errors import ConfigError, FieldError
 from lenpred.sched import DISPATCHERS, QUEUE_POLICIES, RECOMMENDED
 
 __all__ = [
-    "BackendConfig", "EstimatorConfig", "HealthConfig", "LimitsConfig", "PriorityConfig", "ROUTER_QUEUES", "RouterConfig",
-    "TimeoutConfig", "normalize_url",
+    "BackendConfig", "EstimatorConfig", "GcConfig", "HealthConfig", "LimitsConfig", "PriorityConfig", "ROUTER_QUEUES",
+    "RouterConfig", "TimeoutConfig", "normalize_url",
 ]
+
+
+# the router's collector thresholds by default (GcConfig.thresholds): a young collection every 50,000 net
+# allocations instead of 700. A relayed stream's objects die by reference counting, not in cycles, so at 200
+# streams the count never reaches it and no collection runs; at 700 one ran every ~0.2 s, each stopping every
+# stream for 0.4 ms (2.5-3 ms every tenth, the middle generation): docs/route.md, "The router's own loop"
+GC_THRESHOLDS = (50_000, 10, 10)
 
 
 def normalize_url(url: str, what: str = "url") -> str:
@@ -241,6 +248,25 @@ class LimitsConfig(Config):
         return self
 
 
+class GcConfig(Config):
+    """The garbage collector of the router's long-lived process: set once the router has started, put back
+    as it was when it stops (docs/route.md, "The router's own loop", has the measurements)."""
+
+    freeze: bool = Field(True, description="after start-up, move every object then alive (FastAPI, pydantic, a "
+                                           "head) out of the collector's sight (gc.freeze)")
+    thresholds: tuple[int, int, int] | None = Field(
+        GC_THRESHOLDS, description="gc.set_threshold while serving: allocations between two young collections, "
+                                   "then young collections per middle one, middle per full; null keeps Python's "
+                                   "(700, 10, 10)")
+
+    @model_validator(mode="after")
+    def _check(self) -> GcConfig:
+        if self.thresholds is not None and (self.thresholds[0] < 100 or min(self.thresholds[1:]) < 1):
+            raise ConfigError(f"gc.thresholds must be [>= 100, >= 1, >= 1], got {list(self.thresholds)}",
+                              "use e.g. [700, 10, 10] (Python's default), or null to leave the collector as it is")
+        return self
+
+
 class RouterConfig(Config):
     """The whole router: ``lenpred route --config FILE``."""
 
@@ -263,6 +289,7 @@ class RouterConfig(Config):
     health: HealthConfig = Field(default_factory=HealthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     log_requests: bool = Field(True, description="one log line per request (id, backend, prediction, outcome)")
+    gc: GcConfig = Field(default_factory=GcConfig)
 
     @field_validator("policy")
     @classmethod

@@ -328,14 +328,12 @@ class Forwarder:
                     raw = await r.read(1 << 20)
                     r.close()
                     return r.status, raw
-                it = r.chunks().__aiter__()
                 # hold the client's answer until the first data event: until then a failure is retried
                 while not (counter.events or counter.done or counter.error):
-                    try:
-                        chunk = await it.__anext__()
-                    except StopAsyncIteration:
+                    chunk = await r.next_chunk()
+                    if not chunk:
                         raise Retry(ApiError(502, f"backend {b.label} closed the stream before the first token",
-                                              "server_error", code="backend_error"), "empty") from None
+                                              "server_error", code="backend_error"), "empty")
                     first += chunk
                     counter.feed(chunk)
                     if len(first) > 65536 or (len(first) >= 5 and not _looks_like_sse(first)):
@@ -355,29 +353,31 @@ class Forwarder:
         except BaseException:
             close(r)
             raise
-        ctx.flight.gen = counter.tokens
+        b.progress(ctx.flight, counter.tokens)
         b.last_progress = time.monotonic()
         self.metrics.ttfb.observe(time.monotonic() - ctx.t_in)
         def closing() -> bytes:  # the end of a stream that the drain limit cuts: after a blank line, which ends
             # an event left open (a backend's chunk may end between an event's line and the blank line after it)
             return b"" if counter.done else b"\n\n" + sse_error_event(self.drain.error().message, code="shutting_down")
 
-        return RelayStream(self._relay(ctx, b, r, it, bytes(first), counter), 200, headers=self._reply_headers(ctx),
+        return RelayStream(self._relay(ctx, b, r, bytes(first), counter), 200, headers=self._reply_headers(ctx),
                            media_type="text/event-stream", drain=self.drain, closing=closing)
 
-    async def _relay(self, ctx: Ctx, b: Backend, r: UpstreamResponse, it: Any, first: bytes,
-                     counter: SSECounter) -> Any:
+    async def _relay(self, ctx: Ctx, b: Backend, r: UpstreamResponse, first: bytes, counter: SSECounter) -> Any:
+        """The stream after its first data event. Per chunk: one read (no async generator between it and the
+        upstream's reader), the SSE accounting (in place), the backend's running total drawn down, one yield."""
         err: str | None = None
         outcome = "ok"
+        flight, deadline = ctx.flight, ctx.deadline
         try:
             yield first
             try:
-                async for chunk in it:
+                while chunk := await r.next_chunk():
                     counter.feed(chunk)
-                    ctx.flight.gen = counter.tokens
+                    b.progress(flight, counter.tokens)
                     b.last_progress = now = time.monotonic()  # a busy backend is not a dead one
                     yield chunk
-                    if now > ctx.deadline:
+                    if now > deadline:
                         err = f"the stream took longer than the router's total timeout of {self.cfg.timeouts.total_s:g} s"
                         break
             except UpstreamError as e:

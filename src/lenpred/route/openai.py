@@ -273,6 +273,7 @@ def parse_request(raw: bytes, kind: str) -> tuple[dict[str, Any], Query]:
 # a data event carries generated text: a non-empty string under one of these keys (the role chunk at the start
 # of a chat stream, the finish chunk and the usage chunk carry none, and are no token)
 _TEXT = re.compile(rb'"(?:content|reasoning_content|text|arguments)"\s*:\s*"(?!")')
+_SPACE = frozenset(b" \t\r\x0b\x0c")  # what bytes.strip() takes off a line's payload (a line has no \n)
 
 
 class SSECounter:
@@ -292,27 +293,52 @@ class SSECounter:
         self._tail = b""
 
     def feed(self, chunk: bytes) -> int:
-        """Account for ``chunk``; returns the number of new token events in it."""
+        """Account for ``chunk``; returns the number of new token events in it. The chunk is read in place:
+        no list of lines and no copy of a line or its payload for an event of the usual shape (``data:``, at
+        most one space, then the payload); any other (more whitespace) is copied, stripped and read exactly."""
         data = self._tail + chunk if self._tail else chunk
-        lines = data.split(b"\n")
-        self._tail = lines.pop()  # an incomplete last line waits for the next chunk
+        end = data.rfind(b"\n")
+        if end < 0:  # an incomplete line waits for the next chunk
+            self._tail = data
+            return 0
+        self._tail = data[end + 1:] if end + 1 < len(data) else b""
         new = 0
-        for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                self.done = True
-            elif b'"error"' in payload and payload.startswith(b'{"error"'):
-                self.error = _error_message(payload)
-            else:
-                self.events += 1
-                if _TEXT.search(payload) is not None:
-                    new += 1
-                if b'"usage"' in payload and b"completion_tokens" in payload:
-                    self._usage(payload)
+        pos = 0
+        while pos <= end:
+            nl = data.find(b"\n", pos, end + 1)
+            if data.startswith(b"data:", pos, nl):
+                start = pos + 5
+                if start < nl and data[start] == 32:  # "data: {...}"
+                    start += 1
+                c = data[start] if start < nl else -1
+                if c in _SPACE:  # more whitespace around the payload than one space: the exact reading
+                    new += self._payload(data[pos + 5:nl].strip())
+                elif c == 91 and data.startswith(b"[DONE]", start) and data[start:nl].strip() == b"[DONE]":  # [
+                    self.done = True
+                elif c == 123 and data.startswith(b'{"error"', start):  # {
+                    self.error = _error_message(data[start:nl].strip())
+                else:
+                    self.events += 1
+                    if _TEXT.search(data, start, nl) is not None:
+                        new += 1
+                    if data.find(b'"usage"', start, nl) >= 0 and data.find(b"completion_tokens", start, nl) >= 0:
+                        self._usage(data[start:nl])
+            pos = nl + 1
         self.token_events += new
         return new
+
+    def _payload(self, payload: bytes) -> int:
+        """One data event's stripped payload, read as a copy: 1 if it is a token event."""
+        if payload == b"[DONE]":
+            self.done = True
+        elif payload.startswith(b'{"error"'):
+            self.error = _error_message(payload)
+        else:
+            self.events += 1
+            if b'"usage"' in payload and b"completion_tokens" in payload:
+                self._usage(payload)
+            return 1 if _TEXT.search(payload) is not None else 0
+        return 0
 
     def _usage(self, payload: bytes) -> None:
         try:

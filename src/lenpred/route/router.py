@@ -25,7 +25,7 @@ from lenpred.route.backends import Flight, Pool, QueueFull, QueueTimeout
 from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import make_estimator
 from lenpred.route.forward import Ctx, Drain, Forwarder, RelayStream, Retry, close, error_response
-from lenpred.route.metrics import RouterMetrics, watch_loop_lag
+from lenpred.route.metrics import GcTimer, RouterMetrics, watch_loop_lag
 from lenpred.route.openai import ApiError, parse_request
 from lenpred.route.priority import PriorityMapper
 from lenpred.route.upstream import Client, UpstreamError, UpstreamResponse
@@ -49,6 +49,7 @@ class Router(Forwarder):
         self.cfg = cfg
         self.pool = Pool(cfg.backends, cfg.policy, cfg.seed, cfg.limits.max_queued)
         self.metrics = RouterMetrics(self.pool)
+        self.gc_timer = GcTimer(self.metrics.gc_pause)
         self.estimator = estimator if estimator is not None else make_estimator(
             cfg.estimator, on_fallback=lambda reason: self.metrics.fallbacks.inc())
         self.prio = PriorityMapper(cfg.priority, cfg.default_tokens)

@@ -82,13 +82,14 @@ class UpstreamResponse:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Pieces of the body as they arrive (de-chunked)."""
-        content = self._r.content
+        while data := await self.next_chunk():
+            yield data
+
+    async def next_chunk(self) -> bytes:
+        """The next piece of the body as it arrives (de-chunked); ``b""`` at its end. The relay's loop calls
+        this directly: one awaitable per piece, where an async generator over it costs a second one."""
         try:
-            while True:
-                data = await content.readany()
-                if not data:
-                    return
-                yield data
+            return await self._r.content.readany()
         except UpstreamError:
             raise
         except (aiohttp.ClientError, HttpProcessingError, OSError) as e:

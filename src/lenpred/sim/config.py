@@ -31,7 +31,12 @@ from lenpred.sched.recommended import RECOMMENDED
 
 MODES = ("disaggregated", "colocated")
 PREEMPTION = ("recompute", "swap")
-ARRIVALS = ("poisson", "gamma", "trace", "burst")
+ARRIVALS = ("poisson", "gamma", "trace", "burst", "episode")
+EPISODE_INNER = ("poisson", "gamma")  # the stationary process inside an episode
+EPISODE_FIELDS = ("inner", "burst_factor", "burst_start_s", "burst_s", "tail_s")
+# a load in capacity units above this is almost surely a rate in requests/s (at 4x capacity the
+# backlog already grows three times faster than the cluster serves)
+MAX_CAPACITY_LOAD = 4.0
 LENGTH_SOURCES = ("synthetic", "sharegpt", "rundir", "trace")
 SPLIT_ROLES = ("train", "val", "test")  # lenpred.data.split.ROLES (not imported: config reads no data)
 LOAD_UNITS = ("req/s", "capacity")
@@ -213,13 +218,26 @@ def recommended_policy() -> PolicyConfig:
 
 class ArrivalConfig(Config):
     """When requests arrive. A trace keeps its own timestamps unless a rate (or a sweep load) is
-    asked for explicitly; then they are compressed or stretched to that mean rate."""
+    asked for explicitly; then they are compressed or stretched to that mean rate.
 
-    process: str = Field("poisson", description="poisson | gamma (bursty, cv) | trace | burst")
+    ``episode``: an overload episode that ends. The run's rate (or sweep load) is the *base* rate;
+    from ``burst_start_s`` for ``burst_s`` seconds arrivals come ``burst_factor`` times faster, then
+    at the base rate again for ``tail_s`` seconds; no request arrives after that (the simulation
+    still runs until every request finished: the backlog drains). Inside, arrivals are ``inner``
+    (poisson, or gamma with ``cv``) in the time of the cumulative rate (:mod:`lenpred.sim.arrivals`).
+    """
+
+    process: str = Field("poisson", description="poisson | gamma (bursty, cv) | trace | burst | episode")
     rate: float | None = Field(
-        None, description="requests/s (default 1 for poisson/gamma; a trace keeps its own times unless "
-                          "set; ignored by burst)")
-    cv: float = Field(1.0, description="gamma inter-arrival coefficient of variation (1 = Poisson)")
+        None, description="requests/s (default 1 for poisson/gamma/episode: the base rate; a trace keeps its "
+                          "own times unless set; ignored by burst)")
+    cv: float = Field(1.0, description="gamma (also an episode's inner gamma) inter-arrival coefficient of variation")
+    inner: str | None = Field(None, description="episode: poisson (default) or gamma (with cv) inside the episode")
+    burst_factor: float | None = Field(None, description="episode: burst rate / base rate, >= 1 (default 2)")
+    burst_start_s: float | None = Field(None, description="episode: seconds at the base rate before the burst (60)")
+    burst_s: float | None = Field(None, description="episode: the burst's length in seconds (30)")
+    tail_s: float | None = Field(None, description="episode: seconds at the base rate after the burst, then no "
+                                 "more arrivals (300)")
 
     @property
     def effective_rate(self) -> float | None:
@@ -228,16 +246,49 @@ class ArrivalConfig(Config):
             return None
         return 1.0 if self.rate is None else self.rate
 
+    @property
+    def episode(self) -> tuple[str, float, float, float, float] | None:
+        """An episode's (inner, burst_factor, burst_start_s, burst_s, tail_s), defaults filled in;
+        None for the other processes."""
+        if self.process != "episode":
+            return None
+        return (self.inner or "poisson", 2.0 if self.burst_factor is None else self.burst_factor,
+                60.0 if self.burst_start_s is None else self.burst_start_s,
+                30.0 if self.burst_s is None else self.burst_s, 300.0 if self.tail_s is None else self.tail_s)
+
     @model_validator(mode="after")
     def _check(self) -> ArrivalConfig:
-        _choice("workload.arrival", "process", self.process, ARRIVALS)
+        w = "workload.arrival"
+        _choice(w, "process", self.process, ARRIVALS)
         if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
             raise ConfigError(
-                f"workload.arrival.rate must be > 0 requests/s, got {self.rate!r}",
+                f"{w}.rate must be > 0 requests/s, got {self.rate!r}",
                 "an arrival rate of 0 never sends a request; use process 'burst' for all at t=0",
             )
-        _positive("workload.arrival", cv=self.cv)
+        if not (isinstance(self.cv, int | float) and math.isfinite(self.cv) and self.cv > 0):
+            raise ConfigError(f"{w}.cv must be > 0 (1 = Poisson, 3 = bursty), got {self.cv!r}",
+                              "give the gaps' coefficient of variation as a positive number")
+        if self.process != "episode":
+            given = [k for k in EPISODE_FIELDS if getattr(self, k) is not None]
+            if given:
+                raise ConfigError(f"{w}.{given[0]} is read by process 'episode' only, not {self.process!r}",
+                                  "drop it, or set process to 'episode'")
+            return self
+        self._check_episode(w)
         return self
+
+    def _check_episode(self, w: str) -> None:
+        inner, factor, start, burst, tail = self.episode  # type: ignore[misc]
+        _choice(w, "inner", inner, EPISODE_INNER)
+        if not (math.isfinite(factor) and factor >= 1.0):
+            raise ConfigError(f"{w}.burst_factor must be >= 1 (the burst rate over the base rate), got {factor!r}",
+                              "a burst below the base is not a burst: give the burst's rate / the base rate")
+        if not (math.isfinite(start) and start >= 0):
+            raise ConfigError(f"{w}.burst_start_s must be >= 0 seconds, got {start!r}")
+        if not (math.isfinite(burst) and burst > 0):
+            raise ConfigError(f"{w}.burst_s must be > 0 seconds, got {burst!r}")
+        if not (math.isfinite(tail) and tail >= 0):
+            raise ConfigError(f"{w}.tail_s must be >= 0 seconds, got {tail!r}")
 
 
 class LengthConfig(Config):
@@ -312,20 +363,53 @@ class SweepConfig(Config):
                 raise ConfigError(f"sweep.loads must be finite numbers, got {x!r}", "pass loads such as 0.5,1,2")
             if not x > 0:
                 raise ConfigError(f"sweep.loads must all be > 0, got {x!r}", "an arrival rate of 0 never sends a request")
+            if self.load_unit == "capacity" and x > MAX_CAPACITY_LOAD:
+                raise ConfigError(
+                    f"sweep.loads {x:g} is {x:g}x the saturation throughput; capacity loads must lie in "
+                    f"(0, {MAX_CAPACITY_LOAD:g}]",
+                    "a rate in requests/s needs sweep.load_unit 'req/s'; a multiple of capacity is e.g. 0.9")
         if self.probe_requests < 10:
             raise ConfigError("sweep.probe_requests must be >= 10")
         return self
+
+
+def parse_loads(text: str, default_unit: str = "req/s") -> tuple[tuple[float, ...], str]:
+    """A comma-separated load list -> (loads, load_unit). ``0.9x`` is a multiple of capacity, a plain
+    number is in ``default_unit``; a list mixing both is refused (one of them is surely a typo), and
+    the loads are checked as :class:`SweepConfig` checks them (capacity loads in (0, 4])."""
+    _choice("--loads", "unit", default_unit, LOAD_UNITS)
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ConfigError(f"--loads is empty, got {text!r}", "e.g. --loads 0.9,0.95 (or 0.9x,0.95x for capacity)")
+    marked = [x for x in items if x.lower().endswith("x")]
+    if marked and len(marked) != len(items):
+        plain = next(x for x in items if not x.lower().endswith("x"))
+        raise ConfigError(f"--loads mixes multiples of capacity ({marked[0]!r}) and plain numbers ({plain!r})",
+                          "give every load as a multiple of capacity (0.9x) or every one in "
+                          f"{'capacity units' if default_unit == 'capacity' else 'requests/s'}")
+    try:
+        loads = tuple(float(x[:-1] if marked else x) for x in items)
+    except ValueError:
+        raise ConfigError(f"--loads must be comma-separated numbers, got {text!r}",
+                          "e.g. --loads 0.9,0.95 (or 0.9x,0.95x for capacity)") from None
+    unit = "capacity" if marked else default_unit
+    SweepConfig(loads=loads, load_unit=unit)  # the same ranges as a config's sweep.loads
+    return loads, unit
 
 
 class MetricsConfig(Config):
     short_threshold: float | None = Field(None, description="output tokens; None: the median true output length")
     slo_ttft_s: float = Field(0.25, description="TTFT SLO (DistServe's chatbot SLO for OPT-13B on ShareGPT)")
     slo_tpot_s: float = Field(0.10, description="TPOT SLO")
+    slo_target: float = Field(0.90, description="goodput: the share of requests that must attain the SLO")
 
     @model_validator(mode="after")
     def _check(self) -> MetricsConfig:
         _positive("metrics", short_threshold=self.short_threshold, slo_ttft_s=self.slo_ttft_s,
                   slo_tpot_s=self.slo_tpot_s)
+        if not (math.isfinite(self.slo_target) and 0 < self.slo_target <= 1):
+            raise ConfigError(f"metrics.slo_target must be in (0, 1], got {self.slo_target!r}",
+                              "DistServe's goodput asks 90% of requests to attain: 0.9")
         return self
 
 
@@ -347,6 +431,11 @@ class SimConfig(Config):
         names = [p.name for p in self.policies]
         if len(set(names)) != len(names):
             raise ConfigError(f"policy names must be unique, got {names}")
+        if self.workload.arrival.process == "episode" and self.sweep.load_unit == "req/s":
+            from lenpred.sim.arrivals import check_episode_length
+
+            for rate in self.sweep.loads or (self.workload.arrival.effective_rate,):
+                check_episode_length(self.workload.arrival, self.workload.n_requests, float(rate or 1.0))
         if self.sweep.baseline is not None and self.sweep.baseline not in names:
             raise ConfigError(f"sweep.baseline {self.sweep.baseline!r} is not a policy name",
                               f"use one of: {', '.join(names)}")
@@ -362,6 +451,6 @@ class SimConfig(Config):
 
 __all__ = [
     "ArrivalConfig", "ClusterConfig", "LengthConfig", "MetricsConfig", "PolicyConfig", "PredictionConfig",
-    "SimConfig", "SweepConfig", "WorkloadConfig", "policies_for", "policy_params", "prediction_models",
+    "SimConfig", "SweepConfig", "WorkloadConfig", "parse_loads", "policies_for", "policy_params", "prediction_models",
     "recommended_policy",
 ]

@@ -11,6 +11,11 @@ Definitions (seconds unless stated):
 * short / long = true output length below / at-or-above ``short_threshold`` tokens (default: the
   median true output length of the workload; the value used is reported);
 * goodput = completed requests per second that met both TTFT <= slo_ttft_s and TPOT <= slo_tpot_s;
+  SLO attainment (DistServe) = the share of requests that met both (a request with one output token
+  has no TPOT and meets it; a rejected or unfinished request does not attain), per class:
+  ``attainment_by_class`` counts every request of the class, ``attainment`` the completed ones; the
+  goodput in DistServe's sense -- the highest rate at which >= 90% attain -- is a search over runs
+  (:func:`lenpred.sim.yardstick.goodput_search`);
 * decode imbalance = max / mean of the tokens each decode instance generated, and the coefficient
   of variation of their time-averaged batch sizes.
 """
@@ -54,6 +59,29 @@ def latency_arrays(res: SimResult) -> dict[str, np.ndarray]:
     return {"ttft": ttft, "tpot": tpot, "e2e": e2e, "queue": queue}
 
 
+def slo_attained(res: SimResult, slo_ttft_s: float, slo_tpot_s: float) -> np.ndarray:
+    """(n,) bool: the request finished with TTFT <= slo_ttft_s and TPOT <= slo_tpot_s."""
+    lat = latency_arrays(res)
+    done = np.isfinite(res.t_finish)
+    with np.errstate(invalid="ignore"):
+        tpot_ok = np.where(res.output > 1, lat["tpot"] <= slo_tpot_s, True)
+        return done & (lat["ttft"] <= slo_ttft_s) & tpot_ok
+
+
+def attainment_by_class(res: SimResult, short_threshold: float, slo_ttft_s: float, slo_tpot_s: float,
+                        mask: np.ndarray | None = None) -> dict[str, float | None]:
+    """SLO attainment of all, short and long requests (among those in ``mask``; None: all): the
+    share of the class's requests that attained, None for an empty class."""
+    ok = slo_attained(res, slo_ttft_s, slo_tpot_s)
+    sel = np.ones(res.n, dtype=bool) if mask is None else mask
+    short = res.output < short_threshold
+    out: dict[str, float | None] = {}
+    for g, m in (("all", sel), ("short", sel & short), ("long", sel & ~short)):
+        k = int(m.sum())
+        out[g] = float(ok[m].sum()) / k if k else None
+    return out
+
+
 def summarize(
     res: SimResult,
     *,
@@ -75,8 +103,7 @@ def summarize(
         makespan = max(t1 - t0, 1e-12)
     else:
         makespan = float("nan")
-    tpot_ok = np.where(res.output > 1, lat["tpot"] <= slo_tpot_s, True)
-    ok = done & (lat["ttft"] <= slo_ttft_s) & tpot_ok
+    ok = slo_attained(res, slo_ttft_s, slo_tpot_s)
     dec = res.instances.get("decode", [])
     tokens = np.array([d["tokens"] for d in dec], dtype=float)
     mean_batch = np.array([d["batch_time"] for d in dec], dtype=float) / makespan if n_done else tokens * 0
@@ -97,7 +124,8 @@ def summarize(
         "throughput_rps": n_done / makespan if n_done else 0.0,
         "output_tokens_per_s": float(res.output[done].sum()) / makespan if n_done else 0.0,
         "goodput_rps": float(ok.sum()) / makespan if n_done else 0.0,
-        "slo": {"ttft_s": slo_ttft_s, "tpot_s": slo_tpot_s, "attainment": float(ok.sum()) / max(n_done, 1)},
+        "slo": {"ttft_s": slo_ttft_s, "tpot_s": slo_tpot_s, "attainment": float(ok.sum()) / max(n_done, 1),
+                "attainment_by_class": attainment_by_class(res, thr, slo_ttft_s, slo_tpot_s)},
         "short_threshold_tokens": thr,
         "short_definition": (
             f"true output < {thr:g} tokens"

@@ -8,7 +8,7 @@ scheduler), never estimates of what a real predictor achieves.
 
 Models (registry :data:`SYNTHETIC`, key = ``prediction.model`` in a simulator config):
 
-* ``oracle``: the true length;
+* ``oracle``: the true length, with a spread of 0 (a point distribution: the truth is known exactly);
 * ``lognormal``: ``true * exp(sigma * Z)``, sigma solved so that ``E|pred - true| / E[true]``
   equals ``rel_mae`` exactly (``E|e^{sigma Z} - 1| = e^{sigma^2/2} (2 Phi(sigma) - 1)``); spread
   ``pred * sqrt(e^{sigma^2} - 1)``;
@@ -142,7 +142,7 @@ class Oracle(SyntheticPredictor):
 
     def predict_lengths(self, true: np.ndarray, groups: np.ndarray, rng: np.random.Generator
                         ) -> tuple[np.ndarray, np.ndarray | None]:
-        return true.copy(), None
+        return true.copy(), np.zeros(true.shape)
 
 
 @SYNTHETIC.register("constant")

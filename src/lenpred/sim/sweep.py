@@ -230,6 +230,12 @@ def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Worklo
         # one run at the configured rate; burst arrivals and a trace without an explicit rate keep
         # their own times (load None)
         loads = [cfg.workload.arrival.effective_rate]
+    if cfg.workload.arrival.process == "episode":  # every load's episode must fit the run, before any runs
+        from lenpred.sim.arrivals import check_episode_length
+
+        for load in loads:
+            rate = 1.0 if load is None else (load * capacity if capacity is not None else load)
+            check_episode_length(cfg.workload.arrival, wl.n, rate)
     result = SweepResult(config=cfg, capacity_rps=capacity, short_threshold=thr, baseline=baseline)
     for load in loads:
         rate = None if load is None else (load * capacity if capacity is not None else load)

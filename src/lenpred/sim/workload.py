@@ -26,7 +26,7 @@ import pandas as pd
 from lenpred.errors import ConfigError, DataError
 from lenpred.predictions import Predictions
 from lenpred.sched.dists import rescaled, row_dist
-from lenpred.sim.arrivals import require_rate, trace_arrivals, unit_arrivals
+from lenpred.sim.arrivals import Episode, require_rate, trace_arrivals, unit_arrivals
 from lenpred.sim.config import PredictionConfig, WorkloadConfig
 from lenpred.sim.length_sources import (
     filter_lengths,
@@ -59,6 +59,7 @@ class Workload:
     table: pd.DataFrame | None = None  # a request table's rows, in workload order (model 'input')
     card: dict[str, Any] | None = None  # the run card of a run-directory workload
     source: str = "synthetic"
+    episode: Episode | None = None  # an overload episode: arrivals are mapped through it and cut at its end
     _dists: dict[int, tuple[Predictions, list[Any], list[tuple[Any, ...]]]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -91,11 +92,26 @@ class Workload:
             return self.arrivals.copy()
         if not (rate > 0 and math.isfinite(rate)):
             raise ConfigError(f"arrival rate must be > 0 requests/s, got {rate!r}")
+        if self.episode is not None:
+            return self._episode_times(rate)
         if not self.own_times:
             return self.arrivals * (1.0 / rate)
         require_rate(self.trace_rate)
         assert self.trace_rate is not None
         return self.arrivals * (self.trace_rate / rate)
+
+    def _episode_times(self, rate: float) -> np.ndarray:
+        """An episode's real arrival times at base ``rate`` (every one of the n, including those past
+        its end, which :meth:`requests` drops); too few requests to reach its end is an error."""
+        ep = self.episode
+        assert ep is not None
+        t = ep.times(self.arrivals, rate)
+        if self.n and t[-1] < ep.end:
+            raise DataError(
+                f"the episode ends at {ep.end:g} s but the workload's {self.n} requests at a base rate of {rate:.3g} "
+                f"req/s have all arrived by {t[-1]:.0f} s",
+                f"raise workload.n_requests to >= {ep.requests_needed(rate, 3.0)} or shorten the episode")
+        return t
 
     def predictions(self, prediction: PredictionConfig, seed: int = 0) -> Predictions:
         """The predictions table of an arm (synthetic noise depends only on ``seed``)."""
@@ -120,12 +136,15 @@ class Workload:
         t = self.arrival_times(rate)
         n = len(t)
         dists, rdists = self._request_dists(predictions, a) if with_dist else ([None] * n, [()] * n)
-        return [
+        out = [
             Request(i, at, p, o, pr, s, rp, d, rd)
             for i, at, p, o, pr, s, rp, d, rd in zip(self.rid.tolist(), t.tolist(), self.prompt.tolist(),
                                                      self.output.tolist(), a["pred_tokens"].tolist(), spread,
                                                      repred, dists, rdists, strict=True)
         ]
+        if self.episode is not None:  # an episode ends: nobody arrives after it
+            out = [r for r in out if r.arrival <= self.episode.end]
+        return out
 
     def _request_dists(self, predictions: Predictions, a: pd.DataFrame) -> tuple[list[Any], list[tuple[Any, ...]]]:
         """Per request: the predictive distribution and one per re-prediction, built once per distinct
@@ -198,7 +217,8 @@ def build_workload(cfg: WorkloadConfig, seed: int = 0) -> Workload:
     else:
         arrivals = unit_arrivals(n, cfg.arrival, rng_arr)
     return Workload.from_lengths(prompt, output, arrivals, rid=rid, trace_rate=trace_rate, source=lc.source,
-                                 table=trace, own_times=cfg.arrival.process == "trace")
+                                 table=trace, own_times=cfg.arrival.process == "trace",
+                                 episode=Episode.of(cfg.arrival))
 
 
 def _rundir_workload(cfg: WorkloadConfig, rng_len: np.random.Generator, rng_arr: np.random.Generator
@@ -221,6 +241,7 @@ def _rundir_workload(cfg: WorkloadConfig, rng_len: np.random.Generator, rng_arr:
         prompt=prompt, output=output, arrivals=unit_arrivals(cfg.n_requests, cfg.arrival, rng_arr),
         rid=np.arange(cfg.n_requests, dtype=np.int64), keys=df[["prompt_id", "sample_idx"]].copy(),
         population=population, card=RunDir.open(str(lc.path)).card, source="rundir",
+        episode=Episode.of(cfg.arrival),
     )
 
 

@@ -1,0 +1,215 @@
+"""The yardstick's report and its sizing (for benchmarks/bench_yardstick.py).
+
+``OUT/yardstick.json``: every cell row as run, and per (regime, cluster, batch, load or episode,
+arrival) and arm the min / max / mean over seeds of each figure and of its ratio to the baseline
+(FCFS + round robin) in the same cell and seed (attainment: the difference in points).
+``OUT/yardstick.md``: the same as tables, one per (cluster, batch, regime).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+FIGURES = ("short_p99_s", "p99_s", "short_p50_s", "attain_all", "attain_short", "attain_long", "drain_s")
+RATIO = ("short_p99_s", "p99_s", "short_p50_s", "drain_s")  # the rest (attainment) as a difference
+# CPU microseconds per simulated request (one arm), measured on the 2-core shared machine with one
+# small cell each (docs/yardstick.md); rows in cells.jsonl replace them with their own figures
+US_PER_REQUEST = {256: 55.0, 16: 170.0}
+
+
+def read_cells(path: Path) -> list[dict[str, Any]]:
+    """The rows of WORK/cells.jsonl (a line cut by a kill is skipped: its cell runs again)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and "key" in row:
+            rows.append(row)
+    return rows
+
+
+def _span(xs: Sequence[float]) -> dict[str, float | int | None]:
+    v = [x for x in xs if x is not None and math.isfinite(x)]
+    if not v:
+        return {"min": None, "max": None, "mean": None, "n": 0}
+    return {"min": min(v), "max": max(v), "mean": sum(v) / len(v), "n": len(v)}
+
+
+def _place(row: dict[str, Any]) -> tuple[str, str, int, str, str]:
+    c = row["cell"]
+    return c["regime"], c["cluster"], int(c["batch"]), c["where"], c["arrival"]
+
+
+def summarize(rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """Per place (regime, cluster, batch, where, arrival) and arm: each figure's span over seeds and
+    its ratio (attainment: difference) to the baseline in the same seed."""
+    by_place: dict[tuple[str, str, int, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["cell"]["regime"] != "goodput":
+            by_place[_place(r)].append(r)
+    out = []
+    for place, rs in sorted(by_place.items()):
+        arms = list(dict.fromkeys(a for r in rs for a in r["arms"]))
+        for arm in arms:
+            entry: dict[str, Any] = {"regime": place[0], "cluster": place[1], "batch": place[2], "where": place[3],
+                                     "arrival": place[4], "arm": arm, "seeds": sorted(r["cell"]["seed"] for r in rs
+                                                                                      if arm in r["arms"])}
+            for f in FIGURES:
+                vals, rel = [], []
+                for r in rs:
+                    x, b = r["arms"].get(arm, {}).get(f), r["arms"].get(baseline, {}).get(f)
+                    vals.append(x)
+                    if x is not None and b is not None:
+                        rel.append(x / b if f in RATIO and b else (x - b if f not in RATIO else None))
+                entry[f] = _span(vals)
+                entry[f"{f} vs base"] = _span(rel)
+            if place[0] == "steady":
+                entry["n"] = sorted(r["n"] for r in rs)
+                entry["converged"] = sum(bool(r["converged"]) for r in rs)
+            else:  # seeds whose burst backlog outlasted the tail (arrivals had stopped before it drained)
+                entry["not_drained"] = sum(not r["arms"].get(arm, {}).get("drained", True) for r in rs)
+            out.append(entry)
+    return out
+
+
+def goodput_summary(rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """Per (cluster, batch) and arm: goodput (x capacity) per class over seeds, and vs the baseline."""
+    by: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["cell"]["regime"] == "goodput":
+            by[r["cell"]["cluster"], int(r["cell"]["batch"])].append(r)
+    out = []
+    for (cl, b), rs in sorted(by.items()):
+        for arm in dict.fromkeys(a for r in rs for a in r["arms"]):
+            e: dict[str, Any] = {"cluster": cl, "batch": b, "arm": arm}
+            for cls in ("all", "short", "long"):
+                got = [r["arms"].get(arm, {}).get(cls, {}) for r in rs]
+                base = [r["arms"].get(baseline, {}).get(cls, {}) for r in rs]
+                e[cls] = _span([g.get("load") for g in got])
+                e[f"{cls} vs base"] = _span([g["load"] / x["load"] for g, x in zip(got, base, strict=True)
+                                             if g.get("load") and x.get("load")])
+                e[f"{cls} unresolved"] = sum(not g.get("resolved", False) for g in got)
+                e[f"{cls} at cap"] = sum(g.get("hi") is None or g.get("hi") == math.inf for g in got if g.get("load"))
+            out.append(e)
+    return out
+
+
+def _r(s: dict[str, Any], fmt: str = "{:.2f}", scale: float = 1.0) -> str:
+    if s["min"] is None:
+        return "-"
+    lo, hi = fmt.format(s["min"] * scale), fmt.format(s["max"] * scale)
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def _table(entries: list[dict[str, Any]]) -> list[str]:
+    regime = entries[0]["regime"]
+    head = ["where", "arm", "short P99 s", "x base", "P99 s", "x base", "short P50 s", "x base",
+            "attain all / short / long %", "Δ all / short pts"]
+    if regime == "steady":
+        head += ["N", "converged"]
+    else:
+        head += ["drain s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for e in entries:
+        where = e["where"] + ("" if regime == "steady" else f" {e['arrival']}")
+        att = " / ".join(_r(e[f"attain_{c}"], "{:.1f}", 100) for c in ("all", "short", "long"))
+        delta = " / ".join(_r(e[f"attain_{c} vs base"], "{:+.1f}", 100) for c in ("all", "short"))
+        cells = [where, e["arm"], _r(e["short_p99_s"]), _r(e["short_p99_s vs base"], "{:.3f}"), _r(e["p99_s"]),
+                 _r(e["p99_s vs base"], "{:.3f}"), _r(e["short_p50_s"]), _r(e["short_p50_s vs base"], "{:.3f}"), att,
+                 delta]
+        if regime == "steady":
+            cells += [",".join(str(n) for n in sorted(set(e["n"]))), f"{e['converged']}/{len(e['n'])}"]
+        else:
+            cells += [_r(e["drain_s"], "{:.0f}") + (f" ({e['not_drained']} past the tail)" if e["not_drained"] else "")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(summary: list[dict[str, Any]], goodput: list[dict[str, Any]], rows: list[dict[str, Any]],
+             baseline: str) -> str:
+    seeds = sorted({r["cell"]["seed"] for r in rows})
+    out = ["# The yardstick: policies measured where the figures have a limit", "",
+           f"{len(rows)} cells, seeds {', '.join(map(str, seeds))}. Every figure is min–max over seeds; "
+           f"`x base` is the ratio to {baseline} in the same cell and seed (min–max over seeds), `Δ` its "
+           "attainment difference in points. Steady: figures over the arrivals between the 10% and 90% points "
+           "at the N where every arm's short and overall P99 moved < 5% (or the cap: see `converged`). "
+           "Episodes: base 0.7x, burst 1.3x / 1.5x for 30 / 120 s after 60 s of warm-up, then 0.7x until the "
+           "episode ends (2x the drain time of the excess work, >= 60 s); figures over every request arriving "
+           "from the burst's start; `drain s`: until every request that arrived by the burst's end finished. "
+           "Attainment: TTFT <= SLO and TPOT <= SLO (DistServe), short = true output below the workload's "
+           "median.", ""]
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
+    for e in summary:
+        groups[e["cluster"], e["batch"], e["regime"]].append(e)
+    for (cl, b, regime), es in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[0][1], kv[0][2] != "steady")):
+        out += [f"## {cl}, batch {b}: {regime}", "", *_table(es), ""]
+    if goodput:
+        out += ["## Goodput (x capacity at which >= 90% attain; min–max over seeds)", "",
+                "| cluster | batch | arm | all | short | long | all x base | short x base |", "|---|---|---|---|---|---|---|---|"]
+        for e in goodput:
+            gp = [_r(e[c]) + (" (>= cap in " + str(e[f"{c} at cap"]) + ")" if e[f"{c} at cap"] else "")
+                  for c in ("all", "short", "long")]
+            out.append(f"| {e['cluster']} | {e['batch']} | {e['arm']} | {' | '.join(gp)} | "
+                       f"{_r(e['all vs base'], '{:.3f}')} | {_r(e['short vs base'], '{:.3f}')} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def write_report(jl: Path, out: Path, baseline: str) -> list[Path]:
+    rows = read_cells(jl)
+    out.mkdir(parents=True, exist_ok=True)
+    summary, goodput = summarize(rows, baseline), goodput_summary(rows, baseline)
+    js, md = out / "yardstick.json", out / "yardstick.md"
+    for path, text in ((js, json.dumps({"baseline": baseline, "summary": summary, "goodput": goodput,
+                                        "cells": rows}, indent=1) + "\n"),
+                       (md, markdown(summary, goodput, rows, baseline) + "\n")):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return [js, md]
+
+
+# ---------------------------------------------------------------- sizing
+def _us_per_request(rows: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
+    """Measured CPU microseconds per simulated request, per (cluster, batch), from the rows run."""
+    acc: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in rows:
+        k = (r["cell"]["cluster"], int(r["cell"]["batch"]))
+        acc[k][0] += r["cpu_s"]
+        acc[k][1] += r["n_simulated"]
+    return {k: 1e6 * c / n for k, (c, n) in acc.items() if n}
+
+
+def dry_run(a: Any, cells: list[Any], work: Path, estimate: Callable[..., tuple[int, int, int]]) -> str:
+    """The cells, the runs they need (``estimate(a, cell, capacities)``: runs, simulated requests if
+    every steady cell converges at 2 n0, if none does) and their CPU time from measured rates."""
+    rows = read_cells(work / "cells.jsonl")
+    have = {r["key"] for r in rows}
+    cap_path = work / "capacity.json"  # nominal capacities (estimate's) until measured
+    caps = json.loads(cap_path.read_text()) if cap_path.is_file() else {}
+    rates = _us_per_request(rows)
+    lines, tot = [], [0, 0, 0, 0.0, 0.0]
+    for c in cells:
+        runs, lo, hi = estimate(a, c, caps)
+        us = rates.get((c.cluster, c.batch), US_PER_REQUEST[c.batch])
+        done = c.key in have
+        lines.append(f"{'done ' if done else 'to do'} {c.key}: {runs} runs, {lo:,}-{hi:,} requests, "
+                     f"{lo * us / 1e6 / 60:.1f}-{hi * us / 1e6 / 60:.1f} CPU min")
+        if not done:
+            for i, v in enumerate((1, runs, lo, lo * us / 1e6, hi * us / 1e6)):
+                tot[i] += v
+    src = "measured in cells.jsonl" if rates else "nominal"
+    lines.append(f"{int(tot[0])} cell(s) to run, about {int(tot[1])} simulations; estimated CPU "
+                 f"{tot[3] / 3600:.1f} h (every steady cell converging at 2 n0) to {tot[4] / 3600:.1f} h (none "
+                 f"converging), at {', '.join(f'{k}: {v:.0f}' for k, v in sorted(rates.items())) or US_PER_REQUEST} "
+                 f"us/request ({src}); capacities {'from ' + str(cap_path) if caps else 'nominal'}")
+    return "\n".join(lines)

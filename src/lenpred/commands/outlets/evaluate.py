@@ -1,0 +1,64 @@
+"""``lenpred outlets bench`` / ``schedule``: the bench along the trajectory and the value for scheduling."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+# ------------------------------------------------------------------------------------------ bench
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--traj", required=True, help="trajectory features of --run (its test prompts are scored)")
+    p.add_argument("--run", required=True, help="run directory (split, lengths for the oracle and the bound)")
+    p.add_argument("--heads", nargs="*", default=[], metavar="[NAME=]HEAD",
+                   help="outlets heads, the probe variant included (name default: the variant trained)")
+    p.add_argument("--prefill-predictions", nargs="*", default=[], metavar="[NAME=]FILE",
+                   help="prefill predictions tables (lenpred predict), carried along the trajectory")
+    p.add_argument("--anchors", nargs="*", default=[], metavar="[NAME=]ANCHOR",
+                   help="prefill anchors (lenpred outlets anchor): their head and prefill table blended by progress band")
+    p.add_argument("--reference", default=None, help="method the ratios use (default: best carried prefill head at t=0)")
+    p.add_argument("--out", required=True, help="report folder (an artifact directory)")
+    p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of prompts for intervals")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-plots", action="store_true")
+
+
+def run_bench(a: argparse.Namespace) -> int:
+    from lenpred.outlets.pipeline import bench
+    from lenpred.report.outlets import write_bench
+
+    done = bench(a.traj, a.run, a.out, heads=a.heads, prefill_predictions=a.prefill_predictions, anchors=a.anchors,
+                 reference=a.reference, split=a.split, n_boot=a.n_boot, seed=a.seed)
+    art, md = write_bench(done, a.out, plots=not a.no_plots)
+    print(md)
+    print(f"report: {art.path}/outlets_bench.md")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ schedule
+def add_schedule_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="experiments/outlets/schedule.json", help="simulator config with placeholders")
+    p.add_argument("--run", required=True, help="run directory (its split gives the test prompts)")
+    p.add_argument("--prefill-predictions", required=True, help="the best prefill head's table (lenpred predict)")
+    p.add_argument("--outlets-head", default=None, help="outlets head: its re-predictions are made here")
+    p.add_argument("--traj", default=None, help="trajectory features of the run (with --outlets-head)")
+    p.add_argument("--outlets-predictions", default=None, help="or: an outlets table already made (lenpred outlets predict)")
+    p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
+    p.add_argument("--requests", type=int, default=None, help="override workload.n_requests (smoke runs)")
+    p.add_argument("--loads", default=None, help="override sweep.loads, comma-separated (smoke runs)")
+    p.add_argument("--out", required=True, help="result folder")
+
+
+def run_schedule(a: argparse.Namespace) -> int:
+    from lenpred.checks import parse_loads
+    from lenpred.outlets.pipeline import schedule
+    from lenpred.report.outlets import write_schedule
+
+    loads = parse_loads(a.loads) if a.loads else None
+    res = schedule(a.run, a.prefill_predictions, a.out, config=a.config, outlets_head=a.outlets_head, traj=a.traj,
+                   outlets_predictions=a.outlets_predictions, split=a.split, n_requests=a.requests, loads=loads,
+                   progress=lambda m: print(m, file=sys.stderr, flush=True))
+    print(write_schedule(res, a.out))
+    print(f"results: {a.out}/results.json ({res.wall_s:.1f} s)")
+    return 0

@@ -1,0 +1,94 @@
+"""benchmarks/bench_yardstick.py's own logic: the grid, arms, flags, resumable rows and the report's
+ratios (no simulation runs here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench_scripts import load_benchmark
+from lenpred.errors import ConfigError
+
+y = load_benchmark("bench_yardstick")
+rep = load_benchmark("yardstick_report")
+
+
+def _args(*argv: str):  # noqa: ANN202 - the script's namespace
+    return y.resolve(y.parse(list(argv)))
+
+
+def test_default_grid_is_the_issues_grid() -> None:
+    """2 clusters x 2 batches x 5 seeds x (4 steady loads + 4 episodes x 2 arrivals + goodput)."""
+    cells = y.grid(_args())
+    assert len(cells) == 2 * 2 * 5 * (4 + 8 + 1) == len({c.key for c in cells})
+    assert cells[0].key == "steady|1+2|b256|0.9|poisson|s0"
+    assert {c.batch for c in cells} == {256, 16} and {c.cluster for c in cells} == {"1+2", "4+8"}
+
+
+def test_subset_flags_and_arms() -> None:
+    a = _args("--clusters", "4+8", "--batches", "16", "--regimes", "episode", "--episodes", "1.5x120s",
+              "--arrivals", "gamma3", "--seeds", "3", "--arms", "sjf/true;srpt/mlp:aging=300")
+    assert [c.key for c in y.grid(a)] == ["episode|4+8|b16|1.5x120s|gamma3|s3"]
+    assert list(a.arm_objs) == ["fcfs+rr/-", "sjf/true", "srpt aging300/mlp"]  # the baseline always runs
+    assert a.arm_objs["srpt aging300/mlp"].params == (("aging", 300.0),)
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--loads", "0.9x,30"], r"mixes multiples of capacity"),
+    (["--loads", "0.9,1.1"], r"--loads 1.1: steady loads must lie below capacity"),
+    (["--clusters", "2+4"], r"--clusters: '2\+4' is not one of 1\+2, 4\+8"),
+    (["--batches", "32"], r"--batches: 32 is not one of 256, 16"),
+    (["--arms", "sjf/oracle"], r"unknown arm 'sjf/oracle'"),
+    (["--n0", "5000", "--n-max", "1000"], r"must satisfy 1 <= n0 <= n-max"),
+])
+def test_bad_flags_fail_before_anything_runs(argv: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        _args(*argv)
+
+
+def test_main_reports_a_bad_flag_on_one_line(capsys, tmp_path) -> None:
+    assert y.main(["--loads", "0.9x,30", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --loads mixes") and not (tmp_path / "w").exists()
+
+
+def _row(seed: int, base: float, arm: float, attain: float = 0.9) -> dict:
+    figs = {"short_p99_s": base, "p99_s": 2 * base, "short_p50_s": 1.0, "attain_all": 0.8, "attain_short": 0.7,
+            "attain_long": 0.9, "drain_s": 10.0, "drained": True}
+    cell = {"regime": "episode", "cluster": "1+2", "batch": 16, "where": "1.3x30s", "arrival": "poisson", "seed": seed}
+    return {"key": f"k{seed}", "cell": cell, "cpu_s": 2.0, "n_simulated": 1000,
+            "arms": {"fcfs+rr/-": figs, "sjf/true": {**figs, "short_p99_s": arm, "attain_short": attain}}}
+
+
+def test_rows_resume_and_ratios_span_the_seeds(tmp_path) -> None:
+    """A line cut by a kill is skipped and the next row still stands on its own line; ratios are
+    taken per seed against the baseline, then min-max over seeds."""
+    jl = tmp_path / "cells.jsonl"
+    y.append_row(jl, _row(0, 10.0, 5.0))
+    with jl.open("a") as f:
+        f.write('{"key": "cut')  # a kill mid-write
+    y.append_row(jl, _row(1, 20.0, 16.0, attain=1.0))
+    assert [r["key"] for r in rep.read_cells(jl)] == ["k0", "k1"]
+    (e,) = [x for x in rep.summarize(rep.read_cells(jl), "fcfs+rr/-") if x["arm"] == "sjf/true"]
+    assert (e["short_p99_s"]["min"], e["short_p99_s"]["max"]) == (5.0, 16.0)
+    assert (e["short_p99_s vs base"]["min"], e["short_p99_s vs base"]["max"]) == (0.5, 0.8)
+    assert e["attain_short vs base"]["min"] == pytest.approx(0.2) and e["attain_short vs base"]["max"] == pytest.approx(0.3)
+    paths = rep.write_report(jl, tmp_path / "out", "fcfs+rr/-")
+    md = paths[1].read_text()
+    assert "| 1.3x30s poisson | sjf/true | 5.00–16.00 | 0.500–0.800 |" in md
+    assert json.loads(paths[0].read_text())["baseline"] == "fcfs+rr/-"
+
+
+def test_dry_run_counts_cells_and_uses_measured_rates(tmp_path) -> None:
+    a = _args("--clusters", "1+2", "--batches", "16", "--regimes", "episode", "--episodes", "1.3x30s",
+              "--arrivals", "poisson", "--seeds", "0,1")
+    work = tmp_path / "w"
+    work.mkdir()
+    row = _row(0, 1.0, 1.0)
+    row["key"] = "episode|1+2|b16|1.3x30s|poisson|s0"
+    y.append_row(work / "cells.jsonl", row)  # 2000 us per request measured
+    text = rep.dry_run(a, y.grid(a), work, y.estimate)
+    assert text.splitlines()[0].startswith("done  episode|1+2|b16|1.3x30s|poisson|s0: 8 runs")
+    assert text.splitlines()[1].startswith("to do episode|1+2|b16|1.3x30s|poisson|s1: 8 runs")
+    assert "1 cell(s) to run" in text and "2000 us/request (measured" in text
