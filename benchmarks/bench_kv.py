@@ -6,7 +6,9 @@ binds before the 256 slots. **Budget rule**: half of what a full batch holds at 
 context, ``K = 0.5 x 256 x mean(prompt + output / 2)`` tokens (the seed-0 workload's means; the same
 K for every seed): a full batch of 256 would need 2 K, so the batch is KV-bound and requests admitted
 while they fit grow into preemption. Loads are multiples of the capacity a burst probe measures on
-this cluster under vLLM's default (FCFS, preempt the latest arrival).
+this cluster under vLLM's default (FCFS, preempt the latest arrival); one overload episode beside them
+(a base of 0.7 x capacity with a burst of 1.3 x capacity for 30 s, Poisson, run until drained; figures over
+the requests arriving from the burst on, as bench_yardstick.py measures episodes).
 
 Arms: every arm is FCFS with round-robin dispatch, so only the victim and admission rules differ
 (:mod:`lenpred.sim.preemption`): vLLM's default (victim ``latest``, admission ``fits-now``); victim
@@ -46,6 +48,8 @@ SEEDS = (0, 1, 2, 3, 4)
 BUDGETS = (0.5, 0.25)  # K = share x batch limit x mean(prompt + output / 2)
 KEY = ("arm", "budget_share", "load", "seed", "n_requests")
 GOAL_PREEMPT = 0.7  # the goal: preemptions cut >= 30%
+EPISODE = (0.7, 1.3, 30.0)  # an overload episode: base load, burst load (x capacity), burst seconds (Poisson)
+EPISODE_LABEL = "episode 0.7 + 1.3x 30s"
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,29 @@ OUTLETS_ARMS = [a.name for a in ARMS if a.predictor == "outlets"]
 def kv_budget(wl: Any, max_batch: int, share: float) -> int:
     """The stated rule: share x max_batch x mean(prompt + output / 2), in tokens."""
     return int(round(share * max_batch * float(np.mean(wl.prompt + wl.output / 2.0))))
+
+
+def episode_row(res: Any, thr: float, mask: np.ndarray) -> dict[str, Any]:
+    """cell_row's figures over the requests in ``mask`` (an episode: those arriving from the burst on)."""
+    from lenpred.sim.config import MetricsConfig
+    from lenpred.sim.kvstats import preemption_stats
+    from lenpred.sim.metrics import latency_arrays, slo_attained
+
+    mc = MetricsConfig()
+    m = mask & np.isfinite(res.t_finish)
+    lat = latency_arrays(res)
+    e2e, short = lat["e2e"][m], (res.output < thr)[m]
+    ok = slo_attained(res, mc.slo_ttft_s, mc.slo_tpot_s)[m]
+    span = float(res.t_finish[m].max() - res.arrival[m].min())
+    pre = preemption_stats(res.n_preempt[mask])
+    q = lambda x, p: float(np.percentile(x, p))  # noqa: E731
+    return {"preempt_mean": pre["mean"], "preempt_p99": pre["p99"], "preempt_share": pre["share"],
+            "p99_s": q(e2e, 99), "p50_s": q(e2e, 50), "short_p99_s": q(e2e[short], 99),
+            "short_p50_s": q(e2e[short], 50), "ttft_p99_s": q(lat["ttft"][m], 99),
+            "tpot_p99_s": float(np.nanpercentile(lat["tpot"][m], 99)), "attainment": float(ok.mean()),
+            "goodput_rps": float(ok.sum()) / span, "throughput_rps": float(m.sum()) / span,
+            "mean_batch": float(np.mean([d["batch_time"] for d in res.instances["decode"]]))
+            / float(np.nanmax(res.t_finish) - res.arrival.min())}
 
 
 def cell_row(res: Any, thr: float) -> dict[str, Any]:
@@ -139,31 +166,53 @@ def run_budget(a: argparse.Namespace, share: float, have: set[tuple[Any, ...]], 
 
     jl = Path(a.work) / "cells.jsonl"
     src, tables, st = setup(a, say, share)
-    for seed in a.seeds:
-        todo = [(x, load) for load in a.loads for x in ARMS
-                if (x.name, share, load, seed, a.n_requests) not in have]
+    cells: list[float | str] = [*a.loads, *([EPISODE_LABEL] if a.episode else [])]
+    for seed, load in ((s, c) for s in a.seeds for c in cells):
+        todo = [x for x in ARMS if (x.name, share, load, seed, a.n_requests) not in have]
         if not todo:
             continue
-        cfg = sim_config(src, a.n_requests, seed, "poisson").nested("cluster",
-                                                                    kv_capacity_tokens=st["kv_capacity_tokens"])
-        wl = build(src, cfg, tables)
+        cfg, wl, rate, ep = cell_setup(a, (src, tables, st), seed, load)
         thr = float(np.median(wl.output))
         cache = PredictionCache(wl, seed)
-        for x, load in todo:
+        for x in todo:
             if time.monotonic() > t_end:
                 say("stopped by --max-minutes: run again to continue")
                 return False
             c0 = time.process_time()
-            res = run_one(cfg, wl, x.config(tables), load * st["capacity_rps"], cache=cache)
+            res = run_one(cfg, wl, x.config(tables), rate, cache=cache)
+            fig = cell_row(res, thr) if ep is None else episode_row(res, thr, res.arrival >= ep.start)
             row = {"arm": x.name, "policy": "fcfs", "predictor": x.predictor, "victim": x.victim, "admission": x.admission,
-                   "budget_share": share, "load": load, "seed": seed, "n_requests": a.n_requests, **cell_row(res, thr),
-                   "short_threshold_tokens": thr, "rate_rps": load * st["capacity_rps"],
+                   "budget_share": share, "load": load, "seed": seed, "n_requests": a.n_requests, **fig,
+                   "n_run": int(res.n), "short_threshold_tokens": thr, "rate_rps": rate,
                    "kv_capacity_tokens": st["kv_capacity_tokens"], "cpu_s": time.process_time() - c0}
             with jl.open("a") as f:
                 f.write(json.dumps(row) + "\n")
-            say(f"K {share:g} s{seed} {load:g}x {x.name}: {row['preempt_mean']:.3f} preempt/req, P99 {row['p99_s']:.2f} s, "
+            say(f"K {share:g} s{seed} {load}x {x.name}: {row['preempt_mean']:.3f} preempt/req, P99 {row['p99_s']:.2f} s, "
                 f"short P99 {row['short_p99_s']:.2f} s, attainment {row['attainment']:.3f} ({row['cpu_s']:.1f} s CPU)")
     return True
+
+
+def cell_setup(a: argparse.Namespace, ctx: tuple[Any, dict[str, str], dict[str, Any]], seed: int,
+               load: float | str) -> tuple[Any, Any, float, Any]:
+    """(config, workload, arrival rate, episode or None) of a steady load or of the episode: base
+    EPISODE[0] x capacity, a burst at EPISODE[1] x capacity for EPISODE[2] s, then the base until drained
+    (lenpred.sim.yardstick.episode_arrival), with the requests that cover it."""
+    src, tables, st = ctx
+    cap = st["capacity_rps"]
+    if isinstance(load, str):
+        from lenpred.sim.arrivals import Episode
+        from lenpred.sim.yardstick import episode_arrival
+
+        arr = episode_arrival(*EPISODE)
+        ep = Episode.of(arr)
+        assert ep is not None
+        rate = EPISODE[0] * cap
+        cfg = sim_config(src, ep.requests_needed(rate), seed, "poisson")
+        cfg = cfg.replace(workload=cfg.workload.replace(arrival=arr))
+    else:
+        ep, rate, cfg = None, load * cap, sim_config(src, a.n_requests, seed, "poisson")
+    cfg = cfg.nested("cluster", kv_capacity_tokens=st["kv_capacity_tokens"])
+    return cfg, build(src, cfg, tables), rate, ep
 
 
 # ---------------------------------------------------------------- report
@@ -176,7 +225,9 @@ def summarize_cells(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per load and arm: min / max / mean over seeds of each metric, and of its ratio to vLLM's
     default in the same seed; per load: whether the goal holds for each OUTLETS arm in every seed."""
     out: dict[str, Any] = {}
-    for share, load in sorted({(r["budget_share"], r["load"]) for r in rows}, key=lambda c: (-c[0], c[1])):
+    cells = sorted({(r["budget_share"], r["load"]) for r in rows},
+                   key=lambda c: (-c[0], isinstance(c[1], str), 0.0 if isinstance(c[1], str) else c[1]))
+    for share, load in cells:
         at = [r for r in rows if r["budget_share"] == share and r["load"] == load]
         base = {r["seed"]: r for r in at if r["arm"] == BASE.name}
         cell: dict[str, Any] = {"seeds": sorted(base), "arms": {}}
@@ -191,7 +242,7 @@ def summarize_cells(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     for r in rs]
             cell["arms"][x.name] = {"n_seeds": len(rs), "metrics": m, "ratio_to_default": ratios,
                                     "goal_seeds": int(sum(goal)), "goal_all_seeds": all(goal)}
-        out[f"K {share:g}, load {load:g}"] = cell
+        out[f"K {share:g}, {load}" if isinstance(load, str) else f"K {share:g}, load {load:g}"] = cell
     return out
 
 
@@ -226,7 +277,7 @@ def write_report(work: Path, out: Path, n_requests: int | None = None) -> list[P
     lines += [f"* K {k}: {v['kv_capacity_tokens']} tokens, capacity {v['capacity_rps']:.2f} requests/s"
               for k, v in setup_info.items()] + [""]
     for label, cell in summ.items():
-        lines += [f"## {label} x capacity (seeds {', '.join(map(str, cell['seeds']))})", "",
+        lines += [f"## {label}{'' if 'episode' in label else ' x capacity'} (seeds {', '.join(map(str, cell['seeds']))})", "",
                   "| arm | " + " | ".join(lab for _, lab in METRICS) + " | " +
                   " | ".join(f"{lab} / default" for _, lab in RATIOS) + " | goal seeds |",
                   "|" + "---|" * (len(METRICS) + len(RATIOS) + 2)]
@@ -259,6 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="KV budget shares: K = share x 256 x mean(prompt + output/2)")
     ap.add_argument("--outlets", default=str(ROOT / "data/outlets/predictions-test-smollm2-sharegpt.parquet"),
                     help="OUTLETS predictions with re-predictions for the test samples")
+    ap.add_argument("--no-episode", dest="episode", action="store_false",
+                    help=f"skip the overload episode ({EPISODE_LABEL} x capacity, measured from the burst on)")
     ap.add_argument("--max-minutes", type=float, default=9.0, help="stop starting cells after this long")
     ap.add_argument("--report-only", action="store_true", help="write the report from WORK/cells.jsonl")
     a = ap.parse_args(argv)
