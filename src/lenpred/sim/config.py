@@ -40,6 +40,9 @@ MAX_CAPACITY_LOAD = 4.0
 LENGTH_SOURCES = ("synthetic", "sharegpt", "rundir", "trace")
 SPLIT_ROLES = ("train", "val", "test")  # lenpred.data.split.ROLES (not imported: config reads no data)
 LOAD_UNITS = ("req/s", "capacity")
+# KV preemption victim and decode admission rules (lenpred.sim.preemption)
+VICTIMS = ("policy", "latest", "predicted-remaining", "true-remaining")
+ADMISSIONS = ("fits-now", "predicted-peak", "true-peak", "predicted-horizon", "true-horizon")
 # prediction models that are not synthetic predictors: a predictions table, a trace's own column
 TABLE_MODELS = ("table", "input")
 
@@ -161,6 +164,12 @@ class PolicyConfig(Config):
     boost_s: float | None = Field(None, description="boost2: seconds a short-labelled request is boosted (10)")
     short_threshold: float | None = Field(None, description="boost2: predicted total tokens under which a "
                                           "request is short (200)")
+    victim: str = Field("policy", description="KV preemption victim: policy (the queue key's largest), latest "
+                        "(the latest arrival, vLLM's), predicted-remaining or true-remaining (the most tokens left)")
+    admission: str = Field("fits-now", description="decode admission: fits-now (the current KV fits, less the "
+                           "watermark), predicted-peak (also the sum of predicted peak KV fits, S3), true-peak, "
+                           "predicted-horizon (also the batch's most future KV, requests leaving at their predicted "
+                           "ends, fits) or true-horizon")
     prediction: PredictionConfig | None = Field(None, description="default: the config's top-level prediction")
 
     @model_validator(mode="after")
@@ -169,6 +178,10 @@ class PolicyConfig(Config):
 
         if not self.name:
             raise ConfigError("every policy needs a non-empty name")
+        for key, valid in (("victim", VICTIMS), ("admission", ADMISSIONS)):
+            if getattr(self, key) not in valid:
+                raise ConfigError(f"policy {self.name!r}: unknown {key} {getattr(self, key)!r}",
+                                  f"use one of: {', '.join(valid)}")
         if not (math.isfinite(self.aging) and self.aging >= 0):
             raise ConfigError(f"policy {self.name!r}: aging must be >= 0")
         try:  # a name, a parameter or a range no policy accepts fails here, before any run

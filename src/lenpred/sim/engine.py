@@ -180,6 +180,8 @@ class Simulator:
             )
             for i in range(n_dec)
         ]
+        for d in self.decode:
+            d.set_kv_rules(policy.victim, policy.admission)
         self.prefill = [] if self.colocated else [
             PrefillInstance(i, self.profile, ppol, cap) for i in range(cluster.n_prefill)
         ]

@@ -12,13 +12,14 @@ entries held by the batch grows by the batch size each step, and a per-instance 
 prediction, or when its next re-prediction applies. A step:
 
 1. requests whose KV transfer finished join the running batch;
-2. if the batch's KV plus one token each no longer fits, preempt the lowest-priority running
-   requests (largest queue key) until it does (recompute: they re-prefill later; swap: their KV
-   goes to host memory and comes back, both costed);
-3. if nothing was preempted, admit queued requests in policy order while KV (less a watermark)
-   and the batch limit allow: a fresh request starts its KV transfer, a preempted one rejoins now
-   (its recompute prefill or swap-in is added to this step), a colocated new request is prefilled
-   in this step and joins the batch at its end with its first token;
+2. if the batch's KV plus one token each no longer fits, preempt the running requests the arm's
+   victim rule names (default: the largest queue key) until it does (recompute: they re-prefill
+   later; swap: their KV goes to host memory and comes back, both costed);
+3. if nothing was preempted, admit queued requests in policy order while KV (less a watermark), the
+   arm's admission rule (:mod:`lenpred.sim.preemption`) and the batch limit allow: a fresh request
+   starts its KV transfer, a preempted one rejoins now (its recompute prefill or swap-in is added
+   to this step), a colocated new request is prefilled in this step and joins the batch at its
+   end with its first token;
 4. duration = prefill time (of anything prefilled in this step) + decode time (batch, context) +
    swap time.
 
@@ -194,6 +195,7 @@ class DecodeInstance(_Instance, Preemption):
         self.kv_reserved = 0  # KV slots of admitted requests not running yet (transfer / prefill)
         self.n_reserved = 0
         self.reserved_pred = 0.0  # their predicted remaining tokens
+        self.true_peak = 0  # sum of prompt + true output over running and reserved (admission true-peak)
         self.waiting: list[tuple[float, int, Request]] = []  # heap (key, seq, request)
         self.waiting_pred = 0.0  # predicted remaining tokens of queued requests
         self.ready: list[Request] = []  # KV arrived; join at the next step start
@@ -268,6 +270,7 @@ class DecodeInstance(_Instance, Preemption):
         self.running[r.rid] = r
         self.n_run += 1
         self.ctx += r.prompt + r.gen
+        self.true_peak += r.prompt + r.output
         heapq.heappush(self.milestones, (self.step + (r.output - r.gen), self._next_seq(), M_FINISH, r,
                                          r.epoch, 0))
         if r.repred:
@@ -279,6 +282,7 @@ class DecodeInstance(_Instance, Preemption):
         del self.running[r.rid]
         self.n_run -= 1
         self.ctx -= r.prompt + gen
+        self.true_peak -= r.prompt + r.output
         self._deactivate(r, gen)
         r.epoch += 1  # its pending milestones are now stale
 
@@ -286,11 +290,13 @@ class DecodeInstance(_Instance, Preemption):
         self.kv_reserved += kv_need(r)
         self.n_reserved += 1
         self.reserved_pred += r.q_rem
+        self.true_peak += r.prompt + r.output
 
     def _unreserve(self, r: Request) -> None:
         self.kv_reserved -= kv_need(r)
         self.n_reserved -= 1
         self.reserved_pred -= r.q_rem
+        self.true_peak -= r.prompt + r.output
 
     # ---- events
     def enqueue(self, r: Request, t: float) -> list[Event]:
@@ -380,8 +386,7 @@ class DecodeInstance(_Instance, Preemption):
             need = kv_need(r)
             joins_now = r.need in (NEED_RECOMPUTE, NEED_SWAP_IN)
             used = self.ctx + self.kv_reserved + self.n_run + need + (1 if joins_now else 0)
-            empty = slots == 0 and self.kv_reserved == 0
-            if used > self.cap_eff and not (empty and used <= self.cap):
+            if not self._admits(r, used, slots == 0 and self.kv_reserved == 0):
                 break
             if r.need in (NEED_PREFILL, NEED_RECOMPUTE):
                 n = r.prompt if r.need == NEED_PREFILL else need
@@ -465,6 +470,8 @@ class DecodeInstance(_Instance, Preemption):
         ctx = sum(r.prompt + self.gen_of(r) for r in self.running.values())
         assert ctx == self.ctx, (ctx, self.ctx)
         assert self.n_run == len(self.running)
+        peak_reserved = self.true_peak - sum(r.prompt + r.output for r in self.running.values())
+        assert peak_reserved >= self.kv_reserved and (self.n_reserved or peak_reserved == 0), peak_reserved
         assert self.ctx + self.kv_reserved <= self.cap, (self.ctx, self.kv_reserved, self.cap)
         act = [r for r in self.running.values() if r.active]
         assert len(act) == self.pred_count

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from lenpred.sim.engine import SimResult
+from lenpred.sim.kvstats import preemption_stats
 
 QUANTILES = (50, 90, 99)
 
@@ -134,6 +135,7 @@ def summarize(
         "latency": latency,
         "preemptions": int(res.n_preempt.sum()),
         "preempted_requests": int((res.n_preempt > 0).sum()),
+        "preemption": preemption_stats(res.n_preempt),
         "decode_imbalance": imbalance,
         "utilization": util,
         "peak_kv_decode": [int(d["peak_kv"]) for d in dec],
