@@ -72,6 +72,15 @@ def _stub_router(stubs: list[Stub], logs: Path, **extra: Any) -> RouterProcess:
 
 
 # ---------------------------------------------------------------- overhead
+def _prompts(run: str | None) -> list[str] | None:
+    """The user messages of a run's prompts (distinct prompts for the router's predictor), or None."""
+    if not run:
+        return None
+    import pyarrow.parquet as pq
+
+    return [str(t) for t in pq.read_table(Path(run) / "prompts.parquet", columns=["text"]).column("text").to_pylist()]
+
+
 def overhead(args: argparse.Namespace) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="bench-router-"))
     stubs = [Stub(n, log_dir=logs, tokens_per_s=args.rate, ttft_ms=args.ttft_ms).start() for n in ("a", "b")]
@@ -83,13 +92,15 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
         if placement:
             for pid in [0] + [s.pid for s in stubs]:
                 os.sched_setaffinity(pid or 0, placement["load_and_stubs"])
-        direct = summary(asyncio.run(waves([s.url for s in stubs], args.streams, args.rounds, args.tokens, args.ramp_s)))
+        texts = _prompts(args.prompts)
+        direct = summary(asyncio.run(waves([s.url for s in stubs], args.streams, args.rounds, args.tokens, args.ramp_s,
+                                           texts)))
         router.start()
         assert router.pid is not None
         if placement:
             os.sched_setaffinity(router.pid, placement["router"])
         cpu0 = cpu_s(router.pid)
-        recs = asyncio.run(waves([router.url], args.streams, args.rounds, args.tokens, args.ramp_s))
+        recs = asyncio.run(waves([router.url], args.streams, args.rounds, args.tokens, args.ramp_s, texts))
         cpu = cpu_s(router.pid) - cpu0
         via = summary(recs)
         metrics = httpx.get(router.url + "/metrics").text
@@ -102,7 +113,7 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
     added = {k: {q: rounded((via[k][q] or 0) - (direct[k][q] or 0), 1, 3) for q in ("p50", "p99")}
              for k in ("first_token_ms", "per_chunk_ms")}
     res = {"bench": "router-overhead", "streams": args.streams, "rounds": args.rounds, "tokens": args.tokens,
-           "router_config": json.loads(args.router_json),
+           "router_config": json.loads(args.router_json), "prompts": args.prompts,
            "ramp_s": args.ramp_s, "placement": placement,
            "tokens_per_s": args.rate, "direct": direct, "router": via,
            "overhead_ms": {"first_token": added["first_token_ms"], "per_chunk": added["per_chunk_ms"]},
@@ -196,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--ramp-s", type=float, default=1.0, help="the streams of a wave start evenly over this time")
     o.add_argument("--router-json", default="{}", metavar="JSON",
                    help='more router config keys, e.g. \'{"gc": {"thresholds": [10000, 10, 10]}}\'')
+    o.add_argument("--prompts", default=None, metavar="RUN",
+                   help="send the prompts of this run directory in turn (distinct prompts: what a router-side "
+                        "predictor sees); default one short prompt")
     o.add_argument("--no-pin", action="store_true",
                    help="do not give the router a core of its own (default on 2+ cores: the load generator and "
                         "the stubs share the other cores, for both paths, so the router never waits for a core "

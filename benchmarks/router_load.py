@@ -161,21 +161,24 @@ class Conn:
             self.w.close()
 
 
-async def waves(urls: list[str], streams: int, rounds: int, tokens: int, ramp_s: float = 1.0) -> list[dict[str, Any]]:
+async def waves(urls: list[str], streams: int, rounds: int, tokens: int, ramp_s: float = 1.0,
+                prompts: list[str] | None = None) -> list[dict[str, Any]]:
     """``rounds`` waves of ``streams`` concurrent streams (plus a first, uncounted wave that opens the
     connections); each stream has a connection of its own, kept alive from wave to wave. The streams of
     a wave start evenly over ``ramp_s`` (all at once, every stub would emit its tokens at the same instants:
-    a burst that measures queueing in the client, not the path)."""
+    a burst that measures queueing in the client, not the path). ``prompts``: the user messages, one per
+    request in turn (distinct prompts, as a router's predictor sees them); default one short prompt."""
     conns = [Conn(urls[i % len(urls)]) for i in range(streams)]
     out: list[dict[str, Any]] = []
 
-    async def one(i: int, c: Conn) -> dict[str, Any]:
+    async def one(i: int, c: Conn, k: int) -> dict[str, Any]:
         await asyncio.sleep(ramp_s * i / streams)
-        return await c.stream("/v1/chat/completions", chat_body(tokens, True))
+        body = chat_body(tokens, True) if not prompts else chat_body(tokens, True, prompt=prompts[k % len(prompts)])
+        return await c.stream("/v1/chat/completions", body)
 
     try:
         for w in range(rounds + 1):
-            recs = await asyncio.gather(*(one(i, c) for i, c in enumerate(conns)))
+            recs = await asyncio.gather(*(one(i, c, w * streams + i) for i, c in enumerate(conns)))
             if w:
                 out.extend(recs)
     finally:
