@@ -119,7 +119,7 @@ CASES: list[BadInput] = [
     BadInput("predict-needs-features", PREDICT + ["--run", "{a}"], _w, expect="pass --features"),
     BadInput("train-unknown-predictor",
              ["train", "--run", "{a}", "--features", "{fa}", "--predictor", "nope", "--out", "{tmp}/h"], _w,
-             expect="unknown predictor 'nope' -- fix: use one of: constant, egtp, film, mlp, moe"),
+             expect="unknown predictor 'nope' -- fix: use one of: constant, egtp, film, gbdt, mlp, moe, ngram"),
     BadInput("train-unknown-param",
              ["train", "--run", "{a}", "--features", "{fa}", "--predictor", "mlp", "--param", "hiden=3",
               "--out", "{tmp}/h"], _w, expect="no hyperparameter(s) hiden"),
