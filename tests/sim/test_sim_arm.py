@@ -8,7 +8,8 @@ import numpy as np
 
 from lenpred.sched.boost import GAMMA, S_PER_TOKEN
 from lenpred.sched.dists import LengthDist
-from lenpred.sim.config import ClusterConfig, PolicyConfig, SimConfig
+from lenpred.sched.queue import QUEUE_POLICIES
+from lenpred.sim.config import POLICY_PARAMS, ClusterConfig, PolicyConfig, SimConfig, policy_params
 from lenpred.sim.engine import Simulator
 
 
@@ -49,3 +50,13 @@ def test_a_run_calibrates_its_own_pair_and_two_runs_agree(toy_profile, make_requ
     first = run()
     assert kept.gamma == GAMMA and kept.s_per_token == S_PER_TOKEN  # the kept pair was never calibrated
     np.testing.assert_array_equal(first, run())
+
+
+def test_the_policy_parameters_are_those_the_queue_policies_take() -> None:
+    taken = {k for name in QUEUE_POLICIES.names() for k in QUEUE_POLICIES.get(name).PARAMS}
+    assert set(POLICY_PARAMS) == taken
+    fields = list(PolicyConfig.model_fields)
+    assert [f for f in fields if f in POLICY_PARAMS] == list(POLICY_PARAMS)  # field order (the dumped form)
+    assert policy_params(PolicyConfig(queue="risk", beta=0.5)) == {"beta": 0.5}
+    assert policy_params(PolicyConfig(queue="gboost", gamma=2.0, s_per_token=1e-4)) == {"gamma": 2.0,
+                                                                                       "s_per_token": 1e-4}

@@ -44,6 +44,10 @@ LOAD_UNITS = ("req/s", "capacity")
 # KV preemption victim and decode admission rules (lenpred.sim.preemption)
 VICTIMS = ("policy", "latest", "predicted-remaining", "true-remaining")
 ADMISSIONS = ("fits-now", "predicted-peak", "true-peak", "predicted-horizon", "true-horizon")
+# the per-policy parameters of an arm, in PolicyConfig's field order: together the keys of every queue
+# policy's PARAMS (lenpred.sched.queue / boost; tests/sim/test_sim_arm.py holds them equal)
+POLICY_PARAMS = ("quantum", "join_ratio", "beta", "alpha", "preempt_fraction", "tokens_per_s", "gamma",
+                 "s_per_token", "boost_s", "short_threshold")
 # prediction models that are not synthetic predictors: a predictions table, a trace's own column
 TABLE_MODELS = ("table", "input")
 
@@ -219,11 +223,7 @@ def policies_for(cfg: PolicyConfig) -> tuple[QueuePolicy, QueuePolicy]:
 
 def policy_params(cfg: PolicyConfig) -> dict[str, float]:
     """The policy parameters a :class:`PolicyConfig` sets (those not None)."""
-    return {k: v for k, v in (("quantum", cfg.quantum), ("join_ratio", cfg.join_ratio), ("beta", cfg.beta),
-                              ("alpha", cfg.alpha), ("preempt_fraction", cfg.preempt_fraction),
-                              ("tokens_per_s", cfg.tokens_per_s), ("gamma", cfg.gamma),
-                              ("s_per_token", cfg.s_per_token), ("boost_s", cfg.boost_s),
-                              ("short_threshold", cfg.short_threshold)) if v is not None}
+    return {k: v for k in POLICY_PARAMS if (v := getattr(cfg, k)) is not None}
 
 
 def recommended_policy() -> PolicyConfig:
