@@ -19,6 +19,7 @@ looks inside registries beyond their names.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
@@ -43,6 +44,10 @@ LOAD_UNITS = ("req/s", "capacity")
 # KV preemption victim and decode admission rules (lenpred.sim.preemption)
 VICTIMS = ("policy", "latest", "predicted-remaining", "true-remaining")
 ADMISSIONS = ("fits-now", "predicted-peak", "true-peak", "predicted-horizon", "true-horizon")
+# the per-policy parameters of an arm, in PolicyConfig's field order: together the keys of every queue
+# policy's PARAMS (lenpred.sched.queue / boost; tests/sim/test_sim_arm.py holds them equal)
+POLICY_PARAMS = ("quantum", "join_ratio", "beta", "alpha", "preempt_fraction", "tokens_per_s", "gamma",
+                 "s_per_token", "boost_s", "short_threshold")
 # prediction models that are not synthetic predictors: a predictions table, a trace's own column
 TABLE_MODELS = ("table", "input")
 
@@ -185,15 +190,29 @@ class PolicyConfig(Config):
         if not (math.isfinite(self.aging) and self.aging >= 0):
             raise ConfigError(f"policy {self.name!r}: aging must be >= 0")
         try:  # a name, a parameter or a range no policy accepts fails here, before any run
-            policies_for(self)
+            self.queue_policies  # noqa: B018 - built (and kept) for the check
         except LenpredError as e:
             raise ConfigError(f"policy {self.name!r}: {e.problem}", e.fix) from None
         return self
 
+    @cached_property
+    def queue_policies(self) -> tuple[QueuePolicy, QueuePolicy]:
+        """The arm's decode and prefill queue policies, built once (by the validator) and kept for what
+        a run does not change: names, ``needs_dist``, parameters. Not for running: a boost policy's
+        ``calibrate`` rewrites its gamma, seconds per token and caches per run, so each
+        :class:`~lenpred.sim.engine.Simulator` builds its own pair (:func:`policies_for`)."""
+        return policies_for(self)
+
+    @property
+    def needs_dist(self) -> bool:
+        """Whether the arm's queue policies read a predictive distribution."""
+        return any(p.needs_dist for p in self.queue_policies)
+
 
 def policies_for(cfg: PolicyConfig) -> tuple[QueuePolicy, QueuePolicy]:
-    """The decode and prefill queue policies of a :class:`PolicyConfig` (the parameters go to the
-    prefill queue only when it runs the same policy)."""
+    """A new pair of decode and prefill queue policies of a :class:`PolicyConfig` (the parameters go to
+    the prefill queue only when it runs the same policy): one per run, since a run calibrates its boost
+    policies in place (``cfg.queue_policies`` is the pair kept for questions that do not run them)."""
     params = policy_params(cfg)
     dec = make_queue_policy(cfg.queue, cfg.aging, cfg.quantile_z, cfg.preempt, **params)
     pq = cfg.prefill_queue or cfg.queue
@@ -204,11 +223,7 @@ def policies_for(cfg: PolicyConfig) -> tuple[QueuePolicy, QueuePolicy]:
 
 def policy_params(cfg: PolicyConfig) -> dict[str, float]:
     """The policy parameters a :class:`PolicyConfig` sets (those not None)."""
-    return {k: v for k, v in (("quantum", cfg.quantum), ("join_ratio", cfg.join_ratio), ("beta", cfg.beta),
-                              ("alpha", cfg.alpha), ("preempt_fraction", cfg.preempt_fraction),
-                              ("tokens_per_s", cfg.tokens_per_s), ("gamma", cfg.gamma),
-                              ("s_per_token", cfg.s_per_token), ("boost_s", cfg.boost_s),
-                              ("short_threshold", cfg.short_threshold)) if v is not None}
+    return {k: v for k in POLICY_PARAMS if (v := getattr(cfg, k)) is not None}
 
 
 def recommended_policy() -> PolicyConfig:

@@ -160,7 +160,7 @@ class Simulator:
         self.colocated = cluster.mode == "colocated"
         self.decode_dispatch = make_dispatcher(policy.dispatch, d_rng)
         self.prefill_dispatch = make_dispatcher(policy.prefill_dispatch or policy.dispatch, p_rng)
-        qpol, ppol = policies_for(policy)
+        qpol, ppol = policies_for(policy)  # this run's own pair: calibrate_boosts below changes boosts
         for pol in (qpol, ppol):
             if pol.needs_dist:
                 missing = next((r.rid for r in self.requests if r.dist0 is None), None)

@@ -18,7 +18,7 @@ import numpy as np
 
 from lenpred.errors import DataError
 from lenpred.predictions import Predictions
-from lenpred.sim.config import PolicyConfig, PredictionConfig, SimConfig, policies_for
+from lenpred.sim.config import PolicyConfig, PredictionConfig, SimConfig
 from lenpred.sim.engine import SimResult, Simulator
 from lenpred.sim.metrics import latency_arrays, steady_throughput, summarize
 from lenpred.sim.profiles import get_profile
@@ -133,8 +133,8 @@ def run_one(cfg: SimConfig, workload: Workload, policy: PolicyConfig, rate: floa
 
 
 def needs_dist(policy: PolicyConfig) -> bool:
-    """Whether an arm's queue policies read a predictive distribution."""
-    return any(p.needs_dist for p in policies_for(policy))
+    """Whether an arm's queue policies read a predictive distribution (:attr:`PolicyConfig.needs_dist`)."""
+    return policy.needs_dist
 
 
 def check_dist(policy: PolicyConfig, preds: Predictions) -> None:
