@@ -33,9 +33,9 @@ def test_documented_example(tmp_path: Path) -> None:
     t = analyse_lengths(df.assign(max_new_tokens=4096), cfg)
     assert t.summary.headline_bound.oracle_mae == pytest.approx(b.oracle_mae, rel=1e-12)
 
-    from lenpred.report.bound import write_bound
+    from lenpred.stats.artifact import write_bound
 
-    write_bound(a, tmp_path / "out", plots=False)
+    write_bound(a, tmp_path / "out")
     back = load_bound(tmp_path / "out", card=RunDir.open(run).card)
     assert back.to_json_dict() == a.summary.to_json_dict()  # typed, to JSON and back, nothing lost (NaN != NaN)
 

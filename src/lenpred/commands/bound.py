@@ -3,7 +3,8 @@
 SOURCE is a run directory (made by ``lenpred collect``) or a plain table of lengths (``.csv`` /
 ``.parquet``: prompt_id, n_tokens, optional stop_reason and max_new_tokens). Parse the flags
 (derived from :class:`~lenpred.stats.config.BoundConfig` and the report options), call
-:mod:`lenpred.stats`, write the artifact and print the report with :mod:`lenpred.report.bound`.
+:mod:`lenpred.stats`, write the artifact (:func:`lenpred.stats.artifact.write_bound`, with summary.md and
+the plots rendered by :mod:`lenpred.report.bound`) and print the report.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lenpred.report.bound import print_bound, write_bound, written_names
+    from lenpred.report.bound import print_bound, rendered_files, written_names
     from lenpred.stats import analyse_path
+    from lenpred.stats.artifact import write_bound
 
     config = from_arguments(BoundConfig, args)
     report = from_arguments(ReportOptions, args)
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     _check_out(src, out)
     t0 = time.perf_counter()
     analysis = analyse_path(args.source, config, max_new_tokens=table.max_new_tokens)
-    art = write_bound(analysis, out, plots=report.plots, grid=report.grid)
+    art = write_bound(analysis, out, rendered_files(analysis, plots=report.plots, grid=report.grid))
     print_bound(analysis.summary, written_names(art), out, time.perf_counter() - t0)
     return 0
 

@@ -8,7 +8,6 @@ Every flag is derived from a config field (:class:`CollectConfig`, :class:`Promp
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from pydantic_core import PydanticUndefined
@@ -106,23 +105,10 @@ def collect_config(a: argparse.Namespace) -> CollectConfig:
 def run(a: argparse.Namespace) -> int:
     from lenpred.artifacts import check_out
     from lenpred.data.rundir import check_run_target
+    from lenpred.report.collect import summary_line
 
     cfg = collect_config(a)
     check_run_target(cfg.run_dir)  # a file, or somebody's non-empty directory
     check_out(cfg.run_dir, kind="run", flag="--run", inputs={"--prompts-file": cfg.prompts.path, "--model": cfg.model})
-    s = collect(cfg)
-    print(
-        json.dumps(
-            {
-                "run": s.run_dir,
-                "card_hash": s.card_hash,
-                "new_samples": s.new_samples,
-                "new_tokens": s.new_tokens,
-                "tokens_per_s": round(s.tokens_per_s, 1),
-                "total_samples": s.total_samples,
-                "shards_written": s.shards_written,
-                **({"set_aside": s.set_aside} if s.set_aside else {}),
-            }
-        )
-    )
+    print(summary_line(collect(cfg)))
     return 0

@@ -4,7 +4,7 @@ The live part samples a few responses for a handful of ShareGPT prompts (a few m
 CPU cores) and prints each prompt's lengths: the spread within one prompt is what no prompt-only
 predictor can remove. The second part summarises the committed reference run, its bound and a few
 fast heads; the last runs one generation with the committed EAGLE-3 head while the OUTLETS head
-re-predicts the remaining length every cycle. The steps are in :mod:`lenpred.commands.demo_steps`,
+re-predicts the remaining length every cycle. The steps are in :mod:`lenpred.demo.steps`,
 what they print in :mod:`lenpred.report.demo`.
 """
 
@@ -55,7 +55,7 @@ def _reference_card(path: Path) -> SamplingConfig | None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from lenpred.commands.demo_steps import bench_heads, live_outlets, live_run, print_bound
+    from lenpred.demo.steps import bench_heads, live_outlets, live_run, print_bound
 
     console = Console()
     engine = a.engine or ("llamacpp" if importlib.util.find_spec("llama_cpp") else "hf")
@@ -81,7 +81,7 @@ def run(a: argparse.Namespace) -> int:
     if a.length_head:
         live_outlets(console, a.draft, a.length_head, a.live_prompt, a.live_max_new_tokens)
     if not a.no_report:  # one HTML page of the reference run's results (docs/report.md)
-        from lenpred.commands.demo_report import demo_report
+        from lenpred.demo.report import demo_report
 
         console.print(f"report: {demo_report(a.reference, console=console)}")
     return 0

@@ -1,14 +1,5 @@
-"""``lenpred draft``: EAGLE-3 draft heads -- train one for a run's target, inspect or convert one.
-
-* ``lenpred draft train --run RUN --out DIR``: teacher-force the run's training-split responses
-  through the target (cached in shards under ``$LENPRED_HOME/draft-states``, or ``--cache``), build
-  the draft vocabulary, train with the training-time test, checkpoint (resumable: rerun the same
-  command), and write the head in the released layout with lenpred's meta.json.
-* ``lenpred draft inspect HEAD [--model M]``: what a head is (shapes, vocabulary, layers, training
-  card) and, with ``--model``, whether it fits that target.
-* ``lenpred draft convert SRC --out DIR``: re-save a released head (either file form) in the form
-  asked, with a meta.json naming its target.
-"""
+"""``lenpred draft``: EAGLE-3 draft heads -- ``train`` one for a run's target (resumable), ``cache`` a run's
+teacher-forced states, ``inspect`` or ``convert`` one (docs/draft.md; each action's ``--help`` says what it does)."""
 
 from __future__ import annotations
 
@@ -111,7 +102,7 @@ def _train(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from lenpred.draft.config import DraftConfig
     from lenpred.draft.io import check_against_target, load_draft, read_config_json, target_config
-    from lenpred.report.draft import head_lines
+    from lenpred.report.draft import head_lines, target_line
 
     head = load_draft(args.head)
     for line in head_lines(head, DraftConfig.unknown_fields(read_config_json(head.path))):
@@ -119,7 +110,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.model:
         spec, tcfg = target_config(args.model)
         layers = check_against_target(head, tcfg, fingerprint=spec.fingerprint)
-        print(f"target ok   {args.model}: reads layers {list(layers)} of {tcfg.num_hidden_layers}")
+        print(target_line(args.model, layers, tcfg.num_hidden_layers))
     return 0
 
 

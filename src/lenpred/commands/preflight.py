@@ -57,8 +57,6 @@ def _draft_convert(a: argparse.Namespace) -> None:
 def _outlets_features(a: argparse.Namespace) -> None:
     if a.merge is not None:
         if a.out is None:
-            from lenpred.errors import ConfigError
-
             raise ConfigError("--merge needs --out (the merged trajectory)",
                               "lenpred outlets features --merge SHARD_OUT... --out TRAJ")
         check_out(a.out, kind="trajectory", inputs={"--merge": a.merge})

@@ -1,62 +1,14 @@
 """``outlets``: remaining-length prediction along the trajectory, from the EAGLE-3 draft backbone.
 
-Where every other head sees one prompt and predicts its total output length, this one sees one row
-of a trajectory artifact (:mod:`lenpred.outlets.store`): a sample at decoding position ``t`` (tokens
-generated so far), with the draft decoder's hidden state there (block ``"draft"``), the draft's
-fused low/mid/high target state (``"fused"``), a running mean of the draft states so far
-(``"draft_running"``) and one target layer (``"target.<layer>"``). It predicts the **remaining**
-length ``L - t`` with a predictive distribution (q10 / q50 / q90).
-
-Inputs (hyperparameters, so every variant of the comparison is one head class):
-
-* ``blocks``: block names (``"target"`` selects the one ``target.<layer>`` block); default ``("draft",)``;
-* ``progress``: append ``t`` and ``log1p(t)`` (standardised like every column);
-* ``loss``: ``"l1-log"`` (pinball losses at 0.1 / 0.5 / 0.9 on standardised ``log1p(remaining)``:
-  the 0.5 term is the L1 loss, so q50 estimates the conditional median; the log makes the error
-  relative), ``"l1"`` (the same on standardised raw tokens), or ``"softlabel"`` (a classifier over
-  ``n_bins`` remaining-length bins, cross-entropy on a Gaussian kernel of ``smoothing`` bins around
-  the label; ``bins="log"``: geometric bins of log(remaining + 16), fine near the end, ``"linear"``:
-  equal width on [0, cap]);
-* ``refine`` (softlabel only): TRAIL's Bayesian refinement along a sample -- the posterior carried
-  from the previous *checkpoint*, moved down by the tokens generated since (a transition matrix,
-  :func:`lenpred.outlets.baselines.transition_matrix`), times the classifier's output here. The
-  checkpoints are the positions that do not depend on the sample's length: t = 0, the fixed token
-  counts (32 ... 512) and the stride grid of the head's training spec (``positions``); the posterior is
-  carried only through them, and every other row (the fractions of L) is one step from the latest
-  checkpoint before it, its evidence not carried on. So the refinement does not depend on which
-  L-dependent positions an artifact holds (their number and place would leak L into later rows), and
-  the online head (:class:`lenpred.outlets.rownet.OnlineOutlets`, one row per cycle) folds exactly the same checkpoints in
-  (it has every row), giving the offline numbers at the same positions. With ``blocks=("target",)``,
-  linear bins, ``smoothing=0`` and no progress, that is the TRAIL probe baseline (variant ``probe``).
-
-**Labels: lengths as served.** The label of a row is ``remaining = L - t`` from the artifact, L the
-generated count as served. A sample stopped at max_new_tokens (``truncated``) has exactly ``cap - t``
-tokens left under the card -- what a server generates and a scheduler sees -- so it is trained and
-scored like any other sample (every prefill head predicts min(L, cap) the same way,
-:mod:`lenpred.predictors.targets`), with full weight; predictions live on [0, cap - t]. The
-``truncated`` flag is only kept so a bench can also report EOS-only figures.
-
-**Weights.** Each training prompt counts once, split evenly over its samples, and each sample's
-weight evenly over its positions (long samples have more positions; without this they would dominate).
-
-**Intervals.** Regression heads learn q10 / q90 with pinball losses (q10 = q50 - softplus, q90 =
-q50 + softplus: never crossing) and then scale both half-widths by one factor, chosen so the 80%
-interval covers 80% of the validation rows (weighted). Binned heads read quantiles off the histogram.
-The mean and spread of a regression head are those of the quantile-matched two-piece normal.
-
-**What the head records.** The trajectory spec it was fitted on (draft head hash, target
-fingerprint, layers ...; :func:`lenpred.outlets.spec.check_trajectory_spec`), the blocks and their widths, and -- saved
-with ``card`` -- the run's model and sampling card. Features of another draft head or another target
-are refused with an error naming the field. ``predict`` returns the point prediction of the
-*remaining* length (q50, or the histogram mean with ``point="mean"``); :meth:`OutletsHead.predict_total`
-adds ``t``.
-
-**Row by row.** ``predict`` / ``predict_dist`` run the network on one row at a time through
-:class:`lenpred.outlets.rownet.RowNet` (float32 numpy, one BLAS call per layer), the object the online
-head runs once per cycle: BLAS picks other kernels
-for other batch sizes (results ~1e-7 apart), so this way a row's prediction never depends on the
-rows predicted with it, and the online prediction is the offline one bit for bit. Training and
-validation run batched in torch (the same function to float32 rounding).
+:class:`OutletsHead` reads rows of a trajectory artifact (:mod:`lenpred.outlets.store`: a sample at
+decoding position ``t``, with the blocks ``draft``, ``fused``, ``draft_running`` and ``target.<layer>``)
+and predicts the **remaining** length ``L - t`` (as served, in [0, cap - t]) with q10 / q50 / q90.
+Its hyperparameters pick the variant: ``blocks``, ``progress`` (append ``t`` and ``log1p(t)``),
+``loss`` (``l1-log``, ``l1`` or binned ``softlabel``) and, for softlabel, ``refine`` (TRAIL's Bayesian
+refinement over the length-independent checkpoints). Training is batched in torch; ``predict`` /
+``predict_dist`` run one row at a time through :class:`lenpred.outlets.rownet.RowNet`, as the online
+head does, so a row's prediction never depends on the rows predicted with it. The losses, intervals,
+weights, what the head records and refuses, and the variants: docs/outlets.md, "The `outlets` head".
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@
 - :mod:`~lenpred.report.bound` the bound analysis: its tables, ``summary.md`` and the artifact
   directory ``lenpred bound`` writes; :mod:`~lenpred.report.bound_plots` its four plots;
 - :mod:`~lenpred.report.run_info` what ``lenpred info`` prints about a run directory;
+- :mod:`~lenpred.report.collect` the line ``lenpred collect`` ends with;
 - :mod:`~lenpred.report.demo` the tables and lines ``lenpred demo`` prints;
 - :mod:`~lenpred.report.draft` what ``lenpred draft inspect`` prints about a draft head;
 - :mod:`~lenpred.report.generate` the stream ``lenpred generate`` prints;
@@ -20,4 +21,4 @@ Nothing here computes a figure: it formats what :mod:`lenpred.stats`, :mod:`lenp
 bench`` then ``bench.write_plots(...)``.
 """
 
-__all__ = ["bench", "bound", "bound_plots", "demo", "draft", "generate", "outlets", "page", "run_info", "sim", "sim_plots", "table"]
+__all__ = ["bench", "bound", "bound_plots", "collect", "demo", "draft", "generate", "outlets", "page", "run_info", "sim", "sim_plots", "table"]

@@ -1,26 +1,25 @@
-"""The bound analysis as a person reads it: tables, sentences, ``summary.md``, and the artifact on disk.
+"""The bound analysis as a person reads it: tables, sentences, ``summary.md`` and the plots.
 
 Everything here reads a :class:`~lenpred.stats.results.BoundSummary` (and, for plots and
 per_prompt.csv, the :class:`~lenpred.stats.analysis.BoundAnalysis` it came from) and computes no
 figure. Each table is built once as a :class:`~lenpred.report.table.Table` and rendered both on the
-console (:func:`print_bound`) and in Markdown (:func:`markdown`); :func:`write_bound` writes the
-whole output directory as one artifact (kind ``bound``).
+console (:func:`print_bound`) and in Markdown (:func:`markdown`); :func:`rendered_files` hands summary.md
+and the plots to :func:`lenpred.stats.artifact.write_bound`, which writes the artifact (kind ``bound``).
 """
 
 from __future__ import annotations
 
-from os import PathLike
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
 
-from lenpred.artifacts import Artifact, write_artifact
+from lenpred.artifacts import Artifact
 from lenpred.config import Config
 from lenpred.errors import FieldError
 from lenpred.report.table import Column, Table, fmt, fmt_ci
 from lenpred.stats.analysis import BoundAnalysis
-from lenpred.stats.artifact import BOUND_JSON, KIND, PER_PROMPT_CSV, SCHEMA_VERSION, SUMMARY_MD
+from lenpred.stats.artifact import BOUND_JSON, PER_PROMPT_CSV, SUMMARY_MD
 from lenpred.stats.censoring import MIN_EOS_TAIL
 from lenpred.stats.results import (
     AffineFit,
@@ -32,7 +31,7 @@ from lenpred.stats.results import (
     VariantBound,
 )
 
-__all__ = ["ReportOptions", "markdown", "print_bound", "tables", "write_bound"]
+__all__ = ["ReportOptions", "markdown", "print_bound", "rendered_files", "tables", "written_names"]
 
 
 
@@ -279,41 +278,16 @@ def markdown(s: BoundSummary, plots: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------------------------- artifact
-def write_bound(
-    analysis: BoundAnalysis,
-    out: str | PathLike[str],
-    *,
-    plots: bool = True,
-    grid: int = 16,
-) -> Artifact:
-    """Write bound.json, per_prompt.csv, summary.md and the plots as one artifact directory (atomic).
-
-    meta.json records the source (a run directory or a length table).
-    """
-    s = analysis.summary
+# --------------------------------------------------------------------------------------------- files
+def rendered_files(analysis: BoundAnalysis, *, plots: bool = True, grid: int = 16) -> dict[str, bytes]:
+    """summary.md and (with ``plots``) the four PNG plots, by file name: what
+    :func:`lenpred.stats.artifact.write_bound` writes beside the figures."""
     images: dict[str, bytes] = {}
     if plots:
         from lenpred.report.bound_plots import render_bound_plots
 
         images = render_bound_plots(analysis, grid)
-    table = analysis.per_prompt_table()
-    files = {
-        PER_PROMPT_CSV: table.to_csv(index=False, float_format="%.6g").encode(),
-        SUMMARY_MD: markdown(s, list(images)).encode(),
-        **images,
-    }
-    return write_artifact(
-        Path(out),
-        kind=KIND,
-        schema_version=SCHEMA_VERSION,
-        config=s.config,
-        card=analysis.lengths.card,
-        card_scope="run",
-        json_files={BOUND_JSON: s.to_json_dict()},
-        files=files,
-        meta={"source": analysis.lengths.source, "run": s.run},
-    )
+    return {SUMMARY_MD: markdown(analysis.summary, list(images)).encode(), **images}
 
 
 def written_names(art: Artifact) -> list[str]:

@@ -10,7 +10,7 @@
 
 Figures are built on :class:`matplotlib.figure.Figure` with the Agg canvas, never through pyplot,
 so plotting has no global state and needs no display. Each function returns the PNG's bytes;
-:func:`lenpred.report.bound.write_bound` puts them into the artifact.
+:func:`lenpred.report.bound.rendered_files` hands them to the artifact.
 """
 
 from __future__ import annotations

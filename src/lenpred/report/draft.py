@@ -1,12 +1,12 @@
 """What ``lenpred draft`` prints: ``inspect``'s description of a head (shape, vocabulary, layers, training
-card), and the closing lines of ``train`` and ``cache``."""
+card) and, with ``--model``, its fit to that target; and the closing lines of ``train`` and ``cache``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["cache_line", "head_lines", "train_lines"]
+__all__ = ["cache_line", "head_lines", "target_line", "train_lines"]
 
 
 def head_lines(head: Any, ignored_fields: Sequence[str] = ()) -> list[str]:
@@ -37,6 +37,11 @@ def head_lines(head: Any, ignored_fields: Sequence[str] = ()) -> list[str]:
                      f"{d.get('train_prompts')} training prompts of {tr.get('run')} (seed {tr.get('seed')}); "
                      f"final val top-1 {tr.get('final', {}).get('val_acc')}")
     return lines
+
+
+def target_line(model: str, layers: Sequence[int], n_layers: int) -> str:
+    """``inspect --model``: the head fits the target, and reads these of its ``n_layers`` layers."""
+    return f"target ok   {model}: reads layers {list(layers)} of {n_layers}"
 
 
 def train_lines(res: Any) -> list[str]:

@@ -2,7 +2,7 @@
 
 An :class:`Estimator` has ``async estimate(query) -> Estimate`` (plus ``start`` / ``stop``). The kinds:
 
-* :class:`InlineEstimator`: a cheap text head (ngram, gbdt: ~0.1 ms) called on the router's own event
+* :class:`InlineEstimator`: a cheap text head (ngram, gbdt) called on the router's own event
   loop for each request -- no thread, no batch, no HTTP hop. It must earn that place: at load it is
   timed on :data:`lenpred.serve.check_prompts.CHECK_PROMPTS` and refused when its p50 or p99 per
   request is over ``inline_p50_ms`` / ``inline_p99_ms`` (a slow head on the loop would delay every

@@ -3,10 +3,9 @@ aiohttp client session: keep-alive connections pooled per host, bodies relayed a
 aiohttp's errors turned into the three kinds the router acts on.
 
 Why aiohttp: relaying a token stream is one small read and one small write per token, so with hundreds
-of streams the client's per-read cost is a large part of the router's CPU. aiohttp's parser is compiled
-and its pool hands out a connection without scanning the others: measured with
-``benchmarks/bench_router.py overhead`` (docs/route.md, "Measured"), the router's CPU per request was
-1.1-1.2x that of the hand-written HTTP/1.1 client this replaced, and a quarter to a half of httpx's.
+of streams the client's per-read cost is a large part of the router's CPU; aiohttp's parser is compiled
+and its pool hands out a connection without scanning the others (the clients compared, with
+``benchmarks/bench_router.py overhead``: docs/route.md, "Measured").
 
 Errors are :class:`UpstreamError` with ``kind``: ``connect`` (refused, unreachable, connect timeout),
 ``timeout`` (nothing read for ``read_s``) or ``broken`` (the connection closed, or the answer is not

@@ -7,7 +7,7 @@ the same card when there is one (transfer) -- then ``lenpred simulate`` on the r
 lengths), into ``out/report/<run>/``; adds the committed OUTLETS bench and policy table where they
 match, and writes ``report.html`` beside them. The verbs run through the CLI entry point (their
 output goes to ``log.txt``) so the page shows, for each section, the exact command that made its input.
-It orchestrates verbs, so it lives with them in ``commands/`` (the report library does not import the CLI).
+It runs verbs through the CLI, so it lives beside the report library (which does not import the CLI), not in it.
 """
 
 from __future__ import annotations

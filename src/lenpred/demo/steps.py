@@ -1,6 +1,5 @@
 """The steps of ``lenpred demo`` (:mod:`lenpred.commands.demo`): the live run and its lengths table, the
-reference run's bound, a few fast heads benched on it, and one live OUTLETS generation. Like
-:mod:`lenpred.commands.demo_report`, they orchestrate the library, so they live with the verbs."""
+reference run's bound, a few fast heads benched on it, and one live OUTLETS generation."""
 
 from __future__ import annotations
 
