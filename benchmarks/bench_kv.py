@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_policies import ROOT, build, make_tables, prediction, sim_config, sources  # noqa: E402
+from bench_policies import ROOT, build, make_tables, prediction, run_then_report, say, sim_config, sources  # noqa: E402
 from policies_report import read_rows  # noqa: E402
 
 LOADS = (0.9, 0.95, 0.98)
@@ -329,18 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "non-empty, --n-requests >= 100 -- fix: e.g. --loads 0.9,0.98 --budgets 0.5,0.25 --seeds 0,1,2,3,4",
               file=sys.stderr)
         return 1
-    from lenpred.errors import LenpredError
-
-    say = lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        if not a.report_only:
-            run_grid(a, say)
-        for p in write_report(Path(a.work), Path(a.out), a.n_requests):
-            print(f"wrote {p}")
-    except LenpredError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return run_then_report(None if a.report_only else lambda: run_grid(a, say),
+                           lambda: write_report(Path(a.work), Path(a.out), a.n_requests))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -289,6 +289,27 @@ def run_block(a: argparse.Namespace, src: Source, seed: int, arrival: str, todo:
             f"P99 {row['p99_s']:.2f} s, {row['preemptions_per_req']:.3f} preempt/req ({row['cpu_s']:.1f} s CPU)")
 
 
+def say(m: str) -> None:
+    """A progress line on stderr, with the time."""
+    print(f"[{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True)
+
+
+def run_then_report(run: Callable[[], Any] | None, report: Callable[[], Iterable[Path]]) -> int:
+    """A study benchmark's end: run (unless None), then write the report, printing each file; a
+    LenpredError is one line on stderr and exit status 1."""
+    from lenpred.errors import LenpredError
+
+    try:
+        if run is not None:
+            run()
+        for p in report():
+            print(f"wrote {p}")
+    except LenpredError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def sources(a: argparse.Namespace) -> dict[str, Source]:
     share, feats = str(ROOT / "data/runs/smollm2-sharegpt"), str(ROOT / "data/features/smollm2-sharegpt")
     return {
@@ -327,18 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: unknown workload or arrival {bad} -- fix: workloads sharegpt, outlets, alpaca; arrivals "
               f"{', '.join(ARRIVALS)}", file=sys.stderr)
         return 1
-    from lenpred.errors import LenpredError
-
-    say = lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        if not a.report_only:
-            run_study(a, say)
-        for p in write_report(Path(a.work) / "cells.jsonl", Path(a.out)):
-            print(f"wrote {p}")
-    except LenpredError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return run_then_report(None if a.report_only else lambda: run_study(a, say),
+                           lambda: write_report(Path(a.work) / "cells.jsonl", Path(a.out)))
 
 
 if __name__ == "__main__":

@@ -45,7 +45,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_policies import ROOT, Arm, arms, build, make_tables, prediction, samples_table, sim_config, sources  # noqa: E402
+from bench_policies import (  # noqa: E402
+    ROOT,
+    Arm,
+    arms,
+    build,
+    make_tables,
+    prediction,
+    run_then_report,
+    samples_table,
+    say,
+    sim_config,
+    sources,
+)
 from yardstick_report import dry_run, read_cells, write_report  # noqa: E402
 
 CLUSTERS = {"1+2": (1, 2), "4+8": (4, 8)}
@@ -371,20 +383,16 @@ def resolve(a: argparse.Namespace) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     from lenpred.errors import LenpredError
 
-    say = lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True)  # noqa: E731
     try:
         a = resolve(parse(argv))
-        if a.dry_run:
-            print(dry_run(a, grid(a), Path(a.work), estimate))
-            return 0
-        if not a.report_only:
-            run_study(a, say)
-        for p in write_report(Path(a.work) / "cells.jsonl", Path(a.out), BASELINE):
-            print(f"wrote {p}")
     except LenpredError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    return 0
+    if a.dry_run:
+        print(dry_run(a, grid(a), Path(a.work), estimate))
+        return 0
+    return run_then_report(None if a.report_only else lambda: run_study(a, say),
+                           lambda: write_report(Path(a.work) / "cells.jsonl", Path(a.out), BASELINE))
 
 
 if __name__ == "__main__":
