@@ -52,7 +52,7 @@ def _prompts(run: RunDir, n: int) -> list[tuple[str, list[int]]]:
     return [(str(r.prompt_id), [int(x) for x in r.prompt_token_ids]) for r in p.head(n).itertuples()]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", required=True)
     ap.add_argument("--draft", required=True)
@@ -66,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out")
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parse(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     run = RunDir.open(a.run)

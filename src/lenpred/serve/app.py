@@ -196,26 +196,8 @@ def _json_kind(pytype: str) -> str:
             "NoneType": "null", "bytes": "string"}.get(pytype, pytype)
 
 
-def create_app(service: PredictionService, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               metrics: ServeMetrics | None = None) -> FastAPI:
-    """A FastAPI app serving ``service``; its lifespan starts and stops the service's batcher."""
-    metrics = metrics or service.metrics or ServeMetrics()
-    service.metrics = metrics
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await service.start()
-        try:
-            yield
-        finally:
-            await service.stop()
-
-    app = FastAPI(title="lenpred prediction service", version=__version__, lifespan=lifespan,
-                  description="Predicted output length (tokens) of an LLM request, from a lenpred head. "
-                              f"Serving head {service.head_name} ({service.predictor}).")
-    app.state.service = service
-    app.state.metrics = metrics
-    app.add_middleware(BodyLimit, limit=max_body_bytes, metrics=metrics)
+def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
+    """Every error the app answers, OpenAI-shaped and counted in ``metrics``."""
 
     def _failed(request: Request, status: int, type_: str) -> None:
         metrics.observe_request(request.url.path, status, None, type_)
@@ -253,6 +235,30 @@ def create_app(service: PredictionService, *, max_body_bytes: int = DEFAULT_MAX_
         _failed(request, 500, "server_error")
         return _error(500, f"internal error ({type(exc).__name__}); see the service's log", "server_error",
                       None, "internal_error")
+
+
+def create_app(service: PredictionService, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               metrics: ServeMetrics | None = None) -> FastAPI:
+    """A FastAPI app serving ``service``; its lifespan starts and stops the service's batcher."""
+    metrics = metrics or service.metrics or ServeMetrics()
+    service.metrics = metrics
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    app = FastAPI(title="lenpred prediction service", version=__version__, lifespan=lifespan,
+                  description="Predicted output length (tokens) of an LLM request, from a lenpred head. "
+                              f"Serving head {service.head_name} ({service.predictor}).")
+    app.state.service = service
+    app.state.metrics = metrics
+    app.add_middleware(BodyLimit, limit=max_body_bytes, metrics=metrics)
+
+    _add_error_handlers(app, metrics)
 
     @app.post("/v1/predict", response_model=PredictResponse, responses=_ERRORS,  # type: ignore[arg-type]
               summary="Predict the output length of one request")
