@@ -9,16 +9,7 @@ from lenpred.errors import ConfigError
 from lenpred.sched.job import Arrived
 from lenpred.sched.queue import LEVEL, NEVER, QUEUE_POLICIES, make_queue_policy
 from lenpred.sim.request import Request
-
-
-def queue() -> list[Request]:
-    # rid: arrival, true output, predicted output
-    return [
-        Request(0, 0.00, 50, 400, pred=100),  # long, predicted short
-        Request(1, 0.01, 50, 50, pred=300),  # short, predicted long
-        Request(2, 0.02, 50, 200, pred=200),
-        Request(3, 0.03, 50, 10, pred=20),
-    ]
+from sched_testing import queue
 
 
 def order(policy: str, aging: float = 0.0, gens: dict[int, int] | None = None) -> list[int]:

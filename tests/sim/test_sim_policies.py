@@ -10,16 +10,7 @@ from lenpred.sim.config import ClusterConfig, PolicyConfig
 from lenpred.sim.engine import simulate
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import Request
-
-
-def queue() -> list[Request]:
-    # rid: arrival, true output, predicted output
-    return [
-        Request(0, 0.00, 50, 400, pred=100),  # long, predicted short
-        Request(1, 0.01, 50, 50, pred=300),  # short, predicted long
-        Request(2, 0.02, 50, 200, pred=200),
-        Request(3, 0.03, 50, 10, pred=20),
-    ]
+from sched_testing import queue
 
 
 @pytest.mark.parametrize(
