@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
     ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "head"}}, "estimator.head is required"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"min": 5, "max": 1}}, "priority.min (5) is above"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "fastest"}},
-     "unknown queue policy 'fastest' -- fix: use one of: fcfs, sjf"),
+     "unknown queue policy 'fastest' -- fix: use one of: fcfs, sjf, boost2, gboost"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "gittins"}},
      "queue policy 'gittins' cannot order the router's queue"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "sjf", "aging": -1}}, "priority.aging must be >= 0"),
@@ -182,6 +182,48 @@ def test_priority_is_the_simulator_sjf_key_with_aging():
     assert m.key(None, None, now=0.0) == 256  # no prediction: the default
     clipped = PriorityMapper(PriorityConfig(queue="sjf", tokens_per_level=10, min=0, max=50), 256, t0=0.0)
     assert clipped.value(clipped.key(123, None, now=0.0)) == 12 and clipped.value(9999) == 50
+
+
+def test_boost2_priority_is_the_boosted_arrival_in_ms():
+    m = PriorityMapper(PriorityConfig(queue="boost2", boost_s=3.0, short_threshold=200), default_tokens=256, t0=0.0)
+    assert m.key(150, None, now=10.0) == 7.0 and m.key(250, None, now=10.0) == 10.0  # short: 3 s ahead
+    assert m.value(m.key(150, None, now=10.0)) == 7000 and m.value(m.key(None, None, now=1.5)) == 1500
+    assert m.key(150, None, now=12.0) < m.key(900, None, now=10.0)  # a short one overtakes a long one 2 s older
+    assert m.key(150, None, now=14.0) > m.key(900, None, now=10.0)  # ... but not one 4 s older
+    assert PriorityConfig(queue="boost2").sends  # not fcfs: the field goes out by default
+    assert PriorityMapper(PriorityConfig(), 256, t0=0.0).value(2.0004) == 2000  # fcfs, when sent: arrival ms
+
+
+def test_gboost_priority_is_gamma_boost_of_the_prediction():
+    m = PriorityMapper(PriorityConfig(queue="gboost", gamma=1.0, s_per_token=0.01), default_tokens=256, t0=0.0)
+    # a point mass of S = 100 x 0.01 = 1 s: b = log(1 / (1 - e^-1)) = 0.45868 s
+    assert m.key(100, None, now=5.0) == pytest.approx(5.0 - math.log(1.0 / (1.0 - math.exp(-1.0))), abs=1e-9)
+    assert m.value(m.key(100, None, now=5.0)) == 4541
+    assert m.key(10, None, now=5.0) < m.key(100, None, now=5.0) < m.key(1000, None, now=5.0)  # shorter: boosted more
+    # with a spread the boost is of a distribution; it is smaller than the point mass's at the same median
+    # only if the spread adds long outcomes, so just check it is a finite number of seconds ahead of arrival
+    k = m.key(100, 80.0, now=5.0)
+    assert 0.0 < 5.0 - k < 5.0
+
+
+def test_osl_hint_keeps_what_the_client_sent():
+    from lenpred.route.openai import with_osl
+
+    body = {"model": "m", "messages": []}
+    assert with_osl(body, 41.6) == {**body, "nvext": {"agent_hints": {"osl": 42}}} and "nvext" not in body
+    assert with_osl(body, None) is body and with_osl(body, 0.2)["nvext"]["agent_hints"]["osl"] == 1
+    for ext in ("text", {"agent_hints": {"osl": 9}}, {"agent_hints": [1]}):  # not ours to change
+        assert with_osl({**body, "nvext": ext}, 100)["nvext"] == ext
+    assert with_osl({**body, "nvext": {"a": 1, "agent_hints": {"priority": 3}}}, 5)["nvext"] == {
+        "a": 1, "agent_hints": {"priority": 3, "osl": 5}}
+
+
+@pytest.mark.parametrize("bad, what", [({"queue": "boost2", "boost_s": 0}, "boost_s"),
+                                       ({"queue": "gboost", "gamma": -1}, "gamma"),
+                                       ({"queue": "boost2", "short_threshold": float("nan")}, "short_threshold")])
+def test_bad_boost_parameters_are_one_line(bad, what):
+    with pytest.raises(Exception, match=f"priority.{what} must be a number > 0"):
+        PriorityConfig(**bad)
 
 
 # ---------------------------------------------------------------- dispatch pool

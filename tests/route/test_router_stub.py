@@ -333,3 +333,24 @@ def test_the_event_loop_lag_is_a_metric(two):
         lag = _counter(r, "lenpred_route_loop_lag_seconds_sum")[()]
         assert 0 <= lag < 60
     assert r.router._lag is not None and r.router._lag.done()  # stopped with the router
+
+
+def test_boost2_and_osl_reach_the_backend(two):
+    """priority.queue boost2 sends the boosted arrival in ms (a request predicted short 3 s ahead of a
+    long one sent at the same moment), and hints.osl puts the prediction in nvext.agent_hints.osl
+    without touching a client's own osl or other nvext fields."""
+    a, _ = two
+    cfg = _cfg([a], priority={"queue": "boost2", "boost_s": 3.0, "short_threshold": 100}, hints={"osl": True},
+               estimator={"kind": "chars"})
+    with RouterThread(cfg) as r:
+        short = _post(r.url, _chat(3))  # "say a few words": 4 characters' tokens, capped at max_tokens 3
+        long = _post(r.url, _chat(600, messages=[{"role": "user", "content": "x" * 2000}]))
+        own = _post(r.url, _chat(3, nvext={"agent_hints": {"osl": 7, "priority": 2}, "other": 1}))
+        assert short.status_code == long.status_code == own.status_code == 200
+        qs, ql, qo = a.requests()
+        assert [int(x.headers["x-lenpred-predicted-tokens"]) for x in (short, long)] == [3, 500]
+        assert qs["body"]["nvext"] == {"agent_hints": {"osl": 3}} and ql["body"]["nvext"]["agent_hints"]["osl"] == 500
+        assert qo["body"]["nvext"] == {"agent_hints": {"osl": 7, "priority": 2}, "other": 1}  # the client's own
+        # the long one was sent later but unboosted: its value exceeds the short one's by ~3,000 ms
+        assert 3000 <= ql["body"]["priority"] - qs["body"]["priority"] < 3000 + 10_000
+        assert str(qs["body"]["priority"]) == short.headers["x-lenpred-priority"]

@@ -21,11 +21,11 @@ from pydantic import Field, field_validator, model_validator
 
 from lenpred.config import Config
 from lenpred.errors import ConfigError, FieldError
-from lenpred.sched import DISPATCHERS, QUEUE_POLICIES, RECOMMENDED
+from lenpred.sched import DISPATCHERS, QUEUE_POLICIES, RECOMMENDED, RECOMMENDED_BOOST
 
 __all__ = [
     "BackendConfig", "EstimatorConfig", "GcConfig", "HealthConfig", "LimitsConfig", "PriorityConfig", "ROUTER_QUEUES",
-    "RouterConfig", "TimeoutConfig", "normalize_url",
+    "RouterConfig", "TIME_KEYED_QUEUES", "TimeoutConfig", "HintsConfig", "normalize_url",
 ]
 
 
@@ -156,22 +156,32 @@ class EstimatorConfig(Config):
 
 
 # queue policies whose key is known when a request arrives (the router orders a request once, before it
-# starts): what the router's wait queue and a backend's static priority field can carry
-ROUTER_QUEUES = ("fcfs", "sjf")
+# starts): what the router's wait queue and a backend's static priority field can carry. fcfs and boost2
+# key on time (seconds; the field carries milliseconds), sjf on tokens (the field carries key / tokens_per_level)
+ROUTER_QUEUES = ("fcfs", "sjf", "boost2", "gboost")
+TIME_KEYED_QUEUES = ("fcfs", "boost2", "gboost")
 
 
 class PriorityConfig(Config):
     """How the router orders requests: its own wait queue, and the backend's priority field.
 
-    ``queue`` is a queue policy (:mod:`lenpred.sched.queue`) whose key is known at arrival: ``fcfs``
-    (the recommended default, :data:`lenpred.sched.recommended.RECOMMENDED`: docs/policies/ found no
-    prefill head that reorders a queue safely) or ``sjf``, ordered by ``predicted + quantile_z * spread +
-    aging * seconds since the router started`` (a long request gains ``aging`` tokens of priority per
-    second it waits; the study's safe value is ~1,000 tokens/s). The same key orders the router's wait
-    queue and, as ``round(key / tokens_per_level)`` clipped to [min, max], the backend's field.
+    ``queue`` is a queue policy (:mod:`lenpred.sched.queue`) whose key is known at arrival:
+
+    * ``fcfs`` (the recommended default, :data:`lenpred.sched.recommended.RECOMMENDED`): the arrival;
+    * ``boost2``: the arrival minus ``boost_s`` seconds when the predicted output is under
+      ``short_threshold`` tokens (a two-class boost);
+    * ``gboost``: the arrival minus gamma-Boost's boost of the prediction (a normal of the predicted
+      tokens and spread, or a point mass without a spread), with ``gamma`` (1/s) and ``s_per_token``
+      (a backend's seconds per token at a full batch) as given: :mod:`lenpred.sched.boost`;
+    * ``sjf``: ``predicted + quantile_z * spread + aging * seconds since the router started`` (a long
+      request gains ``aging`` tokens of priority per second it waits).
+
+    The same key orders the router's wait queue and the backend's field: a time key (fcfs, boost2) as
+    milliseconds since the router started, a token key (sjf) as ``round(key / tokens_per_level)``;
+    either clipped to [min, max]. vLLM and SGLang serve the lowest value first.
     """
 
-    queue: str = Field(RECOMMENDED["queue"], description="queue policy: fcfs (recommended) or sjf")
+    queue: str = Field(RECOMMENDED["queue"], description="queue policy: fcfs (recommended), boost2 or sjf")
     enabled: bool | None = Field(None, description="send the priority field: true, false, or null = only when the "
                                                    "queue policy is not fcfs (a backend's own arrival order is "
                                                    "fcfs already)")
@@ -180,6 +190,14 @@ class PriorityConfig(Config):
     aging: float = Field(1000.0, description="sjf: tokens of priority a request gains per second it has waited "
                                              "(later arrivals get larger numbers), so long requests are not starved")
     quantile_z: float = Field(0.0, description="sjf: order by predicted + z * spread (z > 0: risk-averse)")
+    boost_s: float = Field(RECOMMENDED_BOOST["boost_s"], description="boost2: seconds a request predicted short "
+                                                                     "goes ahead of its arrival")
+    short_threshold: float = Field(RECOMMENDED_BOOST["short_threshold"], description="boost2: predicted output "
+                                                                                     "tokens under which a request is short")
+    gamma: float | None = Field(None, description="gboost: decay rate of the waiting-time tail, 1/s (None: "
+                                                  "lenpred.sched.boost.GAMMA)")
+    s_per_token: float | None = Field(None, description="gboost: a backend's seconds per generated token at a full "
+                                                        "batch (None: lenpred.sched.boost.S_PER_TOKEN, an H100's)")
     min: int | None = Field(None, description="lowest value sent (None: unbounded)")
     max: int | None = Field(None, description="highest value sent (None: unbounded)")
 
@@ -204,7 +222,8 @@ class PriorityConfig(Config):
     def _check(self) -> PriorityConfig:
         if not self.field.strip():
             raise ConfigError("priority.field is empty", "use the backend's field name, e.g. priority")
-        _positive("priority", tokens_per_level=self.tokens_per_level)
+        _positive("priority", tokens_per_level=self.tokens_per_level, boost_s=self.boost_s,
+                  short_threshold=self.short_threshold, gamma=self.gamma, s_per_token=self.s_per_token)
         if not (math.isfinite(self.aging) and self.aging >= 0):
             raise ConfigError(f"priority.aging must be >= 0, got {self.aging!r}")
         if not math.isfinite(self.quantile_z):
@@ -271,6 +290,14 @@ class LimitsConfig(Config):
         return self
 
 
+class HintsConfig(Config):
+    """The prediction as request metadata for the serving layer behind the router (the
+    ``x-lenpred-predicted-tokens`` header is always sent)."""
+
+    osl: bool = Field(False, description="set nvext.agent_hints.osl (NVIDIA Dynamo: expected output tokens, for "
+                                         "its router's output-block tracking) unless the client set it")
+
+
 class GcConfig(Config):
     """The garbage collector of the router's long-lived process: set once the router has started, put back
     as it was when it stops (docs/route.md, "The router's own loop", has the measurements)."""
@@ -313,6 +340,7 @@ class RouterConfig(Config):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     log_requests: bool = Field(True, description="one log line per request (id, backend, prediction, outcome)")
     gc: GcConfig = Field(default_factory=GcConfig)
+    hints: HintsConfig = Field(default_factory=HintsConfig)
 
     @field_validator("policy")
     @classmethod

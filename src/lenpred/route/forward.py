@@ -24,7 +24,7 @@ from lenpred.route.backends import Backend, Flight, Pool
 from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import Estimate
 from lenpred.route.metrics import RouterMetrics
-from lenpred.route.openai import ApiError, Query, SSECounter, backend_message, sse_error_event
+from lenpred.route.openai import ApiError, Query, SSECounter, backend_message, sse_error_event, with_osl
 from lenpred.route.priority import PriorityMapper
 from lenpred.route.upstream import Client, UpstreamError, UpstreamResponse
 
@@ -193,11 +193,12 @@ class Forwarder:
     drain: Drain
 
     def _payload(self, ctx: Ctx, b: Backend) -> bytes:
+        body = with_osl(ctx.body, ctx.tokens) if self.cfg.hints.osl else ctx.body
         if self.cfg.priority.sends and b.priority_on:
             ctx.priority = self.prio.value(ctx.flight.key)
-            return json.dumps({**ctx.body, self.cfg.priority.field: ctx.priority}).encode()
+            return json.dumps({**body, self.cfg.priority.field: ctx.priority}).encode()
         ctx.priority = None
-        return json.dumps(ctx.body).encode()
+        return json.dumps(body).encode()
 
     def _out_headers(self, ctx: Ctx) -> list[tuple[str, str]]:
         h = [*ctx.in_headers, ("content-type", "application/json"), ("accept-encoding", "identity"),

@@ -25,7 +25,7 @@ from typing import Any
 
 from lenpred.serve.openai import content_text, error_body, find_lone_surrogate, may_hold_surrogate, too_deep
 
-__all__ = ["INT64", "INTEGERS", "NO_CONTENT_ROLES", "NUMBERS", "ApiError", "Query", "SSECounter", "parse_request",
+__all__ = ["INT64", "INTEGERS", "NO_CONTENT_ROLES", "NUMBERS", "ApiError", "Query", "SSECounter", "parse_request", "with_osl",
            "sse_error_event"]
 
 # integer fields: the lowest value allowed (None: any); every integer must fit in 64 bits, as the engines parse it
@@ -376,3 +376,16 @@ def backend_message(content: bytes, limit: int = 300) -> str:
     text = content.decode(errors="replace").strip()
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     return (first or "(empty body)")[:limit]
+
+
+def with_osl(body: dict[str, Any], tokens: float | None) -> dict[str, Any]:
+    """``body`` with ``nvext.agent_hints.osl`` = the predicted output tokens (NVIDIA Dynamo's expected
+    output sequence length), unless there is no prediction or the client set an ``osl`` itself; the
+    client's other ``nvext`` fields are kept. A new dict: the request's own body is not changed."""
+    ext = body.get("nvext")
+    if tokens is None or (ext is not None and not isinstance(ext, dict)):
+        return body
+    hints = (ext or {}).get("agent_hints")
+    if hints is not None and (not isinstance(hints, dict) or "osl" in hints):
+        return body
+    return {**body, "nvext": {**(ext or {}), "agent_hints": {**(hints or {}), "osl": max(1, int(round(tokens)))}}}

@@ -1,29 +1,44 @@
 """The router's ordering key (its wait queue) and the backend's priority field (vLLM: an int, lower first).
 
 The key is the queue key (:mod:`lenpred.sched.queue`, the simulator's too) of ``priority.queue``, at
-arrival: ``fcfs`` (the recommended default) orders by arrival; ``sjf`` by ``predicted + quantile_z *
-spread + aging * arrival``, with ``arrival`` in seconds since the router started. Ordering requests by that
-static key is the same as ordering them by ``predicted - aging * waited`` at any moment, so a long
-request gains ``aging`` tokens of priority per second it has waited and is never starved: after
-``(L_long - L_short) / aging`` seconds it goes before a new short one.
+arrival, with ``arrival`` in seconds since the router started:
 
-The integer sent is ``round(key / tokens_per_level)``, clipped to ``[min, max]`` where those are set.
-vLLM fixes a request's priority at admission: the backend keeps this order for the requests waiting in
-its queue (and, with ``--scheduling-policy priority``, preempts the running request of the largest
-value when it runs out of KV blocks), but it never sees what a request has generated since, so a
-policy keyed on attained service or on re-predictions (``las``, ``srpt``, ``gittins``) cannot be
-compiled into the field: that is the engine scheduler's part.
+* ``fcfs`` (the recommended default) orders by arrival;
+* ``boost2`` by the arrival minus ``boost_s`` when the prediction is under ``short_threshold`` tokens;
+* ``gboost`` by the arrival minus gamma-Boost's boost of the prediction (a normal of the predicted
+  tokens and spread when the estimator gives a spread, else a point mass);
+* ``sjf`` by ``predicted + quantile_z * spread + aging * arrival`` (tokens). Ordering requests by that
+  static key is the same as ordering them by ``predicted - aging * waited`` at any moment, so a long
+  request gains ``aging`` tokens of priority per second it has waited and is never starved.
+
+The integer sent is, for a time key (fcfs, boost2, gboost), the boosted arrival in milliseconds since
+the router started, and for a token key (sjf) ``round(key / tokens_per_level)``; either clipped to
+``[min, max]`` where those are set. vLLM fixes a request's priority at admission: the backend keeps this
+order for the requests waiting in its queue (and, with ``--scheduling-policy priority``, preempts the
+running request of the largest value when it runs out of KV blocks), but it never sees what a request
+has generated since, so a policy keyed on attained service or on re-predictions (``las``, ``srpt``,
+``gittins``) cannot be compiled into the field: that is the engine scheduler's part.
 """
 
 from __future__ import annotations
 
 import time
 
-from lenpred.route.config import PriorityConfig
+from lenpred.route.config import TIME_KEYED_QUEUES, PriorityConfig
+from lenpred.sched.dists import from_spread
 from lenpred.sched.job import Arrived
 from lenpred.sched.queue import QUEUE_POLICIES, make_queue_policy
 
 __all__ = ["PriorityMapper"]
+
+
+def _params(cfg: PriorityConfig) -> dict[str, float]:
+    """The queue policy's own parameters from the router's config."""
+    if cfg.queue == "boost2":
+        return {"boost_s": cfg.boost_s, "short_threshold": cfg.short_threshold}
+    if cfg.queue == "gboost":
+        return {k: v for k, v in (("gamma", cfg.gamma), ("s_per_token", cfg.s_per_token)) if v is not None}
+    return {}
 
 
 class PriorityMapper:
@@ -31,18 +46,24 @@ class PriorityMapper:
         self.cfg = cfg
         self.default_tokens = default_tokens
         self.t0 = time.monotonic() if t0 is None else t0
-        aging = cfg.aging if QUEUE_POLICIES.get(cfg.queue).takes_aging else 0.0  # the default aging is for sjf
-        self.policy = make_queue_policy(cfg.queue, aging=aging, quantile_z=cfg.quantile_z)
+        cls = QUEUE_POLICIES.get(cfg.queue)
+        aging = cfg.aging if cls.takes_aging else 0.0  # the default aging is for sjf
+        quantile_z = cfg.quantile_z if cfg.queue == "sjf" else 0.0
+        self.policy = make_queue_policy(cfg.queue, aging=aging, quantile_z=quantile_z, **_params(cfg))
+        self.needs_dist = cls.needs_dist
+        self.ms = cfg.queue in TIME_KEYED_QUEUES
 
     def key(self, tokens: float | None, spread: float | None, now: float | None = None) -> float:
-        """The priority key (smaller first) of a request predicted at ``tokens`` arriving ``now``."""
+        """The priority key (smaller first) of a request predicted at ``tokens`` arriving ``now``: seconds
+        for a time-keyed queue, tokens for sjf."""
         now = time.monotonic() if now is None else now
         pred = self.default_tokens if tokens is None else tokens
-        return self.policy.key(Arrived(arrival=now - self.t0, pred=pred, spread=spread), 0)
+        dist = from_spread(pred, spread, None) if self.needs_dist and spread else None
+        return self.policy.key(Arrived(arrival=now - self.t0, pred=pred, spread=spread, dist=dist), 0)
 
     def value(self, key: float) -> int:
         """The integer sent in the backend's priority field."""
-        v = int(round(key / self.cfg.tokens_per_level))
+        v = int(round(key * 1000.0 if self.ms else key / self.cfg.tokens_per_level))
         if self.cfg.min is not None:
             v = max(v, self.cfg.min)
         if self.cfg.max is not None:

@@ -8,6 +8,11 @@ instance, and each request sent to the instance with the fewest predicted outsta
 
 from __future__ import annotations
 
-__all__ = ["RECOMMENDED"]
+__all__ = ["RECOMMENDED", "RECOMMENDED_BOOST"]
 
 RECOMMENDED = {"name": "fcfs+lpt", "queue": "fcfs", "dispatch": "least-predicted-tokens"}
+
+# the two-class boost's parameters where one is asked for (the router's ``priority.queue`` boost2): the
+# yardstick's episodes (docs/yardstick/) found B = 3 s the only boost on a prefill head that never
+# backfired, and 224 tokens is the median output of the ShareGPT test split (set it to your workload's)
+RECOMMENDED_BOOST = {"boost_s": 3.0, "short_threshold": 224.0}
