@@ -249,6 +249,15 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--threads", type=int, default=1, help="llama.cpp threads per server")
     a.add_argument("--n-ctx", type=int, default=2048)
     a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--episode", default=None, metavar="PEAKxSECONDSs",
+                   help="an overload episode instead of --rate/--requests, e.g. 1.3x60s: --base x --capacity req/s, "
+                        "PEAK x capacity for SECONDS, then the base until the yardstick's tail ends (no --blocks)")
+    a.add_argument("--capacity", type=float, default=None, help="--episode: the pair's capacity, requests/s")
+    a.add_argument("--base", type=float, default=0.7, help="--episode: the base load, x capacity")
+    a.add_argument("--episode-start", type=float, default=60.0, help="--episode: seconds at the base before the burst")
+    a.add_argument("--priority-json", default="{}", metavar="JSON",
+                   help="recommended arms: the router's priority section (its queue's order), e.g. "
+                        "'{\"queue\": \"boost2\"}' (default: the router's default, fcfs)")
     a.add_argument("--logs", default=None, help="folder for the servers' logs and configs")
     args = ap.parse_args(argv)
     # a SIGTERM (kill, a CI timeout) unwinds like Ctrl-C, so the servers, routers and stubs this run started are

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -49,7 +50,8 @@ def _workload(run_path: str, n: int, seed: int) -> tuple[list[dict[str, Any]], d
     test = set(load_split(run, require_complete=False).test)
     pool = prompts[prompts.prompt_id.isin(test)].sort_values("prompt_id").reset_index(drop=True)
     rng = np.random.default_rng(seed)
-    idx = rng.permutation(len(pool))[:n]
+    # more requests than test prompts (a long episode): the permutation again (each request its own seed)
+    idx = np.resize(rng.permutation(len(pool)), n)
     rows = [{"prompt_id": str(pool.prompt_id[i]), "text": str(pool.text[i]),
              "prompt_tokens": int(pool.n_prompt_tokens[i])} for i in idx]
     return rows, dict(run.card["sampling"])
@@ -297,17 +299,46 @@ def _arms(args: argparse.Namespace, heads: dict[str, str], n: int) -> dict[str, 
     return arms
 
 
+def episode_arrivals(args: argparse.Namespace, rng: np.random.Generator) -> np.ndarray:
+    """``--episode PEAKxBURSTs``: Poisson arrivals at ``--base`` x ``--capacity`` requests/s, ``PEAK`` x
+    capacity for ``BURST`` seconds from ``--episode-start``, then the base again for the yardstick's tail
+    (:func:`lenpred.sim.yardstick.tail_for`); no arrival after it. Sets ``args.rate`` to the base rate."""
+    from lenpred.sim.episode import Episode
+    from lenpred.sim.yardstick import tail_for
+
+    m = re.fullmatch(r"([0-9.]+)x([0-9.]+)s", args.episode.strip())
+    if m is None:
+        raise SystemExit(f"bench_router ab: --episode {args.episode!r} -- fix: PEAKxSECONDSs, e.g. 1.3x60s")
+    peak, burst = float(m[1]), float(m[2])
+    if not (args.capacity and args.capacity > 0):
+        raise SystemExit("bench_router ab: --episode needs --capacity -- fix: the pair's capacity in requests/s "
+                         "(an A/B's decode_capacity_req_s)")
+    if not (0 < args.base < 1 and peak >= args.base and burst > 0):
+        raise SystemExit(f"bench_router ab: --base {args.base:g} / peak {peak:g} -- fix: 0 < base < 1, peak >= base")
+    if args.blocks != 1 or args.repeat_first:
+        raise SystemExit("bench_router ab: an episode is run whole by each arm -- fix: drop --blocks/--repeat-first "
+                         "and interleave arms across draws (--seed: odd seeds run the arms in reverse order)")
+    args.rate = args.base * args.capacity
+    ep = Episode(peak / args.base, args.episode_start, burst, tail_for(args.base, peak, burst))
+    t = ep.times(np.cumsum(rng.exponential(1.0, ep.requests_needed(args.rate))), args.rate)
+    return t[t <= ep.end]
+
+
 def _plan(args: argparse.Namespace) -> Plan:
     logs = Path(args.logs or tempfile.mkdtemp(prefix="bench-router-ab-"))
-    rows, sampling = _workload(args.run, args.requests, args.seed)
-    max_tokens = args.max_tokens or int(sampling["max_new_tokens"])
     rng = np.random.default_rng(args.seed + 1)
-    arrivals = np.cumsum(rng.exponential(1.0 / args.rate, len(rows)))
-    arrivals -= arrivals[0]
+    if args.episode:
+        arrivals = episode_arrivals(args, rng)
+    else:
+        arrivals = np.cumsum(rng.exponential(1.0 / args.rate, args.requests))
+        arrivals -= arrivals[0]
+    rows, sampling = _workload(args.run, len(arrivals), args.seed)
+    max_tokens = args.max_tokens or int(sampling["max_new_tokens"])
     heads = dict(h.split("=", 1) for h in args.head)
     arms = _arms(args, heads, len(rows))
+    names = list(arms)[::-1] if args.episode and args.seed % 2 else list(arms)  # draws alternate A B / B A
     return Plan(args, logs, rows, sampling, max_tokens, arrivals, heads, arms,
-                block_schedule(list(arms), len(rows), args.blocks))
+                block_schedule(names, len(rows), args.blocks))
 
 
 def _router_cfg(plan: Plan, spec: dict[str, Any], servers: list[LlamaServer],
@@ -317,8 +348,9 @@ def _router_cfg(plan: Plan, spec: dict[str, Any], servers: list[LlamaServer],
     # "recommended": the router's own defaults (priority.queue fcfs, no field sent), max_outstanding = the
     # server's slots, so requests wait in the router's queue and go to whichever server frees first
     slots = spec.get("slots", 1024)
+    prio = json.loads(plan.args.priority_json) if "slots" in spec else {}  # the router's own queue's order
     return {"backends": [{"url": s.url, "name": s.name, "priority": "off", "max_outstanding": slots}
-                         for s in servers],
+                         for s in servers], "priority": prio,
             "policy": spec["policy"], "estimator": est, "log_requests": True,
             "prompt_weight": plan.args.prompt_weight,
             "timeouts": {"read_s": 600.0, "total_s": 3600.0},
@@ -349,7 +381,8 @@ def _run_arms(plan: Plan) -> tuple[dict[str, list[dict[str, Any]]], list[dict[st
             cfg = _router_cfg(plan, plan.arms[arm], servers, serves)
             tag = arm if args.blocks == 1 else f"{arm}-block{block}"
             with RouterProcess(cfg, name=tag, log_dir=plan.logs, log_level="info") as router:
-                print(f"arm {tag}: {len(idx)} requests at {args.rate:g}/s ...", file=sys.stderr, flush=True)
+                what = f"an episode {args.episode} from {args.rate:g}/s" if args.episode else f"{args.rate:g}/s"
+                print(f"arm {tag}: {len(idx)} requests at {what} ...", file=sys.stderr, flush=True)
                 recs = asyncio.run(_replay(router.url, [rows[i] for i in idx], arrivals[idx] - arrivals[idx[0]],
                                            send, seed_offset=int(idx[0])))
                 for r in recs:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from bench_scripts import load_benchmark
@@ -65,8 +67,6 @@ def test_paired_reports_the_speed_gap_between_neighbours():
 
 
 def _ab_args(**kw):
-    import argparse
-
     base = {"arms": "rr,lpt", "same_estimator": False, "slots": 1, "chars_arm": False, "blocks": 1, "repeat_first": False}
     return argparse.Namespace(**{**base, **kw})
 
@@ -90,3 +90,32 @@ def test_ab_arms_from_the_flags():
 def test_ab_arms_refuse_bad_flags_with_one_line(kw, says):
     with pytest.raises(SystemExit, match=says.replace("(", r"\(")):
         br._arms(_ab_args(**kw), {}, 10)
+
+
+def _ep_args(**kw) -> argparse.Namespace:
+    base = {"episode": "1.3x60s", "capacity": 0.5, "base": 0.7, "episode_start": 60.0, "blocks": 1,
+            "repeat_first": False, "rate": None}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_episode_arrivals_follow_the_yardstick_episode():
+    import numpy as np
+
+    args = _ep_args()
+    t = np.concatenate([br.episode_arrivals(args, np.random.default_rng(s)) for s in range(200)])
+    assert args.rate == pytest.approx(0.35)
+    # 60 s at 0.35/s, 60 s at 0.65/s, then the tail (max(60, 2 x 0.3 x 60 / 0.3) = 120 s) at 0.35/s: 21, 39, 42
+    per_draw = [np.sum(t < 60), np.sum((t >= 60) & (t < 120)), np.sum(t >= 120)]
+    assert np.array(per_draw) / 200 == pytest.approx([21.0, 39.0, 42.0], rel=0.06)
+    assert t.max() <= 240.0
+
+
+@pytest.mark.parametrize(("kw", "says"), [({"episode": "1.3x"}, "PEAKxSECONDSs"),
+                                          ({"capacity": None}, "needs --capacity"),
+                                          ({"base": 1.2}, "0 < base < 1"),
+                                          ({"blocks": 2}, "run whole by each arm")])
+def test_episode_refuses_bad_flags_with_one_line(kw, says):
+    import numpy as np
+
+    with pytest.raises(SystemExit, match=says):
+        br.episode_arrivals(_ep_args(**kw), np.random.default_rng(0))
