@@ -187,6 +187,7 @@ class CellRunner:
         c = converge(run, self.a.n0 * nd, self.a.n_max * nd)
         last = per_n[c.n]
         return {"n": c.n, "converged": c.converged, "tol": c.tol, "ns": [n for n, _ in c.history],
+                "diverging": c.diverging,
                 "moves": c.moves(), "rate_rps": load * self.cap, "arms": last["figures"],
                 "short_threshold_tokens": last["short_threshold_tokens"]}
 

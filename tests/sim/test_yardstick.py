@@ -27,6 +27,7 @@ from lenpred.sim.workload import Workload
 from lenpred.sim.yardstick import (
     cell_figures,
     converge,
+    diverging,
     drain_s,
     episode_arrival,
     episode_mask,
@@ -187,6 +188,22 @@ def test_a_figure_that_moves_in_any_key_blocks_convergence() -> None:
     seq = {1000: {"a": 1.0, "b": 1.0}, 2000: {"a": 1.01, "b": 1.2}, 4000: {"a": 1.0, "b": 1.21}}
     c = converge(lambda n: seq[n], 1000, 4000)
     assert (c.n, c.converged) == (4000, True)
+
+
+def test_a_diverging_figure_is_reported_and_left_out() -> None:
+    """An arm whose P99 doubles with N (an unstable queue) does not hold the cell to the cap: after two
+    doublings of >= 1.5x it is named diverging and the others converge without it."""
+    seq = {1000: {"a": 1.0, "b": 10.0}, 2000: {"a": 1.2, "b": 20.0}, 4000: {"a": 1.21, "b": 40.0},
+           8000: {"a": 1.22, "b": 80.0}}
+    c = converge(lambda n: seq[n], 1000, 64000)
+    assert (c.n, c.converged, c.diverging) == (4000, True, ["b"])
+    assert c.moves() == pytest.approx([0.2, 1.0 / 120.0])  # over "a" only
+    # growth of 1.4x is slow but not divergence by the rule: it blocks convergence up to the cap
+    slow = {n: {"a": 1.0, "b": 1.4 ** k} for k, n in enumerate((1000, 2000, 4000, 8000))}
+    c = converge(lambda n: slow[n], 1000, 8000)
+    assert (c.n, c.converged, c.diverging) == (8000, False, [])
+    # a figure that grew once and then settled is not diverging
+    assert diverging([(1, {"x": 1.0}), (2, {"x": 2.0}), (4, {"x": 2.1})]) == []
 
 
 # ---------------------------------------------------------------- goodput search

@@ -35,6 +35,7 @@ from lenpred.sim.episode import Episode
 from lenpred.sim.metrics import attainment_by_class, latency_arrays
 
 TOL = 0.05  # the convergence rule: every checked P99 moved less than 5% between successive N
+GROW = 1.5  # a figure that grew by >= 1.5x at each of two successive doublings of N diverges (no steady value)
 STEADY_TRIM = 0.1  # steady runs: figures over the arrivals between the 10% and 90% points
 EPISODE_WARMUP_S = 60.0  # seconds at the base load before a burst
 CONVERGE_KEYS = ("short_p99_s", "p99_s")
@@ -44,20 +45,25 @@ CONVERGE_KEYS = ("short_p99_s", "p99_s")
 @dataclass
 class Convergence:
     """The N a cell settled on: ``n`` is the last N run (its figures are the cell's), ``converged``
-    whether the checked figures moved < ``tol`` from the N before it; ``history`` every (N, figures)."""
+    whether the checked figures moved < ``tol`` from the N before it; ``history`` every (N, figures);
+    ``diverging`` the figures left out of the check because they grow with N (:func:`diverging`)."""
 
     n: int
     converged: bool
     tol: float
     history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    diverging: list[str] = field(default_factory=list)
 
     @property
     def figures(self) -> dict[str, float]:
         return self.history[-1][1]
 
     def moves(self) -> list[float]:
-        """The largest relative move between each N and the one before it."""
-        return [largest_move(a, b) for (_, a), (_, b) in zip(self.history, self.history[1:], strict=False)]
+        """The largest relative move between each N and the one before it, over the figures checked at
+        the end (the diverging ones left out)."""
+        keep = [k for k in self.figures if k not in self.diverging]
+        sub = [{k: f.get(k, math.nan) for k in keep} for _, f in self.history]
+        return [largest_move(a, b) for a, b in zip(sub, sub[1:], strict=False)]
 
 
 def largest_move(before: Mapping[str, float], after: Mapping[str, float]) -> float:
@@ -74,10 +80,23 @@ def largest_move(before: Mapping[str, float], after: Mapping[str, float]) -> flo
     return worst
 
 
+def diverging(history: list[tuple[int, dict[str, float]]], grow: float = GROW) -> list[str]:
+    """The figures that grew by at least ``grow`` x at each of the last two doublings of N: a queue that
+    is not stable at this load (its P99 is the run's backlog, which grows with the run). They have no
+    steady value to converge to; the rule reports them and checks the rest."""
+    if len(history) < 3:
+        return []
+    (_, a), (_, b), (_, c) = history[-3:]
+    return sorted(k for k in c if a.get(k, 0) > 0 and b.get(k, 0) >= grow * a[k] and c[k] >= grow * b[k])
+
+
 def converge(run: Callable[[int], Mapping[str, float]], n0: int, n_max: int, tol: float = TOL) -> Convergence:
     """Run at N = n0, 2 n0, 4 n0, ... until every figure ``run(N)`` returns moved < ``tol``
     (relative) from the N before; stop at the largest N <= ``n_max`` and say it did not converge.
-    ``run`` returns the figures to check (e.g. each arm's short and overall P99)."""
+    ``run`` returns the figures to check (e.g. each arm's short and overall P99). A figure that grows
+    by >= :data:`GROW` x at two successive doublings is diverging (:func:`diverging`): it is recorded and
+    left out of the check from then on, so one unstable arm does not hold every other arm's cell to
+    the cap."""
     if not (isinstance(n0, int) and n0 >= 1):
         raise ConfigError(f"the first N must be an integer >= 1, got {n0!r}")
     if not (isinstance(n_max, int) and n_max >= n0):
@@ -90,9 +109,13 @@ def converge(run: Callable[[int], Mapping[str, float]], n0: int, n_max: int, tol
     while True:
         out.history.append((n, dict(run(n))))
         out.n = n
-        if len(out.history) > 1 and largest_move(out.history[-2][1], out.history[-1][1]) < tol:
-            out.converged = True
-            return out
+        out.diverging = sorted(set(out.diverging) | set(diverging(out.history)))
+        if len(out.history) > 1:
+            (_, a), (_, b) = out.history[-2:]
+            keep = [k for k in b if k not in out.diverging]
+            if largest_move({k: a.get(k, math.nan) for k in keep}, {k: b[k] for k in keep}) < tol:
+                out.converged = True
+                return out
         if 2 * n > n_max:
             return out
         n *= 2
@@ -212,6 +235,6 @@ def episode_arrival(base: float, peak: float, burst_s: float, *, inner: str = "p
 
 
 __all__ = [
-    "Convergence", "Goodput", "cell_figures", "converge", "drain_s", "episode_arrival", "episode_mask",
+    "Convergence", "Goodput", "cell_figures", "converge", "diverging", "drain_s", "episode_arrival", "episode_mask",
     "goodput_search", "largest_move", "steady_mask", "tail_for",
 ]
