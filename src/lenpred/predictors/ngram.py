@@ -14,6 +14,7 @@ no validation set is not computed: the middle candidate is used).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ def texts_of(X: Any, name: str) -> list[str]:
     return texts
 
 
+@functools.cache
 def _hash_fn() -> Any:
     """scikit-learn's hashing of features (what :class:`HashingVectorizer` calls), or None where it moved."""
     try:
@@ -194,10 +196,10 @@ class NgramHead(Predictor):
     def _views(self) -> tuple[memoryview, memoryview]:
         """The idf and coefficients as memoryviews (an item is a Python float, with no numpy scalar made)."""
         v = getattr(self, "_mv", None)
-        if v is None or v[0].obj is not self.idf_ or v[1].obj is not self.coef_:
-            v = self._mv = (memoryview(np.ascontiguousarray(self.idf_, dtype=np.float32)),
+        if v is None or v[0] is not self.idf_ or v[1] is not self.coef_:  # made once per fitted / loaded state
+            v = self._mv = (self.idf_, self.coef_, memoryview(np.ascontiguousarray(self.idf_, dtype=np.float32)),
                             memoryview(np.ascontiguousarray(self.coef_, dtype=np.float32)))
-        return v
+        return v[2], v[3]
 
     def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         return ({"idf": self.idf_, "coef": self.coef_},
