@@ -7,8 +7,11 @@ statistics helpers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -176,15 +179,34 @@ async def waves(urls: list[str], streams: int, rounds: int, tokens: int, ramp_s:
         body = chat_body(tokens, True) if not prompts else chat_body(tokens, True, prompt=prompts[k % len(prompts)])
         return await c.stream("/v1/chat/completions", body)
 
-    try:
-        for w in range(rounds + 1):
-            recs = await asyncio.gather(*(one(i, c, w * streams + i) for i, c in enumerate(conns)))
-            if w:
-                out.extend(recs)
-    finally:
-        for c in conns:
-            c.close()
+    with quiet_gc():
+        try:
+            for w in range(rounds + 1):
+                recs = await asyncio.gather(*(one(i, c, w * streams + i) for i, c in enumerate(conns)))
+                if w:
+                    out.extend(recs)
+        finally:
+            for c in conns:
+                c.close()
     return out
+
+
+@contextlib.contextmanager
+def quiet_gc() -> Iterator[None]:
+    """No garbage collection in the load generator while it measures: its heap (pyarrow, httpx, the records)
+    made a full collection take ~30 ms, and one that fell on a wave's first tokens added ~30 ms to every
+    stream waiting for one -- to whichever path was being measured (the +25 ms p99 "added by the router" at
+    200 streams with --prompts, which imports pyarrow: docs/route.md). Frozen first, enabled again after."""
+    gc.collect()
+    gc.freeze()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+        gc.unfreeze()
 
 
 def summary(recs: list[dict[str, Any]]) -> dict[str, Any]:

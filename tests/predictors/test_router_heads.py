@@ -94,3 +94,37 @@ def test_variant_refused_beyond_tolerance():
     with pytest.raises(ConfigError, match=r"up to 30\.0% on 20 check prompts, over the tolerance of 10\.0%"):
         check_variant(head.predict, lambda x: 1.3 * head.predict(x), probe, 0.10, "the perturbed variant")
     assert check_variant(head.predict, head.predict, probe, 0.10, "the head itself") == 0.0
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_ngram_text_path_matches_the_design_matrix(monkeypatch, fast):
+    """A prediction from texts (prompt by prompt, sklearn's hashing, no matrix) gives the design matrix's
+    answers: repeated n-grams, a 2**10-column head where distinct n-grams collide, an empty prompt, one past
+    max_chars, a batch; and without the fast hashing function (another scikit-learn), the public path."""
+    import lenpred.predictors.ngram as ngram_mod
+
+    texts, t = _data(200, 0)
+    head = NgramHead(n_features_log2=10, max_chars=2000).fit(texts, t)
+    if not fast:
+        monkeypatch.setattr(ngram_mod, "_hash_fn", lambda: None)
+    words = " ".join(f"w{i}" for i in range(400))  # 799 n-grams in 1024 columns: collisions certain
+    probe = ["essay essay essay essay about topic 3", "", "Write a detailed long essay " * 80, words,
+             "Answer with one word: is 4 even?"]
+    assert head._counts([words]).nnz < 799  # some columns hold two n-grams
+    x = head.encode(probe)
+    assert x.shape[1] == 2 ** 10 + 1
+    np.testing.assert_allclose(head.predict(probe), head.predict(x), rtol=1e-12)
+    for p in probe:  # one at a time, as the router's inline estimator calls it
+        np.testing.assert_allclose(head.predict([p]), head.predict(head.encode([p])), rtol=1e-12)
+
+
+@pytest.mark.parametrize("cls", [NgramHead, GBDTHead])
+def test_predict_quantiles_are_the_distributions(cls):
+    texts, t = _data(200, 0)
+    head = cls().fit(texts, t)
+    probe = ["Answer with one word: is 7 even?", "Explain briefly what topic 2 is.", "Write a long essay."]
+    point, q10, q50, q90 = head.predict_quantiles(probe)
+    p, d = head.predict_with_dist(probe)
+    for got, want in ((point, p), (q10, d.q10), (q50, d.q50), (q90, d.q90)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert np.all(q10 <= q50) and np.all(q50 <= q90) and np.all(q90 <= CAP)

@@ -119,3 +119,27 @@ def test_episode_refuses_bad_flags_with_one_line(kw, says):
 
     with pytest.raises(SystemExit, match=says):
         br.episode_arrivals(_ep_args(**kw), np.random.default_rng(0))
+
+
+def test_load_generator_does_not_collect_while_it_measures():
+    """The overhead waves run with the client's collector off (its full collections took ~30 ms, counted as the
+    router's added latency), and it is back as it was afterwards."""
+    import gc
+
+    rl = load_benchmark("router_load")
+    runs: list[int] = []
+
+    def count(phase, info):
+        if phase == "start":
+            runs.append(info["generation"])
+
+    assert gc.isenabled()
+    with rl.quiet_gc():
+        gc.callbacks.append(count)
+        try:
+            assert not gc.isenabled() and gc.get_freeze_count() > 0
+            junk = [[i] for i in range(200_000)]  # would trigger generation-0 collections
+            del junk
+        finally:
+            gc.callbacks.remove(count)
+    assert runs == [] and gc.isenabled() and gc.get_freeze_count() == 0

@@ -152,10 +152,17 @@ class AffineSpread:
         """The clipped normal at ``mu`` with this spread, its q10 / q90 moved by the tail factors."""
         sd = self(mu)
         d = clipped_normal(mu, sd, cap)
-        hi = np.inf if cap is None else float(cap)
-        q10 = np.clip(mu - Z90 * sd * self.tail_lo, 0.0, hi)
-        q90 = np.clip(mu + Z90 * sd * self.tail_hi, 0.0, hi)
+        q10, _, q90 = self.quantiles(mu, cap, sd)
         return Dist(d.mean, d.spread, q10, d.q50, q90)
+
+    def quantiles(self, mu: np.ndarray, cap: float | None,
+                  sd: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """q10, q50, q90 of :meth:`dist`, without the clipped normal's moments (what a service answers)."""
+        mu = np.asarray(mu, dtype=np.float64)
+        sd = self(mu) if sd is None else sd
+        hi = np.inf if cap is None else float(cap)
+        return (np.clip(mu - Z90 * sd * self.tail_lo, 0.0, hi), np.clip(mu, 0.0, hi),
+                np.clip(mu + Z90 * sd * self.tail_hi, 0.0, hi))
 
     @classmethod
     def fit(cls, t: Targets, mu_train: np.ndarray) -> AffineSpread:
@@ -364,6 +371,17 @@ class Predictor:
         Z = self._prepare(X)
         mu = self._mu(Z)
         return mu, (self._dist(Z) if self.own_spread else self.spread_.dist(mu, self.cap_))
+
+    def predict_quantiles(self, X: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`predict` and the q10 / q50 / q90 of :meth:`predict_dist`, the inputs read once, without the
+        distribution's mean and spread (what ``lenpred serve`` and the router's inline estimator answer)."""
+        self._check_fitted()
+        Z = self._prepare(X)
+        mu = self._mu(Z)
+        if self.own_spread:
+            d = self._dist(Z)
+            return mu, d.q10, d.q50, d.q90
+        return (mu, *self.spread_.quantiles(mu, self.cap_))
 
     def save(self, path: Any, card: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None) -> Any:
         """Write the fitted head as an artifact (:mod:`lenpred.predictors.io`); returns the

@@ -59,9 +59,9 @@ Outcome = RawPrediction | ServeError
 
 
 def _summaries(head: Any, X: Any) -> list[RawPrediction]:
-    point, d = head.predict_with_dist(X)  # (n,) and its distribution, the inputs read once
-    return [RawPrediction(float(point[i]), float(d.q10[i]), float(d.q50[i]), float(d.q90[i]))
-            for i in range(point.shape[0])]
+    point, q10, q50, q90 = head.predict_quantiles(X)  # (n,) each, the inputs read once
+    return [RawPrediction(float(p), float(a), float(m), float(b))
+            for p, a, m, b in zip(point.tolist(), q10.tolist(), q50.tolist(), q90.tolist(), strict=True)]
 
 
 class Runner:
@@ -178,12 +178,13 @@ class TextRunner(Runner):
         return users[-1]
 
     def predict_texts(self, texts: list[str]) -> list[RawPrediction]:
-        """Predictions for prompt texts, in order (no request parsing; an error raises)."""
-        return _summaries(self.head, self.head.encode(texts))
+        """Predictions for prompt texts, in order (no request parsing; an error raises). The texts go to the
+        head as they are: it reads them once for the point and the distribution, by its own fastest path
+        (the ngram head never builds its full hashed design matrix for a prediction)."""
+        return _summaries(self.head, texts)
 
     def _predict(self, texts: list[str]) -> list[Outcome]:
-        e = self.head.encode(texts)  # encoded once, read twice (point and distribution)
-        return list(_summaries(self.head, e))
+        return list(_summaries(self.head, texts))
 
 
 class PrefillRunner(Runner):
