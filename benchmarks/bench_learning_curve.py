@@ -171,7 +171,7 @@ def learning_curve(run_path: str, features: str | None, out: Path, *, sizes: str
                    repeats: int = 1, seed: int = 0, n_boot: int = 1000, split: str | None = None,
                    say: Any = print) -> dict[str, Any]:
     """Run every cell and return the result dictionary (also written to ``out``)."""
-    from lenpred.bench import evaluate
+    from lenpred.bench import Bootstrap, evaluate
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import load_split, write_split
     from lenpred.errors import ConfigError
@@ -210,7 +210,7 @@ def learning_curve(run_path: str, features: str | None, out: Path, *, sizes: str
                 infos.append(info)
                 say(f"repeat {r} size {n} {h}: trained in {info['train']['seconds']:.1f} s "
                     f"({time.perf_counter() - tc:.1f} s with prediction)")
-            res = evaluate(rd, preds, names=list(heads), split=sp, n_boot=n_boot, seed=seed)
+            res = evaluate(rd, preds, names=list(heads), split=sp, boot=Bootstrap(n_boot, seed=seed))
             if bound is None:
                 d = res.to_dict()
                 bound, protocol = d["bound"], d["protocol"]
