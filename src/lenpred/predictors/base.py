@@ -169,6 +169,7 @@ class AffineSpread:
         :func:`lenpred.stats.affine.fit_affine` unstable -- with the 2-sample prompts the law came out
         as sd = 1.30 mu - 194, i.e. a 1-token interval below mu = 150, and the 80% intervals covered 67%."""
         from lenpred.stats.affine import fit_affine
+        from lenpred.stats.config import BoundConfig
 
         k = t.counts
         ok = k >= cls.WELL_MEASURED_K
@@ -178,7 +179,8 @@ class AffineSpread:
             mean, sd = t.mean()[ok], t.sd()[ok]
             if np.ptp(mean) > 0:
                 # one bootstrap draw each: fit_affine's intervals are not used here, only its point fit
-                r = fit_affine(mean, sd, k[ok].astype(float), None, 1, 1, 0.9, np.random.default_rng(0))
+                one = BoundConfig(n_boot=1, n_boot_robust=1, ci=0.9)
+                r = fit_affine(mean, sd, k[ok].astype(float), None, one, np.random.default_rng(0))
                 if r.get("available") and np.isfinite(r["alpha"]) and np.isfinite(r["b"]):
                     law = cls(r["alpha"], r["b"], 1.0, "affine")
                     low_mu = float(np.quantile(np.asarray(mu_train, dtype=np.float64), 0.1))
