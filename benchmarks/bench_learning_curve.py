@@ -141,7 +141,7 @@ def _head_params(name: str, params: dict[str, Any], repeat: int) -> dict[str, An
 def run_cell(cell: Cell, run: Any, features: str | None, split_path: Path, work: Path) -> tuple[Any, dict[str, Any]]:
     """Train, predict the test prompts, keep both; reuse a finished cell with the same key."""
     from lenpred.predictions import read_predictions
-    from lenpred.predictors.pipeline import predict_run, train_on_run
+    from lenpred.predictors.pipeline import TrainPrompts, predict_run, train_on_run
 
     d = work / cell.tag
     head_dir, pred_file, info_file = d / f"{cell.head}.head", d / f"{cell.head}.preds.parquet", d / f"{cell.head}.json"
@@ -154,7 +154,7 @@ def run_cell(cell: Cell, run: Any, features: str | None, split_path: Path, work:
 
     needs_features = PREDICTORS.get(cell.head).input_kind == "features"  # proxy reads the prompt texts
     _, rep = train_on_run(cell.head, cell.params, run.path, features if needs_features else None, out=head_dir,
-                          split=split_path)
+                          prompts=TrainPrompts(split=split_path))
     preds, _ = predict_run(head_dir, run.path, features if needs_features else None, roles=["test"], split=split_path)
     preds.write(pred_file)
     from lenpred.fileio import atomic_write_json
