@@ -15,7 +15,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from lenpred.artifacts import check_out, write_artifact
+from lenpred.artifacts import ArtifactHeader, check_out, write_artifact
 from lenpred.data.rundir import RunDir
 from lenpred.errors import DataError
 from lenpred.outputs import what_is
@@ -33,7 +33,8 @@ def _run(path, card=CARD) -> RunDir:
 
 def _art(path, kind="head", card=CARD, **meta):
     rd = RunDir(path, {"schema": "lenpred.run/1", **card})
-    return write_artifact(path, kind=kind, schema_version=1, card=rd.card, json_files={"x.json": {}}, meta=meta)
+    return write_artifact(path, ArtifactHeader(kind=kind, schema_version=1, card=rd.card, meta=meta),
+                          json_files={"x.json": {}})
 
 
 def _refused(message: str, path, **kw) -> None:

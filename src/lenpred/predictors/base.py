@@ -371,7 +371,7 @@ class Predictor:
         """Write the fitted head as an artifact (:mod:`lenpred.predictors.io`); returns the
         :class:`~lenpred.artifacts.Artifact`. ``card``: the training run's card (its model and
         sampling fields are kept); ``meta``: what training saw (recorded under ``train``)."""
-        from lenpred.artifacts import write_artifact
+        from lenpred.artifacts import ArtifactHeader, write_artifact
 
         self._check_fitted()
         tensors, info = self._get_state()
@@ -385,9 +385,9 @@ class Predictor:
              "feature_spec": base["feature_spec_"], "blocks": base["blocks_"], "widths": base["widths_"],
              "side_names": base["side_names_"], "cap": base["cap_"], "spread": spread,
              "train": {"n_prompts": base["n_train_"], "seconds": base["fit_seconds_"], **dict(meta or {})}}
-        return write_artifact(path, kind=KIND, schema_version=SCHEMA_VERSION,
-                              config={"predictor": self.name, "params": params}, card=card, card_scope=CARD_SCOPE,
-                              tensors=tensors, json_files={STATE: info}, meta=m)
+        header = ArtifactHeader(kind=KIND, schema_version=SCHEMA_VERSION, config={"predictor": self.name, "params": params},
+                                card=card, card_scope=CARD_SCOPE, meta=m)
+        return write_artifact(path, header, tensors=tensors, json_files={STATE: info})
 
     # ---------------------------------------------------------------- hooks
     def _fit(self, Z: Inputs, T: Targets, Zv: Inputs | None, Tv: Targets | None) -> None:
