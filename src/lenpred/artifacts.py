@@ -46,11 +46,11 @@ import numpy as np
 from lenpred import __version__
 from lenpred.errors import CardMismatchError, DataError
 from lenpred.fileio import atomic_write_json, file_sha256
-from lenpred.outputs import check_out  # the overwrite rule, one function for every writer
+from lenpred.outputs import Rerun, check_out  # the overwrite rule, one function for every writer
 
 __all__ = [
     "Artifact", "ArtifactHeader", "CARD_SCOPES", "card_fields", "check_card", "check_finite", "check_out",
-    "load_artifact", "write_artifact", "is_artifact",
+    "load_artifact", "write_artifact", "is_artifact", "Rerun",
 ]
 
 META = "meta.json"
