@@ -15,7 +15,8 @@ from scipy.stats import kendalltau
 
 from lenpred.stats.bootstrap import Bootstrap, mean_ci
 
-__all__ = ["per_prompt_mean", "pinball", "PointMetrics", "Quantiles", "point_metrics", "short_label_metrics"]
+__all__ = ["Bootstrap", "per_prompt_mean", "pinball", "PointMetrics", "Quantiles", "point_metrics",
+           "short_label_metrics"]
 
 Quantiles = tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]  # q10, q50, q90 per sample (or None)
 

@@ -303,8 +303,7 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
                   short_threshold: float | None = None) -> tuple[list[PointInfo], list[MethodResult], str | None]:
     """Score every method at every point (see the module docstring). ``index``: the test rows;
     ``short_threshold``: the short/long boundary (default: the median length of its samples)."""
-    from lenpred.bench.metrics import point_metrics, short_label_metrics
-    from lenpred.stats.bootstrap import Bootstrap
+    from lenpred.bench.metrics import Bootstrap, point_metrics, short_label_metrics
 
     points = list(points or default_points())
     names = [m.name for m in methods]
@@ -385,8 +384,7 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
 
 def total_at_start(index: pd.DataFrame, methods: Sequence[MethodInput], bound: BoundInfo | None, *,
                    n_boot: int, ci: float, seed: int) -> TotalAtStart:
-    from lenpred.bench.metrics import point_metrics
-    from lenpred.stats.bootstrap import Bootstrap
+    from lenpred.bench.metrics import Bootstrap, point_metrics
 
     rows, _, _ = point_rows(index, PointSpec("t0", "start", 0.0, "t=0"))
     out = []
