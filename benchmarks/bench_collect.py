@@ -118,20 +118,22 @@ def main() -> None:
             n, tok, dt, pad = _hf_generate(lm, jobs, sampling, a.batch)
         elif name == "llamacpp":
             try:
-                from lenpred.collect.llamacpp import LlamaCppEngine
-                eng = LlamaCppEngine(resolve("smollm2-135m").gguf_path, sampling, n_parallel=a.batch, max_prompt_tokens=256)
+                from lenpred.collect.llamacpp import LlamaCppEngine, LlamaCppOptions
+                eng = LlamaCppEngine(resolve("smollm2-135m").gguf_path, sampling, LlamaCppOptions(n_parallel=a.batch),
+                                     max_prompt_tokens=256)
             except Exception as e:  # noqa: BLE001 - report and go on
                 print(f"skip llamacpp: {e}")
                 continue
             n, tok, dt = _time(eng, jobs)
             eng.close()
         elif name == "openai":
-            from lenpred.collect.openai import OpenAIEngine
+            from lenpred.collect.openai import OpenAIEngine, OpenAIOptions
 
             with tempfile.TemporaryDirectory() as d:
                 proc, url = _server(resolve("smollm2-135m").gguf_path, Path(d) / "server.log")
                 try:
-                    eng = OpenAIEngine(url, "smollm2-135m", sampling, lm.tokenizer, concurrency=4, n_per_request=1)
+                    opts = OpenAIOptions(base_url=url, api_model="smollm2-135m", concurrency=4, n_per_request=1)
+                    eng = OpenAIEngine(opts, sampling, lm.tokenizer)
                     n, tok, dt = _time(eng, jobs)
                     eng.close()
                 finally:

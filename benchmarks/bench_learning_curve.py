@@ -141,7 +141,7 @@ def _head_params(name: str, params: dict[str, Any], repeat: int) -> dict[str, An
 def run_cell(cell: Cell, run: Any, features: str | None, split_path: Path, work: Path) -> tuple[Any, dict[str, Any]]:
     """Train, predict the test prompts, keep both; reuse a finished cell with the same key."""
     from lenpred.predictions import read_predictions
-    from lenpred.predictors.pipeline import predict_run, train_on_run
+    from lenpred.predictors.pipeline import TrainPrompts, predict_run, train_on_run
 
     d = work / cell.tag
     head_dir, pred_file, info_file = d / f"{cell.head}.head", d / f"{cell.head}.preds.parquet", d / f"{cell.head}.json"
@@ -154,7 +154,7 @@ def run_cell(cell: Cell, run: Any, features: str | None, split_path: Path, work:
 
     needs_features = PREDICTORS.get(cell.head).input_kind == "features"  # proxy reads the prompt texts
     _, rep = train_on_run(cell.head, cell.params, run.path, features if needs_features else None, out=head_dir,
-                          split=split_path)
+                          prompts=TrainPrompts(split=split_path))
     preds, _ = predict_run(head_dir, run.path, features if needs_features else None, roles=["test"], split=split_path)
     preds.write(pred_file)
     from lenpred.fileio import atomic_write_json
@@ -171,7 +171,7 @@ def learning_curve(run_path: str, features: str | None, out: Path, *, sizes: str
                    repeats: int = 1, seed: int = 0, n_boot: int = 1000, split: str | None = None,
                    say: Any = print) -> dict[str, Any]:
     """Run every cell and return the result dictionary (also written to ``out``)."""
-    from lenpred.bench import evaluate
+    from lenpred.bench import Bootstrap, evaluate
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import load_split, write_split
     from lenpred.errors import ConfigError
@@ -210,7 +210,7 @@ def learning_curve(run_path: str, features: str | None, out: Path, *, sizes: str
                 infos.append(info)
                 say(f"repeat {r} size {n} {h}: trained in {info['train']['seconds']:.1f} s "
                     f"({time.perf_counter() - tc:.1f} s with prediction)")
-            res = evaluate(rd, preds, names=list(heads), split=sp, n_boot=n_boot, seed=seed)
+            res = evaluate(rd, preds, names=list(heads), split=sp, boot=Bootstrap(n_boot, seed=seed))
             if bound is None:
                 d = res.to_dict()
                 bound, protocol = d["bound"], d["protocol"]

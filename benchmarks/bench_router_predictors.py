@@ -122,6 +122,7 @@ def accuracy(names: list[str], n_boot: int) -> dict[str, Any]:
     from lenpred.bench.evaluate import evaluate
     from lenpred.predictions import Predictions
     from lenpred.predictors.proxy_runtime import variant_deviation
+    from lenpred.stats.bootstrap import Bootstrap
 
     runs = {"home": _run(HOME_RUN), "transfer": _run(TRANSFER_RUN)}
     fitted = _Fitted(runs["home"][0])
@@ -142,7 +143,7 @@ def accuracy(names: list[str], n_boot: int) -> dict[str, Any]:
                 rel = np.abs(point - fp32) / np.maximum(fp32, 1.0)
                 rows[n][f"{side}_max_rel_change"] = round(variant_deviation(fp32, point), 4)
                 rows[n][f"{side}_p95_rel_change"] = round(float(np.quantile(rel, 0.95)), 4)
-        res = evaluate(rd, preds, names=names, n_boot=n_boot, reference_rows=False)
+        res = evaluate(rd, preds, names=names, boot=Bootstrap(n_boot), reference_rows=False)
         bounds[side] = {"run": str(rd.path), "oracle_mae": round(res.bound.oracle_mae, 2),
                         "n_prompts": res.bound.n_prompts, "n_samples": res.bound.n_samples}
         for n in names:

@@ -344,7 +344,7 @@ def run_experiment(cfg: Any, say: Any = print, matched_noise: bool = True, aging
     """Simulate every arm at every load; the sweep result and the summary dictionary (``matched_noise``:
     add :func:`with_matched_noise`'s arm; ``aging`` / ``extra``: :func:`with_extra_arms`; ``anatomy``:
     dissect the short tails at the highest load, :func:`tail_anatomy`)."""
-    from lenpred.bench import evaluate
+    from lenpred.bench import Bootstrap, evaluate
     from lenpred.sim.sweep import PredictionCache, run_one, run_sweep
     from lenpred.sim.workload import build_workload
 
@@ -359,7 +359,7 @@ def run_experiment(cfg: Any, say: Any = print, matched_noise: bool = True, aging
     if lc.roles is not None and tuple(lc.roles) == ("test",) and lc.include_truncated:
         from lenpred.data.split import load_split
 
-        b = evaluate(lc.path, [], split=load_split(lc.path, lc.split, require_complete=False), n_boot=10).bound
+        b = evaluate(lc.path, [], split=load_split(lc.path, lc.split, require_complete=False), boot=Bootstrap(10)).bound
         bound = {"oracle_mae": b.oracle_mae, "n_prompts": b.n_prompts, "n_samples": b.n_samples}
         for e in errors:
             e["mae_over_bound"] = None if e["mae"] is None else e["mae"] / b.oracle_mae

@@ -46,11 +46,11 @@ import numpy as np
 from lenpred import __version__
 from lenpred.errors import CardMismatchError, DataError
 from lenpred.fileio import atomic_write_json, file_sha256
-from lenpred.outputs import check_out  # the overwrite rule, one function for every writer
+from lenpred.outputs import Rerun, check_out  # the overwrite rule, one function for every writer
 
 __all__ = [
-    "Artifact", "CARD_SCOPES", "card_fields", "check_card", "check_finite", "check_out", "load_artifact",
-    "write_artifact", "is_artifact",
+    "Artifact", "ArtifactHeader", "CARD_SCOPES", "card_fields", "check_card", "check_finite", "check_out",
+    "load_artifact", "write_artifact", "is_artifact", "Rerun",
 ]
 
 META = "meta.json"
@@ -188,28 +188,38 @@ def _jsonable(config: Any) -> Any:
     return config
 
 
+@dataclass(frozen=True)
+class ArtifactHeader:
+    """What an artifact's ``meta.json`` says besides its files: the ``kind`` and ``schema_version``, the
+    ``config`` it was made with, the run ``card`` it was made from (the fields of ``card_scope`` are
+    recorded, plus the run's card hash), and writer-specific ``meta`` fields."""
+
+    kind: str
+    schema_version: int
+    config: Any = None
+    card: Mapping[str, Any] | None = None
+    card_scope: str = "run"
+    meta: Mapping[str, Any] | None = None
+
+
 def write_artifact(
     path: str | os.PathLike[str],
+    header: ArtifactHeader,
     *,
-    kind: str,
-    schema_version: int,
-    config: Any = None,
-    card: Mapping[str, Any] | None = None,
-    card_scope: str = "run",
     tensors: Mapping[str, Any] | None = None,
     json_files: Mapping[str, Any] | None = None,
     tables: Mapping[str, Any] | None = None,
     files: Mapping[str, bytes] | None = None,
-    meta: Mapping[str, Any] | None = None,
 ) -> Artifact:
     """Write an artifact directory atomically and return it loaded.
 
-    ``tensors`` go into ``weights.safetensors`` (numpy arrays or torch tensors, contiguous);
-    ``json_files`` are written as JSON, ``tables`` (pandas DataFrames or pyarrow Tables) as Parquet,
-    ``files`` as raw bytes. ``meta`` adds writer-specific fields to ``meta.json``. An existing
-    artifact at ``path`` is replaced; an existing non-empty directory that is not an artifact, or a
-    file, is refused (never write beside a user's own files).
+    ``header`` goes into ``meta.json``; ``tensors`` into ``weights.safetensors`` (numpy arrays or torch
+    tensors, contiguous); ``json_files`` are written as JSON, ``tables`` (pandas DataFrames or pyarrow
+    Tables) as Parquet, ``files`` as raw bytes. An existing artifact at ``path`` is replaced; an existing
+    non-empty directory that is not an artifact, or a file, is refused (never write beside a user's own
+    files).
     """
+    h = header
     dest = Path(path)
     if dest.exists() and not dest.is_dir():
         raise DataError(f"{dest} exists and is a file", "pass a directory path for the output")
@@ -236,17 +246,17 @@ def write_artifact(
             (tmp / name).write_bytes(data)
             names.append(name)
         m: dict[str, Any] = {
-            "kind": kind,
-            "schema_version": int(schema_version),
+            "kind": h.kind,
+            "schema_version": int(h.schema_version),
             "lenpred_version": __version__,
             "created_at": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "config": _jsonable(config),
+            "config": _jsonable(h.config),
         }
-        if card is not None:
-            m["card_scope"] = card_scope
-            m["card"] = card_fields(card, card_scope)
-            m["card_hash"] = card_fields(card, "run")["card_hash"]
-        m.update(meta or {})
+        if h.card is not None:
+            m["card_scope"] = h.card_scope
+            m["card"] = card_fields(h.card, h.card_scope)
+            m["card_hash"] = card_fields(h.card, "run")["card_hash"]
+        m.update(h.meta or {})
         for n in names:  # some writers (mkstemp, safetensors) make 0600 files; artifacts are shared
             os.chmod(tmp / n, 0o644)
         m["files"] = {n: file_sha256(tmp / n) for n in sorted(names)}

@@ -25,13 +25,14 @@ from typing import Any
 
 from lenpred.errors import DataError
 
-__all__ = ["check_out", "what_is"]
+__all__ = ["Rerun", "check_out", "what_is", "FILE_KINDS"]
 
 _META = "meta.json"  # lenpred.artifacts.META (not imported: artifacts imports this module)
 _CARD = "card.json"  # lenpred.data.rundir.CARD
 _NEW = "pass a new path, or the earlier output of the same command on the same inputs (a rerun)"
 _FILE_NAMES = {"predictions": "predictions.parquet", "split": "split.json", "events": "events.jsonl",
                "profile": "profile.json"}
+FILE_KINDS = (*_FILE_NAMES, "report")  # the kinds written as one file (the others are directories)
 _MAX_JSON = 64 << 20  # a JSON file bigger than this is no lenpred split or profile: not read whole
 
 
@@ -157,29 +158,37 @@ def _card_hash(card: Mapping[str, Any] | None) -> str | None:
     return card_hash(dict(card))
 
 
+@dataclass(frozen=True)
+class Rerun:
+    """What else makes an existing output this command's earlier one (replaced, not refused), besides its
+    kind and run card: ``match``, header fields an existing artifact must have; ``folder(dir)``, True for
+    a folder the command itself writes without meta.json (not an artifact)."""
+
+    match: Mapping[str, Any] | None = None
+    folder: Callable[[Path], bool] | None = None
+
+
 def check_out(
     path: str | os.PathLike[str],
     *,
     kind: str,
     card: Mapping[str, Any] | None = None,
-    match: Mapping[str, Any] | None = None,
     inputs: Mapping[str, Any] | None = None,
-    file: bool = False,
-    rerun: Callable[[Path], bool] | None = None,
+    rerun: Rerun | None = None,
     allow_inside: str | os.PathLike[str] | None = None,
     flag: str = "--out",
 ) -> Path:
     """Refuse an output path the overwrite rule forbids (before any work); return it resolved.
 
-    ``kind``: the artifact kind written (a directory), or with ``file`` the lenpred file kind
-    (``predictions``, ``split``, ``events``, ``profile``). ``card``: the run card the output is made
-    from; an existing output must record the same card hash. ``match``: other header fields an
-    existing artifact must have to count as a rerun. ``inputs``: ``{flag: path or paths}`` the
-    command reads; the output may be none of them nor inside one. ``rerun(dir)``: True for a folder
-    this command itself writes without meta.json (not an artifact), replaced like a rerun.
-    ``allow_inside``: the one run directory this output belongs in (``lenpred split`` writes
-    RUN/split.json).
+    ``kind``: the artifact kind written (a directory), or one of :data:`FILE_KINDS`, a lenpred file
+    (``predictions``, ``split``, ``events``, ``profile``, ``report``). ``card``: the run card the output
+    is made from; an existing output must record the same card hash. ``inputs``: ``{flag: path or
+    paths}`` the command reads; the output may be none of them nor inside one. ``rerun``: what else
+    makes an existing output a rerun (:class:`Rerun`). ``allow_inside``: the one run directory this
+    output belongs in (``lenpred split`` writes RUN/split.json).
     """
+    file = kind in FILE_KINDS
+    match, folder = (rerun.match, rerun.folder) if rerun is not None else (None, None)
     p = Path(path).resolve()
     _inputs(p, flag, inputs)
     _container(p, flag, Path(allow_inside).resolve() if allow_inside is not None else None)
@@ -192,7 +201,7 @@ def check_out(
         raise DataError(f"{flag} {p} exists and is a file", f"pass a directory path for the {kind} output")
     if p.is_dir() and not any(p.iterdir()) or p.is_file() and p.stat().st_size == 0:
         return p
-    if rerun is not None and p.is_dir() and not (p / _META).exists() and rerun(p):
+    if folder is not None and p.is_dir() and not (p / _META).exists() and folder(p):
         return p
     found = what_is(p)
     if found is None:

@@ -33,6 +33,7 @@ def clock_text(seconds: float) -> str:
 class Progress:
     """A progress display over ``total`` units (``initial`` of them done before this session)."""
 
+    # 10 parameters, kept: a tqdm-style keyword constructor (desc, total, initial, unit, ...) callers name one by one
     def __init__(self, desc: str, total: int | None, *, initial: int = 0, unit: str = "", enabled: bool = True,
                  eta: bool = True, log_every: float | None = 60.0, stream: TextIO | None = None,
                  terminal: bool | None = None, clock: Callable[[], float] = time.monotonic) -> None:

@@ -15,7 +15,8 @@ def _synthetic(k: int):
     def setup(tmp: Path) -> dict[str, Path]:
         from lenpred.stats import synthetic as sim
 
-        sim.write_synthetic_run(tmp / "run", sim.ramping_hazard(6, seed=1), k=k, max_new_tokens=450, seed=1)
+        sim.write_synthetic_run(tmp / "run", sim.ramping_hazard(6, seed=1),
+                                sim.Sampling(k=k, max_new_tokens=450, seed=1))
         return {"run": tmp / "run"}
 
     return setup

@@ -93,9 +93,9 @@ def _out_is_file(tmp: Path) -> dict[str, Path]:
 
 
 def _length_head(path: Path, spec: dict[str, Any]) -> Path:
-    from lenpred.artifacts import write_artifact
+    from lenpred.artifacts import ArtifactHeader, write_artifact
 
-    write_artifact(path, kind="head", schema_version=1, meta={"predictor": "outlets", "feature_spec": spec},
+    write_artifact(path, ArtifactHeader(kind="head", schema_version=1, meta={"predictor": "outlets", "feature_spec": spec}),
                    json_files={"state.json": {}})
     return path
 

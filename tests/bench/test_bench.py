@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lenpred.bench import BenchResult, evaluate, point_metrics
+from lenpred.bench import BenchResult, Bootstrap, evaluate, point_metrics
 from lenpred.data.rundir import RunDir
 from lenpred.data.split import Split, SplitConfig, write_split
 from lenpred.errors import DataError
@@ -38,7 +38,7 @@ def _const(rd, value, **q):
 
 def test_bound_and_mae_by_hand(tmp_path):
     rd = _run(tmp_path)
-    res = evaluate(rd, [_const(rd, 45)], n_boot=50)
+    res = evaluate(rd, [_const(rd, 45)], boot=Bootstrap(50))
     # t1: median 45, in-sample MAE 20; leave-one-out medians 50 (low half) / 40 (high half): LOO MAE 25
     # t2: in-sample MAE = 900 / 8 = 112.5; LOO: the 7 equal ones see median 100 -> 0, the 1000 sees 100 -> 900/8
     t1 = math.sqrt(20 * 25)
@@ -58,7 +58,7 @@ def test_bound_and_mae_by_hand(tmp_path):
 
 def test_coverage_and_pinball(tmp_path):
     rd = _run(tmp_path)
-    res = evaluate(rd, [_const(rd, 45, q10=15.0, q50=45.0, q90=95.0)], n_boot=50)
+    res = evaluate(rd, [_const(rd, 45, q10=15.0, q50=45.0, q90=95.0)], boot=Bootstrap(50))
     m = res.row("constant").metrics
     # inside [15, 95]: t1 has 20..80 -> 7 of 8; t2 has 7 of 8 (100 and 1000 are above 95) -> 0 of 8
     assert m.coverage80 == pytest.approx((7 / 8 + 0) / 2)
@@ -67,21 +67,21 @@ def test_coverage_and_pinball(tmp_path):
 
 def test_round_trip_and_refusals(tmp_path):
     rd = _run(tmp_path)
-    res = evaluate(rd, [_const(rd, 45)], n_boot=50)
+    res = evaluate(rd, [_const(rd, 45)], boot=Bootstrap(50))
     back = BenchResult.from_dict(json.loads(json.dumps(res.to_dict())))
     assert json.dumps(back.to_dict()) == json.dumps(res.to_dict())  # (== fails on NaN fields)
     other = Predictions.from_frame(pd.DataFrame({"prompt_id": ["t1"], "pred_tokens": [1.0]}), made_by="x", card=rd.card)
     with pytest.raises(DataError, match="no prediction for 8 of 16"):
-        evaluate(rd, [other], n_boot=50)
+        evaluate(rd, [other], boot=Bootstrap(50))
     with pytest.raises(DataError, match="must be unique"):
-        evaluate(rd, [_const(rd, 1), _const(rd, 2)], n_boot=50)
+        evaluate(rd, [_const(rd, 1), _const(rd, 2)], boot=Bootstrap(50))
 
 
 def test_point_metrics_perfect_and_kendall():
     y = np.array([1.0, 2.0, 3.0, 4.0])
-    m = point_metrics(y, y, np.array(["a", "a", "b", "b"]), n_boot=20)
+    m = point_metrics(y, y, np.array(["a", "a", "b", "b"]), boot=Bootstrap(20))
     assert m.mae == 0 and m.r2 == 1 and m.kendall_tau == pytest.approx(1.0)
-    m2 = point_metrics(y, y[::-1], np.array(["a", "a", "b", "b"]), n_boot=20)
+    m2 = point_metrics(y, y[::-1], np.array(["a", "a", "b", "b"]), boot=Bootstrap(20))
     assert m2.kendall_tau == pytest.approx(-1.0) and m2.r2 < 0
 
 

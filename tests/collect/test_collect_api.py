@@ -14,7 +14,7 @@ def test_readme_engine_example_with_an_injected_transport():
     # --- README: an engine on its own, with a stand-in for vLLM (httpx.MockTransport) ---
     import httpx
 
-    from lenpred.collect import Job, OpenAIEngine, SamplingConfig
+    from lenpred.collect import Job, OpenAIEngine, OpenAIOptions, SamplingConfig
     from lenpred.models import load_tokenizer
 
     def server(request: httpx.Request) -> httpx.Response:  # answers like vLLM's /v1 API
@@ -25,8 +25,8 @@ def test_readme_engine_example_with_an_injected_transport():
         return httpx.Response(200, json={"choices": choices})
 
     engine = OpenAIEngine(
-        "http://vllm.test/v1", "m", SamplingConfig(max_new_tokens=64), load_tokenizer(),
-        transport=httpx.MockTransport(server),
+        OpenAIOptions(base_url="http://vllm.test/v1", api_model="m"), SamplingConfig(max_new_tokens=64),
+        load_tokenizer(), transport=httpx.MockTransport(server),
     )
     jobs = [Job("q0", k, (1, 2), "Name a color.", seed=k) for k in range(2)]
     results = list(engine.generate(iter(jobs)))

@@ -26,7 +26,7 @@ def _jobs(tok, prompts: list[str], k: int) -> list[Job]:
 def test_shared_prefix_gives_the_same_tokens_and_copies_streams(monkeypatch):
     from transformers import AutoTokenizer
 
-    from lenpred.collect.llamacpp import LlamaCppEngine
+    from lenpred.collect.llamacpp import LlamaCppEngine, LlamaCppOptions
     from lenpred.models.loading import embedded_gguf, resolve
 
     spec = resolve("smollm2-135m")
@@ -35,7 +35,7 @@ def test_shared_prefix_gives_the_same_tokens_and_copies_streams(monkeypatch):
     sampling = SamplingConfig(temperature=1.0, top_p=1.0, top_k=1, max_new_tokens=12, seed=0)
     results, copies = {}, {}
     for share in (False, True):
-        eng = LlamaCppEngine(embedded_gguf(), sampling, n_parallel=4, max_prompt_tokens=64, n_threads=1,
+        eng = LlamaCppEngine(embedded_gguf(), sampling, LlamaCppOptions(n_parallel=4, n_threads=1), max_prompt_tokens=64,
                              share_prefix=share)
         n = 0
         real = eng.L.llama_memory_seq_cp

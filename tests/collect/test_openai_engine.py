@@ -20,7 +20,7 @@ from collect_testing import write_prompts
 
 from lenpred.cli import main
 from lenpred.collect.base import Job, SamplingConfig
-from lenpred.collect.openai import OpenAIEngine, server_message
+from lenpred.collect.openai import OpenAIEngine, OpenAIOptions, server_message
 from lenpred.data.rundir import RunDir
 from lenpred.errors import EngineError
 from lenpred.models import resolve
@@ -60,9 +60,14 @@ class _Script:
         return httpx.Response(200, json={"choices": choices})
 
 
+def _options(base_url: str, **kw: object) -> OpenAIOptions:
+    return OpenAIOptions(base_url=base_url, api_model="m", **kw)
+
+
 def _mock_engine(script: _Script, retries: int = 3, sleeps: list[float] | None = None, **kw: object) -> OpenAIEngine:
     return OpenAIEngine(
-        "http://server.test/v1", "m", SamplingConfig(max_new_tokens=8), WordTokenizer(), concurrency=1, retries=retries,
+        OpenAIOptions(base_url="http://server.test/v1", api_model="m", concurrency=1, retries=retries),
+        SamplingConfig(max_new_tokens=8), WordTokenizer(),
         transport=httpx.MockTransport(script), sleep=(sleeps.append if sleeps is not None else lambda s: None), **kw,
     )
 
@@ -115,7 +120,7 @@ def test_html_error_page_keeps_status_and_first_line():
 def test_injected_client_is_used_as_is():
     script = _Script()
     client = httpx.Client(transport=httpx.MockTransport(script), headers={"x-test": "1"})
-    eng = OpenAIEngine("http://server.test", "m", SamplingConfig(max_new_tokens=8), WordTokenizer(), client=client)
+    eng = OpenAIEngine(_options("http://server.test"), SamplingConfig(max_new_tokens=8), WordTokenizer(), client=client)
     assert eng.base_url == "http://server.test/v1"  # /v1 appended
     assert len(list(eng.generate(iter(JOBS)))) == 2
 
@@ -126,7 +131,8 @@ def test_token_ids_from_text_when_the_server_sends_none():
             return httpx.Response(200, json={"data": []})
         return httpx.Response(200, json={"choices": [{"index": 0, "text": "a b c d e f g h i j", "finish_reason": "length"}]})
 
-    eng = OpenAIEngine("http://s/v1", "m", SamplingConfig(max_new_tokens=8), WordTokenizer(), transport=httpx.MockTransport(handler))
+    eng = OpenAIEngine(_options("http://s/v1"), SamplingConfig(max_new_tokens=8), WordTokenizer(),
+                       transport=httpx.MockTransport(handler))
     (r,) = eng.generate(iter([Job("p", 0, (1,), "hi", 0)]))
     tok = WordTokenizer()
     assert r.stop_reason == "length" and r.token_ids == tuple(tok("a b c d e f g h")["input_ids"])  # cut at the cap
@@ -137,7 +143,7 @@ def test_models_endpoint_html_error_is_one_line():
         return httpx.Response(401, text=PAGE.replace("502 Bad Gateway", "401 Authorization Required"), headers={"content-type": "text/html"})
 
     with pytest.raises(EngineError, match=r"answered HTTP 401: 401 Authorization Required -- fix"):
-        OpenAIEngine("http://s/v1", "m", SamplingConfig(), WordTokenizer(), transport=httpx.MockTransport(handler))
+        OpenAIEngine(_options("http://s/v1"), SamplingConfig(), WordTokenizer(), transport=httpx.MockTransport(handler))
 
 
 # ---------------------------------------------------------------- a real OpenAI-compatible server (llama.cpp)
@@ -261,7 +267,8 @@ class _Flaky:
 def test_real_sockets_retry_then_succeed():
     srv = _Flaky([503, 500])
     try:
-        eng = OpenAIEngine(srv.url, "m", SamplingConfig(max_new_tokens=8), WordTokenizer(), concurrency=1, retries=3, sleep=lambda s: None)
+        eng = OpenAIEngine(_options(srv.url, concurrency=1, retries=3), SamplingConfig(max_new_tokens=8), WordTokenizer(),
+                           sleep=lambda s: None)
         res = list(eng.generate(iter(JOBS)))
         assert srv.posts == 3 and [r.text for r in res] == ["red", "red"]
     finally:

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from lenpred.artifacts import card_fields, check_finite, load_artifact, write_artifact
+from lenpred.artifacts import ArtifactHeader, card_fields, check_finite, load_artifact, write_artifact
 from lenpred.errors import CardMismatchError, DataError
 
 CARD = {
@@ -37,8 +37,8 @@ def test_round_trip_tensors_tables_json(tmp_path):
     import pandas as pd
 
     w = np.arange(12, dtype=np.float32).reshape(3, 4)
-    art = write_artifact(tmp_path / "a", kind="head", schema_version=2, config={"h": 1}, card=CARD,
-                         card_scope="model+sampling", tensors={"w": w},
+    header = ArtifactHeader(kind="head", schema_version=2, config={"h": 1}, card=CARD, card_scope="model+sampling")
+    art = write_artifact(tmp_path / "a", header, tensors={"w": w},
                          tables={"t.parquet": pd.DataFrame({"x": [1, 2]})}, json_files={"x.json": {"k": [1]}})
     got = load_artifact(tmp_path / "a", kind="head", schema_versions=(2,), card=CARD)
     np.testing.assert_array_equal(got.tensors()["w"], w)
@@ -59,7 +59,7 @@ def test_round_trip_tensors_tables_json(tmp_path):
     ("run", {"prompts__dataset_sha256": "d2"}, "card_hash"),
 ])
 def test_compatibility_rule(tmp_path, scope, change, refused):
-    write_artifact(tmp_path / "a", kind="head", schema_version=1, card=CARD, card_scope=scope)
+    write_artifact(tmp_path / "a", ArtifactHeader(kind="head", schema_version=1, card=CARD, card_scope=scope))
     other = _card(**change)
     if refused is None:
         load_artifact(tmp_path / "a", card=other)
@@ -69,7 +69,8 @@ def test_compatibility_rule(tmp_path, scope, change, refused):
 
 
 def test_strict_checks(tmp_path):
-    write_artifact(tmp_path / "a", kind="head", schema_version=1, tensors={"w": np.zeros(2, np.float32)})
+    write_artifact(tmp_path / "a", ArtifactHeader(kind="head", schema_version=1),
+                   tensors={"w": np.zeros(2, np.float32)})
     with pytest.raises(DataError, match="is a head artifact, expected features"):
         load_artifact(tmp_path / "a", kind="features")
     with pytest.raises(DataError, match="schema version 1.*reads version\\(s\\) \\[2\\]"):
@@ -88,25 +89,26 @@ def test_refuses_to_write_beside_user_files(tmp_path):
     d.mkdir()
     (d / "notes.txt").write_text("x")
     with pytest.raises(DataError, match="not a lenpred artifact"):
-        write_artifact(d, kind="head", schema_version=1)
+        write_artifact(d, ArtifactHeader(kind="head", schema_version=1))
     assert os.listdir(d) == ["notes.txt"]
     (tmp_path / "f").write_text("x")
     with pytest.raises(DataError, match="is a file"):
-        write_artifact(tmp_path / "f", kind="head", schema_version=1)
+        write_artifact(tmp_path / "f", ArtifactHeader(kind="head", schema_version=1))
 
 
 def test_replace_is_atomic_and_failed_write_keeps_old(tmp_path):
-    write_artifact(tmp_path / "a", kind="head", schema_version=1, json_files={"v.json": 1})
+    write_artifact(tmp_path / "a", ArtifactHeader(kind="head", schema_version=1), json_files={"v.json": 1})
 
     class Boom:
         def to_dict(self):
             raise RuntimeError("killed mid-write")
 
     with pytest.raises(RuntimeError):
-        write_artifact(tmp_path / "a", kind="head", schema_version=1, json_files={"v.json": 2}, config=Boom())
+        write_artifact(tmp_path / "a", ArtifactHeader(kind="head", schema_version=1, config=Boom()),
+                       json_files={"v.json": 2})
     assert load_artifact(tmp_path / "a").read_json("v.json") == 1  # the old artifact, complete
     assert sorted(os.listdir(tmp_path)) == ["a"]  # no temp folder left behind
-    write_artifact(tmp_path / "a", kind="head", schema_version=1, json_files={"v.json": 3})
+    write_artifact(tmp_path / "a", ArtifactHeader(kind="head", schema_version=1), json_files={"v.json": 3})
     assert load_artifact(tmp_path / "a").read_json("v.json") == 3
     assert sorted(os.listdir(tmp_path)) == ["a"]
 
@@ -114,7 +116,7 @@ def test_replace_is_atomic_and_failed_write_keeps_old(tmp_path):
 def test_stale_temp_dir_from_killed_writer_is_removed(tmp_path):
     (tmp_path / ".a.tmp-xyz").mkdir()
     (tmp_path / ".a.tmp-xyz" / "weights.safetensors").write_bytes(b"half")
-    write_artifact(tmp_path / "a", kind="head", schema_version=1)
+    write_artifact(tmp_path / "a", ArtifactHeader(kind="head", schema_version=1))
     assert sorted(os.listdir(tmp_path)) == ["a"]
 
 
@@ -138,7 +140,7 @@ def test_check_finite_names_the_tensor():
 
 
 def test_schema_version_must_be_an_integer(tmp_path):
-    write_artifact(tmp_path / "a", kind="head", schema_version=1, json_files={"x.json": {}})
+    write_artifact(tmp_path / "a", ArtifactHeader(kind="head", schema_version=1), json_files={"x.json": {}})
     meta = json.loads((tmp_path / "a" / "meta.json").read_text())
     meta["schema_version"] = "1"
     (tmp_path / "a" / "meta.json").write_text(json.dumps(meta))

@@ -15,7 +15,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from lenpred.artifacts import check_out, write_artifact
+from lenpred.artifacts import ArtifactHeader, Rerun, check_out, write_artifact
 from lenpred.data.rundir import RunDir
 from lenpred.errors import DataError
 from lenpred.outputs import what_is
@@ -33,7 +33,8 @@ def _run(path, card=CARD) -> RunDir:
 
 def _art(path, kind="head", card=CARD, **meta):
     rd = RunDir(path, {"schema": "lenpred.run/1", **card})
-    return write_artifact(path, kind=kind, schema_version=1, card=rd.card, json_files={"x.json": {}}, meta=meta)
+    return write_artifact(path, ArtifactHeader(kind=kind, schema_version=1, card=rd.card, meta=meta),
+                          json_files={"x.json": {}})
 
 
 def _refused(message: str, path, **kw) -> None:
@@ -48,7 +49,7 @@ def test_new_empty_and_rerun_are_allowed(tmp_path):
     _art(tmp_path / "h")
     check_out(tmp_path / "h", kind="head", card={"schema": "lenpred.run/1", **CARD})  # same run: a rerun
     (tmp_path / "e.parquet").write_bytes(b"")
-    check_out(tmp_path / "e.parquet", kind="predictions", file=True)
+    check_out(tmp_path / "e.parquet", kind="predictions")
 
 
 def test_another_kind_or_run_is_refused(tmp_path):
@@ -58,7 +59,7 @@ def test_another_kind_or_run_is_refused(tmp_path):
     _refused("holds a head made from another run", tmp_path / "h", kind="head", card={"schema": "lenpred.run/1", **OTHER})
     _art(tmp_path / "d", kind="draft", converted_from="x")
     _refused(r"made from other inputs \(converted_from: 'x', now 'y'\)", tmp_path / "d", kind="draft",
-             match={"converted_from": "y"})
+             rerun=Rerun(match={"converted_from": "y"}))
 
 
 def test_foreign_files_and_directories_are_refused(tmp_path):
@@ -66,9 +67,9 @@ def test_foreign_files_and_directories_are_refused(tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     _refused("non-empty directory that is not a lenpred artifact", tmp_path / "mine", kind="bench")
     (tmp_path / "notes.txt").write_text("my notes")
-    _refused("is a file that is not a lenpred file of this kind", tmp_path / "notes.txt", kind="predictions", file=True)
+    _refused("is a file that is not a lenpred file of this kind", tmp_path / "notes.txt", kind="predictions")
     _refused("exists and is a file", tmp_path / "notes.txt", kind="bench")
-    _refused("is a directory", tmp_path / "mine", kind="predictions", file=True)
+    _refused("is a directory", tmp_path / "mine", kind="predictions")
 
 
 def test_predictions_file_rerun_and_other_run(tmp_path):
@@ -77,16 +78,16 @@ def test_predictions_file_rerun_and_other_run(tmp_path):
     p = Predictions.from_frame(pd.DataFrame({"prompt_id": ["a"], "pred_tokens": [3.0]}), made_by="t", card=rd.card)
     p.write(tmp_path / "p.parquet")
     assert what_is(tmp_path / "p.parquet").kind == "predictions"
-    check_out(tmp_path / "p.parquet", kind="predictions", file=True, card=rd.card)
-    _refused("made from another run", tmp_path / "p.parquet", kind="predictions", file=True, card=other.card)
+    check_out(tmp_path / "p.parquet", kind="predictions", card=rd.card)
+    _refused("made from another run", tmp_path / "p.parquet", kind="predictions", card=other.card)
 
 
 def test_inside_a_run_an_artifact_or_an_input_is_refused(tmp_path):
     rd = _run(tmp_path / "run")
-    _refused("is inside a lenpred run directory", rd.path / "prompts.parquet", kind="predictions", file=True)
+    _refused("is inside a lenpred run directory", rd.path / "prompts.parquet", kind="predictions")
     _refused("is inside a lenpred run directory", rd.path / "new" / "x", kind="head")
-    check_out(rd.path / "split.json", kind="split", file=True, card=rd.card, allow_inside=rd.path)
-    _refused("holds a lenpred run table", rd.path / "prompts.parquet", kind="split", file=True, allow_inside=rd.path)
+    check_out(rd.path / "split.json", kind="split", card=rd.card, allow_inside=rd.path)
+    _refused("holds a lenpred run table", rd.path / "prompts.parquet", kind="split", allow_inside=rd.path)
     _art(tmp_path / "t", kind="trajectory")
     _refused("is inside a lenpred trajectory artifact", tmp_path / "t" / "sub", kind="outlets-bench")
     _refused("is the command's own input --traj", tmp_path / "t", kind="outlets-bench", inputs={"--traj": tmp_path / "t"})
@@ -116,9 +117,9 @@ def test_unwritable_places_are_refused(tmp_path):
 def test_rerun_folders_and_lenpred_files_are_recognised(tmp_path):
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "results.json").write_text("{}")
-    check_out(tmp_path / "old", kind="outlets-schedule", rerun=lambda d: (d / "results.json").is_file())
+    check_out(tmp_path / "old", kind="outlets-schedule", rerun=Rerun(folder=lambda d: (d / "results.json").is_file()))
     (tmp_path / "ev.jsonl").write_text(json.dumps({"cycle": 0}) + "\n")
-    check_out(tmp_path / "ev.jsonl", kind="events", file=True)
+    check_out(tmp_path / "ev.jsonl", kind="events")
     assert what_is(tmp_path / "nowhere") is None
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "meta.json").write_text("[]")

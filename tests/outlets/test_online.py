@@ -10,7 +10,7 @@ import pytest
 import torch
 from traj_helpers import make_run, save_head, tiny_llama
 
-from lenpred.artifacts import write_artifact
+from lenpred.artifacts import ArtifactHeader, write_artifact
 from lenpred.draft.io import load_draft
 from lenpred.draft.speculative import SpeculativeDecoder
 from lenpred.draft.target import Target
@@ -147,7 +147,7 @@ def test_length_head_events(model, draft) -> None:
 
 
 def _fake_head(path, spec) -> None:
-    write_artifact(path, kind="head", schema_version=1, meta={"predictor": "outlets", "feature_spec": spec},
+    write_artifact(path, ArtifactHeader(kind="head", schema_version=1, meta={"predictor": "outlets", "feature_spec": spec}),
                    json_files={"state.json": {}})
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench_scripts import load_benchmark
-from lenpred.bench import evaluate
+from lenpred.bench import Bootstrap, evaluate
 from lenpred.data.lengths import sample_lengths
 from lenpred.data.split import load_split
 from lenpred.errors import ConfigError, UnknownKeyError
@@ -69,7 +69,7 @@ def test_cells_train_on_the_subset_and_score_on_the_fixed_test_split(run, curve)
     mid = load_split(run["run"], out / "work" / "r0-n80" / "split.json", require_complete=False)
     assert small.train <= mid.train  # nested
     # the bound is the bench's own on the same test prompts
-    full = evaluate(run["run"], [], n_boot=50)
+    full = evaluate(run["run"], [], boot=Bootstrap(50))
     assert res["bound"]["oracle_mae"] == pytest.approx(full.bound.oracle_mae)
     assert res["prompt_median_oracle"]["mae"] == pytest.approx(full.row("prompt-median (oracle)").metrics.mae)
     # planted signal: ridge on every training prompt beats the constant, and beats ridge on 20 prompts

@@ -14,7 +14,7 @@ from lenpred.data.split import load_split
 from lenpred.errors import DataError
 from lenpred.predictions import read_predictions
 from lenpred.predictors.io import load_head
-from lenpred.predictors.pipeline import train_on_run
+from lenpred.predictors.pipeline import TrainPrompts, train_on_run
 from predictors.synth import CARD, write_run
 
 
@@ -82,13 +82,14 @@ def test_train_refuses_test_prompts_and_writes_nothing(runs):
     a = runs["a"]
     out = runs["root"] / "heads" / "leak"
     with pytest.raises(DataError, match=r"contains \d+ test prompt"):
-        train_on_run("constant", {}, a["run"], a["features"], out, roles=("train", "test"))
+        train_on_run("constant", {}, a["run"], a["features"], out, TrainPrompts(roles=("train", "test")))
     assert not out.exists()
 
 
 def test_train_on_train_and_val_without_early_stopping(runs):
     a = runs["a"]
-    _, rep = train_on_run("softlabel", {"epochs": 5}, a["run"], a["features"], None, roles=("train", "val"))
+    _, rep = train_on_run("softlabel", {"epochs": 5}, a["run"], a["features"], None,
+                          TrainPrompts(roles=("train", "val")))
     split = load_split(a["run"])
     assert rep.n_train == len(split.train) + len(split.val) and rep.n_val == 0 and rep.val_mae is None
     assert rep.train_log["epochs_run"] == 5

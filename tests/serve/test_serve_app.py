@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from lenpred.serve.app import create_app
-from lenpred.serve.service import PredictionService
+from lenpred.serve.service import Batching, PredictionService
 from serve.serve_testing import FakeRunner
 
 LIMIT = 4096
@@ -17,7 +17,7 @@ LIMIT = 4096
 
 @pytest.fixture()
 def client():
-    svc = PredictionService(FakeRunner(), max_batch=16, max_wait_ms=5)
+    svc = PredictionService(FakeRunner(), Batching(max_batch=16, max_wait_ms=5))
     with TestClient(create_app(svc, max_body_bytes=LIMIT), raise_server_exceptions=False) as c:
         yield c
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from fuzz_testing import AppThread, assert_openai_error, fuzz, is_positive
 from lenpred.serve.app import create_app
-from lenpred.serve.service import PredictionService
+from lenpred.serve.service import Batching, PredictionService
 from serve.serve_testing import FakeRunner
 
 EXAMPLES = 100  # requests in all, valid and invalid, over the service's three operations
 
 
 def test_the_service_fuzzed_from_its_openapi_document():
-    app = create_app(PredictionService(FakeRunner(), max_batch=16, max_wait_ms=1))
+    app = create_app(PredictionService(FakeRunner(), Batching(max_batch=16, max_wait_ms=1)))
     with AppThread(app) as s:
         def check(case, resp) -> None:
             assert resp.status_code < 500, (case.method, case.path, case.body, resp.status_code, resp.text[:300])

@@ -19,8 +19,9 @@ from fastapi.testclient import TestClient
 from lenpred.errors import CardMismatchError, DataError
 from lenpred.serve.app import create_app
 from lenpred.serve.errors import BadRequestError, ContextLengthError
+from lenpred.serve.heads import PrefillOptions
 from lenpred.serve.schema import PredictRequest
-from lenpred.serve.service import PredictionService
+from lenpred.serve.service import Batching, PredictionService
 from serve.serve_testing import count_target, extract, fit_head, make_tiny_target
 
 
@@ -37,7 +38,7 @@ TEXTS = ["tea river", "Write a poem about the sea and the stars, in five verses.
 
 def test_prompt_is_rendered_as_one_user_message_like_the_training_prompts(tiny_target: Path, count_head: Path) -> None:
     _, counts = extract(tiny_target, TEXTS)
-    svc = PredictionService.from_head(count_head, max_wait_ms=20)
+    svc = PredictionService.from_head(count_head, batching=Batching(max_wait_ms=20))
     out = _predict_all(svc, [PredictRequest(prompt=t) for t in TEXTS])
     assert [r.prompt_tokens for r in out] == counts
     np.testing.assert_allclose([r.predicted_tokens for r in out], count_target(counts), atol=0.5)
@@ -79,7 +80,7 @@ def test_hidden_state_head_equals_the_training_pipeline_batched_or_not(tiny_targ
 
     feats, _ = extract(tiny_target, TEXTS)
     want = load_head(ridge_head).predict(feats)
-    svc = PredictionService.from_head(ridge_head, max_batch=8, max_wait_ms=20)
+    svc = PredictionService.from_head(ridge_head, batching=Batching(max_batch=8, max_wait_ms=20))
     together = _predict_all(svc, [PredictRequest(prompt=t) for t in TEXTS])
     calls = svc.runner.calls
     alone = [_predict_all(svc, [PredictRequest(prompt=t)])[0] for t in TEXTS]
@@ -89,12 +90,12 @@ def test_hidden_state_head_equals_the_training_pipeline_batched_or_not(tiny_targ
 
 
 def test_prompt_over_the_context_is_refused_alone(tiny_target: Path, count_head: Path) -> None:
-    svc = PredictionService.from_head(count_head, max_wait_ms=20)
+    svc = PredictionService.from_head(count_head, batching=Batching(max_wait_ms=20))
     long_, ok = _predict_all(svc, [PredictRequest(prompt="tea " * 400), PredictRequest(prompt="tea")])
     assert isinstance(long_, ContextLengthError) and long_.status == 400 and long_.code == "context_length_exceeded"
     assert "over the model's context of 160" in str(long_)
     assert ok.prompt_tokens > 0
-    svc2 = PredictionService.from_head(count_head, max_prompt_tokens=40)
+    svc2 = PredictionService.from_head(count_head, prefill=PrefillOptions(max_prompt_tokens=40))
     (short_limit,) = _predict_all(svc2, [PredictRequest(prompt="tea " * 60)])
     assert isinstance(short_limit, ContextLengthError) and "max_prompt_tokens of 40" in str(short_limit)
 
@@ -126,7 +127,7 @@ def test_raw_prompt_heads_refuse_messages(tiny_target: Path, tmp_path: Path) -> 
 def test_a_head_of_another_model_is_refused_at_start(tiny_target: Path, count_head: Path, tmp_path: Path) -> None:
     other = make_tiny_target(tmp_path / "other", layers=3)
     with pytest.raises(CardMismatchError, match="fingerprint"):
-        PredictionService.from_head(count_head, model=str(other))
+        PredictionService.from_head(count_head, prefill=PrefillOptions(model=str(other)))
 
 
 def test_a_head_without_a_recorded_model_is_refused(tmp_path: Path) -> None:

@@ -26,14 +26,15 @@ def test_served_ridge_head_matches_the_committed_features(tmp_path: Path) -> Non
     from lenpred.features.store import load_features
     from lenpred.predictors.io import load_head
     from lenpred.predictors.pipeline import train_on_run
-    from lenpred.serve import PredictionService, PredictRequest
+    from lenpred.serve import Batching, PredictionService, PredictRequest
 
     train_on_run("ridge", {}, RUN, FEATS, tmp_path / "ridge")
     rd = RunDir.open(RUN)
     feats = load_features(FEATS)
     p = rd.prompts().set_index("prompt_id").loc[feats.prompt_ids[:400]]
     p = p.sort_values("n_prompt_tokens").iloc[np.linspace(0, len(p) - 1, 6).astype(int)]  # short to long
-    svc = PredictionService.from_head(tmp_path / "ridge", max_wait_ms=50, timeout_s=3600)  # a busy CPU is slow
+    slow = Batching(max_wait_ms=50, timeout_s=3600)  # a busy CPU is slow
+    svc = PredictionService.from_head(tmp_path / "ridge", batching=slow)
 
     async def go():
         async with svc:

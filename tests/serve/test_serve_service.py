@@ -17,7 +17,7 @@ from lenpred.serve.errors import (
     ServiceStoppedError,
 )
 from lenpred.serve.schema import PredictRequest
-from lenpred.serve.service import PredictionService
+from lenpred.serve.service import Batching, PredictionService
 from serve.serve_testing import LONG, SHORT, FakeRunner, GatedRunner
 
 
@@ -31,7 +31,7 @@ def run(coro):
 
 def test_concurrent_requests_share_model_calls_and_keep_their_own_answers() -> None:
     fake = FakeRunner(sleep=0.01)
-    svc = PredictionService(fake, max_batch=8, max_wait_ms=5)
+    svc = PredictionService(fake, Batching(max_batch=8, max_wait_ms=5))
 
     async def go():
         async with svc:
@@ -48,7 +48,7 @@ def test_concurrent_requests_share_model_calls_and_keep_their_own_answers() -> N
 
 def test_a_lone_request_waits_for_batch_mates_until_max_wait() -> None:
     fake = FakeRunner()
-    svc = PredictionService(fake, max_batch=64, max_wait_ms=20)
+    svc = PredictionService(fake, Batching(max_batch=64, max_wait_ms=20))
 
     async def go():
         async with svc:
@@ -61,7 +61,7 @@ def test_a_lone_request_waits_for_batch_mates_until_max_wait() -> None:
 
 def test_a_full_batch_runs_without_waiting_for_max_wait() -> None:
     fake = FakeRunner()
-    svc = PredictionService(fake, max_batch=2, max_wait_ms=3_600_000)  # an hour: only a full batch runs
+    svc = PredictionService(fake, Batching(max_batch=2, max_wait_ms=3_600_000))  # an hour: only a full batch runs
 
     async def go():
         async with svc:  # (a batcher that waited for max_wait would fail this at the 60 s bound)
@@ -73,7 +73,7 @@ def test_a_full_batch_runs_without_waiting_for_max_wait() -> None:
 
 def test_requests_arriving_during_a_call_join_the_next_batch() -> None:
     fake = GatedRunner()
-    svc = PredictionService(fake, max_batch=64, max_wait_ms=1)
+    svc = PredictionService(fake, Batching(max_batch=64, max_wait_ms=1))
 
     async def go():
         async with svc:
@@ -92,7 +92,7 @@ def test_requests_arriving_during_a_call_join_the_next_batch() -> None:
 
 def test_one_bad_request_fails_alone_and_so_does_one_the_model_cannot_take() -> None:
     fake = FakeRunner()
-    svc = PredictionService(fake, max_batch=64, max_wait_ms=5)
+    svc = PredictionService(fake, Batching(max_batch=64, max_wait_ms=5))
 
     async def go():
         async with svc:
@@ -114,7 +114,7 @@ def test_one_bad_request_fails_alone_and_so_does_one_the_model_cannot_take() -> 
 
 def test_timeout_and_a_full_queue_answer_at_once() -> None:
     fake = GatedRunner()
-    svc = PredictionService(fake, max_batch=1, max_wait_ms=0, max_queue=2, timeout_s=0.2)
+    svc = PredictionService(fake, Batching(max_batch=1, max_wait_ms=0, max_queue=2, timeout_s=0.2))
 
     async def go():
         async with svc:
@@ -135,7 +135,7 @@ def test_timeout_and_a_full_queue_answer_at_once() -> None:
 
 def test_stop_answers_whatever_still_waits() -> None:
     fake = GatedRunner()
-    svc = PredictionService(fake, max_batch=1, max_wait_ms=0)
+    svc = PredictionService(fake, Batching(max_batch=1, max_wait_ms=0))
 
     async def go():
         await svc.start()
@@ -150,7 +150,7 @@ def test_stop_answers_whatever_still_waits() -> None:
 
 
 def test_predict_starts_the_batcher_by_itself_and_predict_many_keeps_order() -> None:
-    svc = PredictionService(FakeRunner(), max_batch=4, max_wait_ms=2)
+    svc = PredictionService(FakeRunner(), Batching(max_batch=4, max_wait_ms=2))
 
     async def go():
         out = await svc.predict_many([_req("a" * k) for k in range(1, 10)])
@@ -164,14 +164,14 @@ def test_predict_starts_the_batcher_by_itself_and_predict_many_keeps_order() -> 
                                         ({"timeout_s": 0}, "timeout_s"), ({"max_queue": 0}, "max_queue")])
 def test_bad_settings(kw, expect) -> None:
     with pytest.raises(ConfigError, match=expect):
-        PredictionService(FakeRunner(), **kw)
+        PredictionService(FakeRunner(), Batching(**kw))
 
 
 def test_proxy_head_batched_equals_one_by_one(proxy_head: Path) -> None:
     """32 concurrent requests on the real proxy head: fewer model calls than 32, the same numbers as alone."""
     texts = (SHORT + LONG)[:16] * 2
     texts = [f"{t} ({i})" for i, t in enumerate(texts)]
-    svc = PredictionService.from_head(proxy_head, max_batch=64, max_wait_ms=20)
+    svc = PredictionService.from_head(proxy_head, batching=Batching(max_batch=64, max_wait_ms=20))
 
     async def go():
         async with svc:

@@ -12,14 +12,14 @@ import pytest
 from lenpred.errors import ConfigError
 from lenpred.serve.heads import TextOptions, load_runner
 from lenpred.serve.schema import ChatMessage, PredictRequest
-from lenpred.serve.service import PredictionService
+from lenpred.serve.service import Batching, PredictionService
 
 HEADS = Path(__file__).resolve().parents[2] / "data" / "heads"
 
 
 @pytest.mark.parametrize("name", ["ngram", "gbdt"])
 def test_text_head_served_batched_and_inline_alike(name):
-    svc = PredictionService.from_head(HEADS / f"{name}-smollm2-sharegpt", max_wait_ms=0.0)
+    svc = PredictionService.from_head(HEADS / f"{name}-smollm2-sharegpt", batching=Batching(max_wait_ms=0.0))
     reqs = [PredictRequest(prompt="Write a long essay about the history of Rome."),
             PredictRequest(messages=[ChatMessage(role="system", content="be brief"),
                                      ChatMessage(role="user", content="What is 2 + 2?")])]

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from bench_scripts import load_benchmark
-from lenpred.bench import evaluate
+from lenpred.bench import Bootstrap, evaluate
 from lenpred.data.split import load_split
 from lenpred.errors import ConfigError, DataError
 from lenpred.predictors.pipeline import predict_run, train_on_run
@@ -115,7 +115,7 @@ def test_end_to_end_table_and_prediction_errors(run, tmp_path, capsys):
     sp = load_split(run["run"], require_complete=False)
     from lenpred.predictions import read_predictions
 
-    bench = evaluate(run["run"], [read_predictions(run["preds"])], names=["ridge"], n_boot=10)
+    bench = evaluate(run["run"], [read_predictions(run["preds"])], names=["ridge"], boot=Bootstrap(10))
     for a in ("sjf+lpt ridge", "sjf+lpt ridge2", "fcfs+lpt ridge", "sjf+lpt ridge aging50", "sjf+lpt ridge q10"):
         assert arms[a]["mae"] == pytest.approx(bench.row("ridge").metrics.mae)  # ridge2: same head, predicted here
     assert arms["sjf+lpt prompt-median"]["mae"] == pytest.approx(bench.row("prompt-median (oracle)").metrics.mae)

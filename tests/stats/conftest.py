@@ -31,7 +31,7 @@ class SynthRun:
 
 def _make(tmp_path_factory: pytest.TempPathFactory, name: str, gen: sim.Generator, **kw: int) -> SynthRun:
     path = tmp_path_factory.mktemp("runs") / name
-    truth = sim.write_synthetic_run(path, gen, **kw)
+    truth = sim.write_synthetic_run(path, gen, sim.Sampling(**kw))
     return SynthRun(path, truth, analyse_run(path, FAST))
 
 

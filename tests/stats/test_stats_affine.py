@@ -8,6 +8,7 @@ from scipy import stats
 from stats_helpers import covers
 
 from lenpred.stats.affine import fit_affine, theil_sen_slope
+from lenpred.stats.config import BoundConfig
 from lenpred.stats.results import AffineFit, AffineUnavailable
 
 # sd of the estimates over 10-12 seeds (measured with the generators below): what the estimator can
@@ -22,10 +23,8 @@ def _fit(x: np.ndarray, n_boot: int = 200) -> AffineFit | AffineUnavailable:
         x.std(1, ddof=1),
         np.full(len(x), x.shape[1]),
         stats.skew(x, axis=1, bias=False),
-        n_boot=n_boot,
-        n_boot_robust=20,
-        ci=0.95,
-        rng=np.random.default_rng(0),
+        BoundConfig(n_boot=n_boot, n_boot_robust=20, ci=0.95),
+        np.random.default_rng(0),
     )
 
 

@@ -19,7 +19,7 @@ def test_public_names() -> None:
 
 def test_documented_example(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    sim.write_synthetic_run(run, sim.segment_sum(40, seed=8), k=8, seed=8)
+    sim.write_synthetic_run(run, sim.segment_sum(40, seed=8), sim.Sampling(k=8, seed=8))
     cfg = BoundConfig(n_boot=100, n_boot_robust=10, n_normal_reference=300)
     a = analyse_run(run, cfg)
     b = a.summary.headline_bound

@@ -57,9 +57,8 @@ def test_tail_check_tells_tails_from_loops(censored_run, tmp_path) -> None:
     assert tc.ratio == pytest.approx(tc.observed_truncated / tc.expected_truncated)
     assert censored_run.summary.headline == "censored" == censored_run.summary.theory_variant
 
-    truth = sim.write_synthetic_run(
-        tmp_path / "loops", sim.ramping_hazard(120, seed=6), k=8, max_new_tokens=900, seed=6, runaway=0.08
-    )
+    truth = sim.write_synthetic_run(tmp_path / "loops", sim.ramping_hazard(120, seed=6),
+                                    sim.Sampling(k=8, max_new_tokens=900, seed=6, runaway=0.08))
     a = analyse_run(tmp_path / "loops", BoundConfig(n_boot=200, n_boot_robust=20, n_normal_reference=500))
     s = a.summary
     assert not s.tail_check.consistent and s.tail_check.ratio > 20

@@ -24,7 +24,8 @@ FAST = ["--n-boot", "50", "--n-boot-robust", "10", "--n-normal-reference", "300"
 @pytest.fixture(scope="module")
 def cli_out(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     base = tmp_path_factory.mktemp("cli")
-    sim.write_synthetic_run(base / "run", sim.ramping_hazard(60, seed=9), k=8, max_new_tokens=420, seed=9)
+    sim.write_synthetic_run(base / "run", sim.ramping_hazard(60, seed=9),
+                            sim.Sampling(k=8, max_new_tokens=420, seed=9))
     argv = ["bound", str(base / "run"), "--out", str(base / "out"), "--n-boot", "200", "--grid", "4",
             "--segment-unit", "sentence", "--n-normal-reference", "500", "--n-imputations", "5"]
     return base / "run", base / "out", " ".join(argv)
@@ -154,7 +155,8 @@ def test_a_folder_without_meta_json_is_refused(cli_out: tuple[Path, Path, str], 
 def test_length_table_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A CSV of lengths gives the same bound as the run it was exported from."""
     run = tmp_path / "run"
-    sim.write_synthetic_run(run, sim.ramping_hazard(40, seed=3), k=6, max_new_tokens=400, seed=3, text=False)
+    sim.write_synthetic_run(run, sim.ramping_hazard(40, seed=3),
+                            sim.Sampling(k=6, max_new_tokens=400, seed=3), text=False)
     df = RunDir.open(run).samples(columns=["prompt_id", "sample_idx", "n_tokens", "stop_reason"])
     df.assign(max_new_tokens=400).sample(frac=1.0, random_state=0).to_csv(tmp_path / "lengths.csv", index=False)
     args = ["--no-plots", *FAST]

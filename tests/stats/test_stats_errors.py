@@ -95,8 +95,8 @@ def test_not_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_directory_mixing_cards(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    sim.write_synthetic_run(tmp_path / "a", sim.segment_sum(10, seed=0), k=4, seed=0)
-    sim.write_synthetic_run(tmp_path / "b", sim.segment_sum(10, seed=1), k=4, seed=1)
+    sim.write_synthetic_run(tmp_path / "a", sim.segment_sum(10, seed=0), sim.Sampling(k=4, seed=0))
+    sim.write_synthetic_run(tmp_path / "b", sim.segment_sum(10, seed=1), sim.Sampling(k=4, seed=1))
     foreign = RunDir.open(tmp_path / "b").shard_paths()[0]
     shutil.copy(foreign, RunDir.open(tmp_path / "a").samples_dir / "part-00099.parquet")
     with pytest.raises(CardMismatchError):
@@ -118,7 +118,7 @@ def test_bad_configuration(field: str, value: object, says: str) -> None:
 
 def test_bad_configuration_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "r"
-    sim.write_synthetic_run(path, sim.segment_sum(10, seed=0), k=4)
+    sim.write_synthetic_run(path, sim.segment_sum(10, seed=0), sim.Sampling(k=4))
     err = _cli_fails(path, capsys, "--min-samples", "1")
     assert "min_samples: 1 is too small" in err and "use --min-samples 2 or more" in err
 

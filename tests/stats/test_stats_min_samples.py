@@ -31,7 +31,8 @@ def _thin(path: Path, keep_k: int, every: int) -> int:
 
 def test_min_samples_selects_prompts_by_run_k(tmp_path: Path) -> None:
     path = tmp_path / "r"
-    sim.write_synthetic_run(path, sim.ramping_hazard(60, seed=5), k=12, max_new_tokens=450, seed=5)
+    sim.write_synthetic_run(path, sim.ramping_hazard(60, seed=5),
+                            sim.Sampling(k=12, max_new_tokens=450, seed=5))
     n_cut = _thin(path, keep_k=4, every=3)
     full = analyse_run(path, FAST)
     sel = analyse_run(path, _with(FAST, 12))
@@ -60,7 +61,8 @@ def test_min_samples_above_every_prompt_suggests_what_works(tmp_path: Path) -> N
     from lenpred.errors import DataError
 
     path = tmp_path / "r"
-    sim.write_synthetic_run(path, sim.ramping_hazard(10, seed=5), k=12, max_new_tokens=450, seed=5)
+    sim.write_synthetic_run(path, sim.ramping_hazard(10, seed=5),
+                            sim.Sampling(k=12, max_new_tokens=450, seed=5))
     with pytest.raises(DataError) as e:
         analyse_run(path, _with(FAST, 1000))
     assert "the most any prompt has is 12" in e.value.problem

@@ -48,7 +48,7 @@ def test_segment_cv_all_units(segment_run) -> None:
 
 
 def test_run_without_text(tmp_path) -> None:
-    sim.write_synthetic_run(tmp_path / "r", sim.segment_sum(40, seed=4), k=4, text=False)
+    sim.write_synthetic_run(tmp_path / "r", sim.segment_sum(40, seed=4), sim.Sampling(k=4), text=False)
     a = analyse_run(tmp_path / "r", BoundConfig(n_boot=50, n_boot_robust=5, n_normal_reference=200))
     seg = a.summary.segments
     assert seg.available is False and seg.reason == "the run stores no decoded text"

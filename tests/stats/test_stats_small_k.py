@@ -14,7 +14,8 @@ from lenpred.stats import synthetic as sim
 @pytest.mark.filterwarnings("error")
 @pytest.mark.parametrize("k", [2, 3])
 def test_small_k_end_to_end(tmp_path: Path, k: int, capsys: pytest.CaptureFixture[str]) -> None:
-    sim.write_synthetic_run(tmp_path / "r", sim.ramping_hazard(12, seed=k), k=k, max_new_tokens=330, seed=k)
+    sim.write_synthetic_run(tmp_path / "r", sim.ramping_hazard(12, seed=k),
+                            sim.Sampling(k=k, max_new_tokens=330, seed=k))
     out = tmp_path / "out"
     assert main(["bound", str(tmp_path / "r"), "--out", str(out), "--n-boot", "50", "--grid", "4",
                  "--n-normal-reference", "300", "--n-boot-robust", "10", "--n-imputations", "4"]) == 0

@@ -77,9 +77,8 @@ def test_bad_generator_parameters() -> None:
 
 
 def test_written_run_looks_like_an_engine_run(tmp_path) -> None:
-    truth = sim.write_synthetic_run(
-        tmp_path / "r", sim.ramping_hazard(30, seed=2), k=5, max_new_tokens=300, shard_prompts=7
-    )
+    truth = sim.write_synthetic_run(tmp_path / "r", sim.ramping_hazard(30, seed=2),
+                                    sim.Sampling(k=5, max_new_tokens=300), shard_prompts=7)
     rd = RunDir.open(tmp_path / "r")
     assert len(rd.shard_paths()) == 5
     assert rd.card["sampling"]["max_new_tokens"] == 300
@@ -91,7 +90,6 @@ def test_written_run_looks_like_an_engine_run(tmp_path) -> None:
     assert (words == s["n_tokens"]).all()  # one word per token, truncated text cut at the cap
     assert truth.summary()["truncated_share"] == pytest.approx(trunc.mean(), abs=0.08)
     # same generator and seed: the same samples
-    sim.write_synthetic_run(
-        tmp_path / "r2", sim.ramping_hazard(30, seed=2), k=5, max_new_tokens=300, shard_prompts=7
-    )
+    sim.write_synthetic_run(tmp_path / "r2", sim.ramping_hazard(30, seed=2),
+                            sim.Sampling(k=5, max_new_tokens=300), shard_prompts=7)
     assert (RunDir.open(tmp_path / "r2").samples()["n_tokens"] == s["n_tokens"]).all()

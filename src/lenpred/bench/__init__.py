@@ -2,5 +2,7 @@
 
 from lenpred.bench.evaluate import BenchResult, BenchRow, BoundRow, ProtocolCard, evaluate
 from lenpred.bench.metrics import PointMetrics, point_metrics
+from lenpred.stats.bootstrap import Bootstrap
 
-__all__ = ["BenchResult", "BenchRow", "BoundRow", "PointMetrics", "ProtocolCard", "evaluate", "point_metrics"]
+__all__ = ["BenchResult", "BenchRow", "BoundRow", "Bootstrap", "PointMetrics", "ProtocolCard", "evaluate",
+           "point_metrics"]

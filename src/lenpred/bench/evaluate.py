@@ -27,6 +27,7 @@ from lenpred.data.rundir import RunDir
 from lenpred.data.split import Split, load_split
 from lenpred.errors import DataError
 from lenpred.predictions import Predictions
+from lenpred.stats.bootstrap import Bootstrap
 
 __all__ = ["BenchResult", "BenchRow", "BoundRow", "ProtocolCard", "evaluate", "oracle_bound", "SUBSETS"]
 
@@ -172,24 +173,24 @@ def evaluate(
     predictions: Sequence[Predictions],
     names: Sequence[str] | None = None,
     split: Split | None = None,
-    n_boot: int = 1000,
-    ci: float = 0.95,
-    seed: int = 0,
+    boot: Bootstrap | None = None,
     reference_rows: bool = True,
 ) -> BenchResult:
-    """Score each predictions table on the run's test split.
+    """Score each predictions table on the run's test split (``boot``: the intervals' resamples, level, seed;
+    default ``Bootstrap()``).
 
     ``reference_rows`` adds the prompt-median row: each test sample predicted by the median of its
     prompt's *other* samples (the bound used as a predictor; its MAE is the LOO end of the bracket).
     Every predictions table must be for this run (card hash) and cover every test sample.
     """
+    boot = boot or Bootstrap()
     rd = run if isinstance(run, RunDir) else RunDir.open(run)
     split = split or load_split(rd, require_complete=False)  # only test prompts matter; they never change
     s = sample_lengths(rd, with_prompts=False)
     test = s[s["prompt_id"].isin(split.test)].reset_index(drop=True)
     if test.empty:
         raise DataError(f"{rd.path}: the split has no test prompt with samples", f"run `lenpred split {rd.path}`")
-    res = BenchResult(_protocol(rd, split, test), oracle_bound(test, n_boot, ci, seed))
+    res = BenchResult(_protocol(rd, split, test), oracle_bound(test, boot.n_boot, boot.ci, boot.seed))
     tables: list[tuple[str, str, pd.DataFrame]] = []
     names = list(names) if names is not None else [p.made_by for p in predictions]
     if len(set(names)) != len(names):
@@ -209,8 +210,8 @@ def evaluate(
             m = {"all": np.ones_like(trunc), "eos": ~trunc, "truncated": trunc}[subset]
             if not m.any():
                 continue
-            q = [t[c].to_numpy(float)[m] if t[c].notna().all() else None for c in ("q10", "q50", "q90")]
-            pm = point_metrics(y[m], t["pred_tokens"].to_numpy(float)[m], pids[m], *q, n_boot=n_boot, ci=ci, seed=seed)
+            q10, q50, q90 = (t[c].to_numpy(float)[m] if t[c].notna().all() else None for c in ("q10", "q50", "q90"))
+            pm = point_metrics(y[m], t["pred_tokens"].to_numpy(float)[m], pids[m], (q10, q50, q90), boot)
             rel = exc = None
             if subset == "all":
                 rel = pm.mae / res.bound.oracle_mae

@@ -13,9 +13,12 @@ import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau
 
-from lenpred.stats.bootstrap import mean_ci
+from lenpred.stats.bootstrap import Bootstrap, mean_ci
 
-__all__ = ["per_prompt_mean", "pinball", "PointMetrics", "point_metrics", "short_label_metrics"]
+__all__ = ["Bootstrap", "per_prompt_mean", "pinball", "PointMetrics", "Quantiles", "point_metrics",
+           "short_label_metrics"]
+
+Quantiles = tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]  # q10, q50, q90 per sample (or None)
 
 
 def per_prompt_mean(values: np.ndarray, prompt_ids: np.ndarray) -> np.ndarray:
@@ -52,21 +55,20 @@ def point_metrics(
     y: np.ndarray,
     pred: np.ndarray,
     prompt_ids: np.ndarray,
-    q10: np.ndarray | None = None,
-    q50: np.ndarray | None = None,
-    q90: np.ndarray | None = None,
-    n_boot: int = 1000,
-    ci: float = 0.95,
-    seed: int = 0,
+    quantiles: Quantiles = (None, None, None),
+    boot: Bootstrap | None = None,
 ) -> PointMetrics:
-    """``y``, ``pred`` (n,) per sample; quantiles (n,) or None."""
+    """``y``, ``pred`` (n,) per sample; ``quantiles`` q10, q50, q90 (n,) each or None; ``boot``: the MAE's
+    interval (default ``Bootstrap()``)."""
+    q10, q50, q90 = quantiles
+    boot = boot or Bootstrap()
     y = np.asarray(y, float)
     pred = np.asarray(pred, float)
     err = np.abs(y - pred)
     mae_p = per_prompt_mean(err, prompt_ids)
     len_p = per_prompt_mean(y, prompt_ids)
     mse_p = per_prompt_mean((y - pred) ** 2, prompt_ids)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(boot.seed)
     tau = float(kendalltau(pred, y).statistic) if len(y) > 1 and np.ptp(pred) > 0 else float("nan")
     sst = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float(((y - pred) ** 2).sum()) / sst if sst > 0 else float("nan")
@@ -81,7 +83,7 @@ def point_metrics(
         n_prompts=int(mae_p.size),
         n_samples=int(y.size),
         mae=float(mae_p.mean()),
-        mae_ci=mean_ci(mae_p, n_boot, ci, rng) if mae_p.size > 1 else (float("nan"), float("nan")),
+        mae_ci=mean_ci(mae_p, boot.n_boot, boot.ci, rng) if mae_p.size > 1 else (float("nan"), float("nan")),
         relative_mae=float(mae_p.sum() / len_p.sum()),
         rmse=float(np.sqrt(mse_p.mean())),
         kendall_tau=tau,

@@ -83,22 +83,25 @@ class LlamaCppEngine:
         self,
         gguf_path: str | Path,
         sampling: SamplingConfig,
-        n_parallel: int = 16,
-        n_batch: int = 512,
+        options: LlamaCppOptions | None = None,
+        *,
         max_prompt_tokens: int = 1024,
-        n_threads: int | None = None,
         detokenize: Any = None,
         kv_unified: bool = False,
         share_prefix: bool = True,
     ) -> None:
+        """``options``: sequences decoded together, tokens per decode call, CPU threads (default
+        ``LlamaCppOptions()``); ``max_prompt_tokens`` sizes each sequence's context; ``detokenize(ids)``
+        replaces llama.cpp's own detokenizer; ``kv_unified`` and ``share_prefix``: see the module docstring."""
+        options = options or LlamaCppOptions()
         self.L = _import_llama()
         self.gguf_path = Path(gguf_path)
         if not self.gguf_path.is_file():
             raise EngineError(f"GGUF file {self.gguf_path} not found", "pass a .gguf model for --engine llamacpp")
         self.sampling = sampling
-        self.n_parallel = int(n_parallel)
-        self.n_batch = int(n_batch)
-        self.n_threads = int(n_threads or os.cpu_count() or 2)
+        self.n_parallel = int(options.n_parallel)
+        self.n_batch = int(options.n_batch)
+        self.n_threads = int(options.n_threads or os.cpu_count() or 2)
         self.detokenize = detokenize
         self.share_prefix = bool(share_prefix)
         L = self.L
@@ -152,10 +155,8 @@ class LlamaCppEngine:
         return cls(
             cls._gguf(setup.spec),
             setup.sampling,
-            n_parallel=options.n_parallel,
-            n_batch=options.n_batch,
+            options,
             max_prompt_tokens=setup.max_prompt_tokens,
-            n_threads=options.n_threads,
             detokenize=lambda ids: tok.decode(list(ids), skip_special_tokens=False),
         )
 

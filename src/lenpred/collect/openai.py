@@ -94,39 +94,38 @@ class OpenAIEngine:
 
     def __init__(
         self,
-        base_url: str,
-        api_model: str,
+        options: OpenAIOptions,
         sampling: SamplingConfig,
         tokenizer: Any,
-        concurrency: int = 8,
-        n_per_request: int = 0,
-        timeout: float = 600.0,
-        retries: int = 3,
-        api_key: str | None = None,
         *,
+        api_key: str | None = None,
         client: Any = None,
         transport: Any = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        """``client``: an ``httpx.Client`` to use as it is (its timeout and headers are the caller's);
-        else one is made with ``transport`` (default: the network), ``timeout`` and ``api_key``."""
+        """``options``: the server (``base_url``, ``api_model``: both needed) and how hard it is driven.
+        ``client``: an ``httpx.Client`` to use as it is (its timeout and headers are the caller's); else
+        one is made with ``transport`` (default: the network), ``options.timeout`` and ``api_key``."""
         import httpx
 
-        if not base_url:
+        if not options.base_url:
             raise EngineError("the openai engine needs a server URL", "pass --base-url http://HOST:PORT/v1")
-        self.base_url = base_url.rstrip("/")
+        if not options.api_model:
+            raise EngineError("the openai engine needs the model name the server serves",
+                              "pass --api-model NAME (or set OpenAIOptions.api_model)")
+        self.base_url = options.base_url.rstrip("/")
         if not self.base_url.endswith("/v1"):
             self.base_url += "/v1"
-        self.api_model = api_model
+        self.api_model = options.api_model
         self.s = sampling
         self.tok = tokenizer
-        self.concurrency = max(1, int(concurrency))
-        self.n_per_request = int(n_per_request)
-        self.retries = int(retries)
+        self.concurrency = max(1, int(options.concurrency))
+        self.n_per_request = int(options.n_per_request)
+        self.retries = int(options.retries)
         self.sleep = sleep
         if client is None:
             headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-            client = httpx.Client(timeout=timeout, headers=headers, transport=transport)
+            client = httpx.Client(timeout=options.timeout, headers=headers, transport=transport)
         self.client = client
         self.check_server()
 
@@ -137,17 +136,8 @@ class OpenAIEngine:
 
     @classmethod
     def create(cls, options: OpenAIOptions, setup: EngineSetup) -> OpenAIEngine:
-        return cls(
-            base_url=options.base_url or "",
-            api_model=options.api_model or setup.model,
-            sampling=setup.sampling,
-            tokenizer=setup.tokenizer,
-            concurrency=options.concurrency,
-            n_per_request=options.n_per_request,
-            timeout=options.timeout,
-            retries=options.retries,
-            api_key=os.environ.get("OPENAI_API_KEY"),
-        )
+        return cls(options.replace(api_model=options.api_model or setup.model), setup.sampling, setup.tokenizer,
+                   api_key=os.environ.get("OPENAI_API_KEY"))
 
     # ---------------------------------------------------------------- HTTP
     def check_server(self) -> None:

@@ -34,8 +34,8 @@ def _named(items: list[str]) -> list[tuple[str | None, str]]:
 
 
 def run(a: argparse.Namespace) -> int:
-    from lenpred.artifacts import check_out, write_artifact
-    from lenpred.bench import evaluate
+    from lenpred.artifacts import ArtifactHeader, check_out, write_artifact
+    from lenpred.bench import Bootstrap, evaluate
     from lenpred.checks import check_limit, check_threads
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import load_split
@@ -71,7 +71,7 @@ def run(a: argparse.Namespace) -> int:
             names.append(name or rep.predictor)
     if not preds:
         raise ConfigError("nothing to bench", "pass --heads DIR... (with --features) and/or --predictions FILE...")
-    res = evaluate(rd, preds, names=names, split=split, n_boot=a.n_boot, seed=a.seed)
+    res = evaluate(rd, preds, names=names, split=split, boot=Bootstrap(a.n_boot, seed=a.seed))
     render_console(res, title=f"bench: {rd.path.name}, test split")
     md = render_markdown(res)
     files = {"bench.md": md.encode()}
@@ -82,7 +82,7 @@ def run(a: argparse.Namespace) -> int:
             for path in write_plots(res, Path(tmp)):
                 files[path.name] = path.read_bytes()
     config = {"run": a.run, "predictions": a.predictions, "heads": a.heads, "features": feats, "split": a.split, "n_boot": a.n_boot, "seed": a.seed}
-    art = write_artifact(out, kind="bench", schema_version=1, config=config, card=rd.card, card_scope="run",
+    art = write_artifact(out, ArtifactHeader(kind="bench", schema_version=1, config=config, card=rd.card, card_scope="run"),
                          json_files={"bench.json": res.to_dict()}, files=files)
     print(f"report: {art.path}/bench.md")
     return 0

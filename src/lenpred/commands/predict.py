@@ -30,7 +30,7 @@ def run(a: argparse.Namespace) -> int:
     from lenpred.predictors.pipeline import predict_run
 
     roles = parse_roles(a.roles, "--roles") if a.roles is not None else None
-    check_out(a.out, kind="predictions", file=True, card=RunDir.open(a.run).card,
+    check_out(a.out, kind="predictions", card=RunDir.open(a.run).card,
               inputs={"--head": a.head, "--run": a.run, "--features": a.features, "--split": a.split})
     if Path(a.out).suffix != ".parquet":  # the table is Parquet; a .csv name would hold Parquet bytes
         raise ConfigError(f"--out {Path(a.out).name} does not end in .parquet: predictions are written as Parquet",

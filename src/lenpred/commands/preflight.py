@@ -77,7 +77,7 @@ def _outlets_train(a: argparse.Namespace) -> None:
 
 
 def _outlets_predict(a: argparse.Namespace) -> None:
-    check_out(a.out, kind="predictions", file=True, card=_card(a.run),
+    check_out(a.out, kind="predictions", card=_card(a.run),
               inputs={"--head": a.head, "--traj": a.traj, "--run": a.run, "--split": a.split})
 
 
@@ -99,7 +99,7 @@ def _generate(a: argparse.Namespace) -> None:
         for name, v in (("tree depth", t.depth), ("tree top-k", t.topk), ("tree nodes", t.nodes)):
             check_limit(name, v, "e.g. --tree 5,8,48 (depth, top-k, nodes)")
     if a.events:
-        check_out(a.events, kind="events", file=True, flag="--events",
+        check_out(a.events, kind="events", flag="--events",
                   inputs={"--draft": a.draft, "--length-head": a.length_head, "--prompt-file": a.prompt_file})
 
 

@@ -84,7 +84,7 @@ def _fit(args: argparse.Namespace) -> int:
     path = Path(args.fit_profile)
     out = Path(args.out) if args.out else Path("out") / "sim" / "profiles"
     dest = out if out.suffix == ".json" else out / f"{path.stem}.json"
-    check_out(dest, kind="profile", file=True, inputs={"--fit-profile": path})
+    check_out(dest, kind="profile", inputs={"--fit-profile": path})
     rows = read_timings(path)
     prof = fit_profile(rows, name=path.stem, base=args.base_profile)
     atomic_write_bytes(dest, (json.dumps(prof.describe(), indent=2) + "\n").encode())

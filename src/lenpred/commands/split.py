@@ -27,7 +27,7 @@ def run(a: argparse.Namespace) -> int:
         raise DataError(f"{rd.path / SPLIT_FILE} is a directory, where the run's split file belongs",
                         f"move that directory out of the run (lenpred split writes the file {SPLIT_FILE} there), "
                         "or pass --out FILE for a split file elsewhere")
-    check_out(a.out or rd.path / SPLIT_FILE, kind="split", file=True, card=rd.card, allow_inside=rd.path)
+    check_out(a.out or rd.path / SPLIT_FILE, kind="split", card=rd.card, allow_inside=rd.path)
     split = build_split(rd, cfg)
     path = write_split(split, rd, a.out, force=a.force)
     c = split.counts()

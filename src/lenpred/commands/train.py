@@ -30,15 +30,15 @@ def run(a: argparse.Namespace) -> int:
     from lenpred.artifacts import check_out
     from lenpred.checks import parse_roles
     from lenpred.data.rundir import RunDir
-    from lenpred.predictors.pipeline import parse_params, train_on_run
+    from lenpred.predictors.pipeline import TrainPrompts, parse_params, train_on_run
 
     roles = list(parse_roles(a.roles))
     params = parse_params(a.param)
     _check_params(a.predictor, params)
     check_out(a.out, kind="head", card=RunDir.open(a.run).card,
               inputs={"--run": a.run, "--features": a.features, "--split": a.split})
-    _, rep = train_on_run(a.predictor, params, a.run, a.features, a.out, a.split, roles,
-                          early_stopping=not a.no_early_stopping)
+    _, rep = train_on_run(a.predictor, params, a.run, a.features, a.out,
+                          TrainPrompts(a.split, roles, early_stopping=not a.no_early_stopping))
     val = f", early stopping on {rep.n_val} validation prompts" if rep.n_val else ""
     print(f"train: {rep.predictor} on {rep.n_train} prompts ({rep.n_train_samples} samples) of {rep.run}{val}")
     if rep.unassigned:

@@ -94,7 +94,7 @@ def bench_heads(console: Console, run: str, features: str, heads: list[str]) -> 
     test split against the oracle bound on the same prompts (`lenpred bench` is the full version)."""
     import time
 
-    from lenpred.bench import evaluate
+    from lenpred.bench import Bootstrap, evaluate
     from lenpred.predictors.pipeline import predict_run, train_on_run
     from lenpred.report.bench import render_console
 
@@ -111,7 +111,7 @@ def bench_heads(console: Console, run: str, features: str, heads: list[str]) -> 
             preds.append(p)
             names.append(name)
             console.print(f"trained {name} in {time.perf_counter() - t0:.1f} s")
-    res = evaluate(run, preds, names=names, n_boot=500)
+    res = evaluate(run, preds, names=names, boot=Bootstrap(500))
     render_console(res, title="bench on the test split (MAE / bound: 1.0 is the best any prompt-only predictor can do)")
 
 

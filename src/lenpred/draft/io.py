@@ -133,7 +133,7 @@ def state_dict_for_save(model: Eagle3Draft, dtype: torch.dtype) -> dict[str, tor
 def save_draft(model: Eagle3Draft, out: str | Path, *, fmt: str = "safetensors", dtype: str = "float16",
                card: dict[str, Any] | None = None, config: Any = None, meta: dict[str, Any] | None = None) -> Path:
     """Write a head directory atomically: config.json, the weights, lenpred's meta.json."""
-    from lenpred.artifacts import write_artifact
+    from lenpred.artifacts import ArtifactHeader, write_artifact
 
     if fmt not in ("safetensors", "bin"):
         raise ModelError(f"unknown weight format {fmt!r}", "use safetensors or bin")
@@ -151,8 +151,9 @@ def save_draft(model: Eagle3Draft, out: str | Path, *, fmt: str = "safetensors",
         torch.save(sd, buf)
         name, blob = "pytorch_model.bin", buf.getvalue()
     m = {"weights": name, **(meta or {})}
-    write_artifact(out, kind=KIND, schema_version=SCHEMA_VERSION, config=config, card=card, card_scope="model",
-                   json_files={"config.json": cfg_json}, files={name: blob}, meta=m)
+    write_artifact(out, ArtifactHeader(kind=KIND, schema_version=SCHEMA_VERSION, config=config, card=card,
+                                       card_scope="model", meta=m),
+                   json_files={"config.json": cfg_json}, files={name: blob})
     return Path(out)
 
 

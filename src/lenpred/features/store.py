@@ -127,7 +127,7 @@ def save_features(path: str | os.PathLike[str], feats: Features, card: Mapping[s
     recorded in the spec; ``side`` always stays float32 (token counts need the integer range).
     ``positions`` (each row's ``idx`` in the run) go into the index table when given.
     """
-    from lenpred.artifacts import write_artifact
+    from lenpred.artifacts import ArtifactHeader, write_artifact
 
     dtype = dtype or str(feats.spec.get("dtype", "float32"))
     if dtype not in STORE_DTYPES:
@@ -144,9 +144,10 @@ def save_features(path: str | os.PathLike[str], feats: Features, card: Mapping[s
         index["idx"] = np.asarray(positions, dtype=np.int64)
     spec = {**feats.spec, "dtype": dtype}
     return write_artifact(
-        path, kind=KIND, schema_version=SCHEMA_VERSION, config=config, card=card, card_scope="run",
+        path,
+        ArtifactHeader(kind=KIND, schema_version=SCHEMA_VERSION, config=config, card=card, card_scope="run",
+                       meta={"feature_spec": spec, "side_names": list(feats.side_names), "n": feats.n, **(meta or {})}),
         tensors=tensors, tables={INDEX: index},
-        meta={"feature_spec": spec, "side_names": list(feats.side_names), "n": feats.n, **(meta or {})},
     )
 
 

@@ -201,7 +201,7 @@ def fit_anchor_files(traj_path: str, run: str, head_path: str, prefill: str, out
                      bands: Sequence[int] = BANDS, split: str | None = None) -> PrefillAnchor:
     """Fit the anchor on the validation prompts' rows of ``traj_path`` and write it to ``out``
     (an ``outlets-anchor`` artifact: ``anchor.json``)."""
-    from lenpred.artifacts import check_out, write_artifact
+    from lenpred.artifacts import ArtifactHeader, check_out, write_artifact
     from lenpred.data.rundir import RunDir
     from lenpred.outlets.spec import row_weights
     from lenpred.outlets.store import role_rows
@@ -221,10 +221,11 @@ def fit_anchor_files(traj_path: str, run: str, head_path: str, prefill: str, out
     head_id = {"path": str(head_path), "sha256": (art.meta.get("files") or {}).get("weights.safetensors")}
     anchor = fit_anchor(o, p, val.index["t"].to_numpy(), y, row_weights(val.index), bands=bands, head=head_id,
                         prefill_info={"name": name, "path": pre[1]})
-    write_artifact(out, kind="outlets-anchor", schema_version=1,
-                   config={"traj": traj_path, "run": run, "head": head_path, "prefill": prefill, "bands": list(bands),
-                           "split": split},
-                   card=rd.card, card_scope="run", json_files={"anchor.json": anchor.to_dict()})
+    write_artifact(out, ArtifactHeader(kind="outlets-anchor", schema_version=1,
+                                       config={"traj": traj_path, "run": run, "head": head_path, "prefill": prefill,
+                                               "bands": list(bands), "split": split},
+                                       card=rd.card, card_scope="run"),
+                   json_files={"anchor.json": anchor.to_dict()})
     return anchor
 
 

@@ -303,7 +303,7 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
                   short_threshold: float | None = None) -> tuple[list[PointInfo], list[MethodResult], str | None]:
     """Score every method at every point (see the module docstring). ``index``: the test rows;
     ``short_threshold``: the short/long boundary (default: the median length of its samples)."""
-    from lenpred.bench.metrics import point_metrics, short_label_metrics
+    from lenpred.bench.metrics import Bootstrap, point_metrics, short_label_metrics
 
     points = list(points or default_points())
     names = [m.name for m in methods]
@@ -330,7 +330,7 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
                                n_samples=int(rows.size), inexact=inexact, max_offset=off))
         for m in methods:
             r = m.remaining.take(rows)
-            pm = point_metrics(y, r.q50, pids, r.q10, r.q50, r.q90, n_boot=n_boot, ci=ci, seed=seed)
+            pm = point_metrics(y, r.q50, pids, (r.q10, r.q50, r.q90), Bootstrap(n_boot, ci, seed))
             raw[m.name][p.id] = pm
             order[m.name][p.id] = (_f(pm.kendall_tau), *short_label_metrics(y, r.q50, t_all[rows], short_threshold))
             per_prompt[m.name][p.id] = _per_prompt(np.abs(y - r.q50), pids)
@@ -384,7 +384,7 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
 
 def total_at_start(index: pd.DataFrame, methods: Sequence[MethodInput], bound: BoundInfo | None, *,
                    n_boot: int, ci: float, seed: int) -> TotalAtStart:
-    from lenpred.bench.metrics import point_metrics
+    from lenpred.bench.metrics import Bootstrap, point_metrics
 
     rows, _, _ = point_rows(index, PointSpec("t0", "start", 0.0, "t=0"))
     out = []
@@ -393,10 +393,10 @@ def total_at_start(index: pd.DataFrame, methods: Sequence[MethodInput], bound: B
         pids = index["prompt_id"].astype(str).to_numpy()[rows]
         b = bound.oracle_mae if bound is not None else None
         for m in methods:
-            pm = point_metrics(y, m.remaining.q50[rows], pids, n_boot=n_boot, ci=ci, seed=seed)
+            pm = point_metrics(y, m.remaining.q50[rows], pids, boot=Bootstrap(n_boot, ci, seed))
             mp = None
             if m.point_total is not None:
-                mp = point_metrics(y, m.point_total[rows], pids, n_boot=10, ci=ci, seed=seed).mae
+                mp = point_metrics(y, m.point_total[rows], pids, boot=Bootstrap(10, ci, seed)).mae
             out.append(TotalRow(name=m.name, mae=_f(pm.mae), mae_ci=_ci(pm.mae_ci),
                                 mae_over_bound=_f(pm.mae / b) if b else None, mae_point=_f(mp) if mp is not None else None,
                                 mae_point_over_bound=_f(mp / b) if (b and mp is not None) else None))

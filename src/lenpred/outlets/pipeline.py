@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lenpred.artifacts import check_out
+from lenpred.artifacts import Rerun, check_out
 from lenpred.errors import ConfigError, DataError
 
 __all__ = ["default_trajectory_out", "features", "train_variant", "predict_table", "bench", "schedule", "named"]
@@ -200,7 +200,8 @@ def schedule(run: str, prefill_predictions: str, out: str, *, config: str | os.P
     inputs = {"--run": run, "--prefill-predictions": prefill_predictions, "--config": str(config),
               "--outlets-head": outlets_head, "--traj": traj, "--outlets-predictions": outlets_predictions}
     # run_schedule's folder is not an artifact (no meta.json): one it wrote is replaced like a rerun
-    check_out(out_p, kind="outlets-schedule", rerun=lambda d: (d / "schedule.json").is_file() or (d / "results.json").is_file(),
+    check_out(out_p, kind="outlets-schedule",
+              rerun=Rerun(folder=lambda d: (d / "schedule.json").is_file() or (d / "results.json").is_file()),
               inputs={k: v for k, v in inputs.items() if v is not None})
     table = outlets_predictions
     if table is None:

@@ -106,7 +106,7 @@ class Trajectory:
 def save_trajectory(path: str | os.PathLike[str], traj: Trajectory, card: Mapping[str, Any],
                     config: Any = None, meta: Mapping[str, Any] | None = None, *, dtype: str = "float16") -> Any:
     """Write ``traj`` as a trajectory artifact of ``card``'s run (atomically)."""
-    from lenpred.artifacts import write_artifact
+    from lenpred.artifacts import ArtifactHeader, write_artifact
 
     if dtype not in ("float16", "float32"):
         raise DataError(f"trajectory features cannot be stored as {dtype!r}", "use float16 or float32")
@@ -123,9 +123,10 @@ def save_trajectory(path: str | os.PathLike[str], traj: Trajectory, card: Mappin
         index[c] = index[c].astype("int64")
     index["truncated"] = index["truncated"].astype(bool)
     return write_artifact(
-        path, kind=KIND, schema_version=SCHEMA_VERSION, config=config, card=card, card_scope="run",
+        path,
+        ArtifactHeader(kind=KIND, schema_version=SCHEMA_VERSION, config=config, card=card, card_scope="run",
+                       meta={"trajectory_spec": {**traj.spec, "dtype": dtype}, "n": traj.n, **(meta or {})}),
         tensors=tensors, tables={INDEX: index},
-        meta={"trajectory_spec": {**traj.spec, "dtype": dtype}, "n": traj.n, **(meta or {})},
     )
 
 

@@ -176,6 +176,7 @@ class AffineSpread:
         :func:`lenpred.stats.affine.fit_affine` unstable -- with the 2-sample prompts the law came out
         as sd = 1.30 mu - 194, i.e. a 1-token interval below mu = 150, and the 80% intervals covered 67%."""
         from lenpred.stats.affine import fit_affine
+        from lenpred.stats.config import BoundConfig
 
         k = t.counts
         ok = k >= cls.WELL_MEASURED_K
@@ -185,7 +186,8 @@ class AffineSpread:
             mean, sd = t.mean()[ok], t.sd()[ok]
             if np.ptp(mean) > 0:
                 # one bootstrap draw each: fit_affine's intervals are not used here, only its point fit
-                r = fit_affine(mean, sd, k[ok].astype(float), None, 1, 1, 0.9, np.random.default_rng(0))
+                one = BoundConfig(n_boot=1, n_boot_robust=1, ci=0.9)
+                r = fit_affine(mean, sd, k[ok].astype(float), None, one, np.random.default_rng(0))
                 if r.get("available") and np.isfinite(r["alpha"]) and np.isfinite(r["b"]):
                     law = cls(r["alpha"], r["b"], 1.0, "affine")
                     low_mu = float(np.quantile(np.asarray(mu_train, dtype=np.float64), 0.1))
@@ -387,7 +389,7 @@ class Predictor:
         """Write the fitted head as an artifact (:mod:`lenpred.predictors.io`); returns the
         :class:`~lenpred.artifacts.Artifact`. ``card``: the training run's card (its model and
         sampling fields are kept); ``meta``: what training saw (recorded under ``train``)."""
-        from lenpred.artifacts import write_artifact
+        from lenpred.artifacts import ArtifactHeader, write_artifact
 
         self._check_fitted()
         tensors, info = self._get_state()
@@ -401,9 +403,9 @@ class Predictor:
              "feature_spec": base["feature_spec_"], "blocks": base["blocks_"], "widths": base["widths_"],
              "side_names": base["side_names_"], "cap": base["cap_"], "spread": spread,
              "train": {"n_prompts": base["n_train_"], "seconds": base["fit_seconds_"], **dict(meta or {})}}
-        return write_artifact(path, kind=KIND, schema_version=SCHEMA_VERSION,
-                              config={"predictor": self.name, "params": params}, card=card, card_scope=CARD_SCOPE,
-                              tensors=tensors, json_files={STATE: info}, meta=m)
+        header = ArtifactHeader(kind=KIND, schema_version=SCHEMA_VERSION, config={"predictor": self.name, "params": params},
+                                card=card, card_scope=CARD_SCOPE, meta=m)
+        return write_artifact(path, header, tensors=tensors, json_files={STATE: info})
 
     # ---------------------------------------------------------------- hooks
     def _fit(self, Z: Inputs, T: Targets, Zv: Inputs | None, Tv: Targets | None) -> None:

@@ -20,7 +20,8 @@ from torch import nn
 
 from lenpred.errors import DataError
 
-__all__ = ["seeded", "one_thread", "Standardizer", "LogScale", "mlp", "train_loop", "TrainLog", "module_tensors", "load_module"]
+__all__ = ["seeded", "one_thread", "Standardizer", "LogScale", "mlp", "train_loop", "TrainSettings", "TrainLog",
+           "module_tensors", "load_module"]
 
 
 @contextlib.contextmanager
@@ -99,6 +100,19 @@ def mlp(d_in: int, hidden: int, depth: int, d_out: int, dropout: float) -> nn.Se
 
 
 @dataclass(frozen=True)
+class TrainSettings:
+    """How :func:`train_loop` trains: AdamW's ``lr`` and ``weight_decay``, ``epochs`` of ``batch_size`` rows,
+    an early stop after ``patience`` epochs without a better validation MAE, the batch order drawn from ``seed``."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    patience: int
+    seed: int
+
+
+@dataclass(frozen=True)
 class TrainLog:
     epochs_run: int
     best_epoch: int
@@ -110,22 +124,18 @@ def train_loop(
     net: nn.Module,
     loss_of: Callable[[torch.Tensor], torch.Tensor],
     n_rows: int,
+    settings: TrainSettings,
     *,
     val_mae: Callable[[], float] | None,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    weight_decay: float,
-    patience: int,
-    seed: int,
 ) -> TrainLog:
     """Minibatch AdamW over ``n_rows`` training rows; ``loss_of(idx)`` is the loss of rows ``idx``.
 
-    With ``val_mae``, stop after ``patience`` epochs without a better validation MAE and restore the
-    best weights; without it, train all ``epochs``.
+    With ``val_mae``, stop after ``settings.patience`` epochs without a better validation MAE and restore
+    the best weights; without it, train all ``settings.epochs``.
     """
-    gen = torch.Generator().manual_seed(int(seed) + 1)
-    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=weight_decay)
+    epochs, batch_size, patience = settings.epochs, settings.batch_size, settings.patience
+    gen = torch.Generator().manual_seed(int(settings.seed) + 1)
+    opt = torch.optim.AdamW(net.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     best, best_epoch, best_state, since = float("inf"), 0, None, 0
     last = float("nan")
     epoch = 0

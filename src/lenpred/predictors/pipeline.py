@@ -25,7 +25,7 @@ from lenpred.errors import ConfigError, DataError
 from lenpred.predictors.base import Predictor
 from lenpred.predictors.targets import Targets
 
-__all__ = ["TrainReport", "train_on_run", "predict_run", "run_cap", "ROLES"]
+__all__ = ["TrainReport", "TrainPrompts", "train_on_run", "predict_run", "run_cap", "ROLES"]
 
 ROLES = ("train", "val", "test")
 PathLike = str | os.PathLike[str]
@@ -122,29 +122,40 @@ def features_for_heads(heads: Sequence[PathLike], run: PathLike, out: PathLike, 
     return Path(out)
 
 
+@dataclass(frozen=True)
+class TrainPrompts:
+    """Which prompts of a run a head trains on: the split file (None: the run's own ``split.json``), the
+    split ``roles`` it fits (never ``test``), and whether the ``val`` prompts stop it early (when they
+    are not among ``roles``)."""
+
+    split: PathLike | None = None
+    roles: Sequence[str] = ("train",)
+    early_stopping: bool = True
+
+
 def train_on_run(
     name: str,
     params: dict[str, Any] | None,
     run: PathLike,
     features: PathLike | None = None,
     out: PathLike | None = None,
-    split: PathLike | None = None,
-    roles: Sequence[str] = ("train",),
-    early_stopping: bool = True,
+    prompts: TrainPrompts | None = None,
 ) -> tuple[Predictor, TrainReport]:
-    """Fit head ``name`` on the split's ``roles`` prompts of ``run`` (never ``test``) and save it to ``out``."""
+    """Fit head ``name`` on the ``prompts`` of ``run`` (default ``TrainPrompts()``: the split's train
+    prompts, early stopping on its val prompts) and save it to ``out``."""
     from lenpred.data.lengths import sample_lengths
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import load_split
     from lenpred.predictors.registry import make_predictor
 
+    prompts = prompts or TrainPrompts()
     head = make_predictor(name, params)
-    roles = _roles(roles)
+    roles = _roles(prompts.roles)
     rd = RunDir.open(run)
-    sp = load_split(rd, split, require_complete=False)
+    sp = load_split(rd, prompts.split, require_complete=False)
     train_ids = sorted(set().union(*(sp.ids(r) for r in roles)))
     sp.check_no_test(train_ids, what=f"training data (roles {', '.join(roles)})")
-    val_ids = sorted(sp.val) if early_stopping and "val" not in roles else []
+    val_ids = sorted(sp.val) if prompts.early_stopping and "val" not in roles else []
     if len(train_ids) < 2:
         raise DataError(f"the split of {rd.path} has {len(train_ids)} prompt(s) in {', '.join(roles)}",
                         "collect more prompts, or re-run `lenpred split`")

@@ -19,7 +19,7 @@ import numpy as np
 from torch import nn
 
 from lenpred.predictors.base import Predictor, check_param
-from lenpred.predictors.nn import load_module, seeded, train_loop
+from lenpred.predictors.nn import TrainSettings, load_module, seeded, train_loop
 
 __all__ = ["TorchHead"]
 
@@ -47,14 +47,17 @@ class TorchHead(Predictor):
         check_param(0.0 <= float(self.dropout) < 1.0, n, "dropout", "must be in [0, 1)")
         check_param(float(self.lr) > 0 and float(self.weight_decay) >= 0, n, "lr", "must be > 0 (weight_decay >= 0)")
 
+    def train_settings(self) -> TrainSettings:
+        """The six training fields, as :func:`~lenpred.predictors.nn.train_loop` reads them."""
+        return TrainSettings(epochs=self.epochs, batch_size=self.batch_size, lr=float(self.lr),
+                             weight_decay=float(self.weight_decay), patience=self.patience, seed=self.seed)
+
     def _train_net(self, build: Callable[[], nn.Module], loss_of: Callable[..., Any], n_rows: int,
                    val_mae: Callable[[], float] | None) -> None:
         """``net_ = build()`` under the head's seed, trained on ``n_rows`` rows; its log in ``train_log_``."""
         with seeded(self.seed):
             self.net_ = build()
-            log = train_loop(self.net_, loss_of, n_rows, val_mae=val_mae, epochs=self.epochs,
-                             batch_size=self.batch_size, lr=float(self.lr), weight_decay=float(self.weight_decay),
-                             patience=self.patience, seed=self.seed)
+            log = train_loop(self.net_, loss_of, n_rows, self.train_settings(), val_mae=val_mae)
         self.train_log_ = log.__dict__
 
     def _load_net(self, build: Callable[[], nn.Module], tensors: dict[str, np.ndarray]) -> None:

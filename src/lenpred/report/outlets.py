@@ -211,7 +211,7 @@ def write_bench(run: Any, out: str | Path, plots: bool = True) -> tuple[Any, str
     returns (the artifact, its Markdown)."""
     import tempfile
 
-    from lenpred.artifacts import write_artifact
+    from lenpred.artifacts import ArtifactHeader, write_artifact
 
     res = run.result
     md = render_markdown(res)
@@ -220,10 +220,10 @@ def write_bench(run: Any, out: str | Path, plots: bool = True) -> tuple[Any, str
         with tempfile.TemporaryDirectory() as tmp:
             for path in write_plots(res, Path(tmp)):
                 files[path.name] = path.read_bytes()
-    art = write_artifact(Path(out), kind="outlets-bench", schema_version=1, config=run.config, card=run.card,
-                         card_scope="run", json_files={"outlets_bench.json": res.to_dict(),
-                                                       "outlets_bench.schema.json": OutletsBench.json_schema()},
-                         files=files)
+    art = write_artifact(Path(out), ArtifactHeader(kind="outlets-bench", schema_version=1, config=run.config,
+                                                   card=run.card, card_scope="run"),
+                         json_files={"outlets_bench.json": res.to_dict(),
+                                     "outlets_bench.schema.json": OutletsBench.json_schema()}, files=files)
     return art, md
 
 

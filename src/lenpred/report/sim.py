@@ -57,7 +57,7 @@ def write_sim(res: Any, md: str, out: Path) -> Any:
     """results.json, config.json, table.md and the plots, as one artifact written atomically."""
     import tempfile
 
-    from lenpred.artifacts import write_artifact
+    from lenpred.artifacts import ArtifactHeader, write_artifact
 
     with tempfile.TemporaryDirectory() as tmp:
         res.write(tmp)
@@ -67,7 +67,7 @@ def write_sim(res: Any, md: str, out: Path) -> Any:
 
             write_plots(res, tmp)
         files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
-    return write_artifact(out, kind=KIND, schema_version=1, config=res.config, files=files)
+    return write_artifact(out, ArtifactHeader(kind=KIND, schema_version=1, config=res.config), files=files)
 
 
 def result_lines(res: Any, art: Any, out: Path) -> list[str]:

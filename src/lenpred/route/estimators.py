@@ -250,10 +250,10 @@ class HeadEstimator:
     """A trained head served in this process by ``lenpred.serve.service.PredictionService``."""
 
     def __init__(self, cfg: EstimatorConfig) -> None:
-        from lenpred.serve.service import PredictionService
+        from lenpred.serve.service import Batching, PredictionService
 
         runner = _load_runner(cfg)
-        self.svc = PredictionService(runner, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms)
+        self.svc = PredictionService(runner, Batching(max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms))
         from lenpred.serve.schema import PredictRequest
 
         out = runner.run([PredictRequest(prompt="Hello.")])  # warm-up: the first request pays no lazy loading

@@ -12,7 +12,9 @@
 The router (``lenpred route``) lives in :mod:`lenpred.route`.
 """
 
+from lenpred.serve.heads import PrefillOptions, TextOptions
 from lenpred.serve.schema import ChatMessage, ErrorResponse, PredictRequest, PredictResponse
-from lenpred.serve.service import PredictionService
+from lenpred.serve.service import Batching, PredictionService
 
-__all__ = ["ChatMessage", "ErrorResponse", "PredictRequest", "PredictResponse", "PredictionService"]
+__all__ = ["Batching", "ChatMessage", "ErrorResponse", "PredictRequest", "PredictResponse", "PredictionService",
+           "PrefillOptions", "TextOptions"]

@@ -33,7 +33,7 @@ from lenpred.errors import CardMismatchError, DataError, LenpredError, ModelErro
 from lenpred.serve.errors import BadRequestError, ContextLengthError, InternalError, ServeError
 from lenpred.serve.schema import PredictRequest
 
-__all__ = ["RawPrediction", "Runner", "TextOptions", "TextRunner", "PrefillRunner", "load_runner"]
+__all__ = ["RawPrediction", "Runner", "TextOptions", "PrefillOptions", "TextRunner", "PrefillRunner", "load_runner"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,16 @@ class TextOptions:
 
     runtime: str = "torch"
     tolerance: float = 0.10
+
+
+@dataclass(frozen=True)
+class PrefillOptions:
+    """How a hidden-state head's input is computed: the target ``model`` (None: the one the head records;
+    checked by fingerprint), the longest prompt taken (None: the model's context), the torch ``device``."""
+
+    model: str | None = None
+    max_prompt_tokens: int | None = None
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -192,10 +202,11 @@ class PrefillRunner(Runner):
 
     input_kind = "features"
 
-    def __init__(self, head: Any, meta: dict[str, Any], path: Path, *, model: str | None = None,
-                 max_prompt_tokens: int | None = None, threads: int | None = 1, batch_tokens: int = 16384,
-                 device: str = "cpu") -> None:
+    def __init__(self, head: Any, meta: dict[str, Any], path: Path, options: PrefillOptions | None = None, *,
+                 threads: int | None = 1, batch_tokens: int = 16384) -> None:
         super().__init__(head, meta, path)
+        options = options or PrefillOptions()
+        model, max_prompt_tokens = options.model, options.max_prompt_tokens
         from transformers import AutoConfig, AutoTokenizer
 
         from lenpred.data.sources import text_sha256
@@ -241,7 +252,7 @@ class PrefillRunner(Runner):
             if want and text_sha256(template) != want:
                 raise CardMismatchError(f"the chat template of {folder} differs from the one head {path} was trained "
                                         "under", "pass --model with the model the head was trained on")
-        cfg = FeatureConfig.from_spec(spec, threads=threads, device=device)
+        cfg = FeatureConfig.from_spec(spec, threads=threads, device=options.device)
         check_feature_spec(spec, make_spec(cfg, mconfig, self._model_id, mspec.fingerprint), what=f"head {path}")
         self.storage_dtype = np.float16 if spec["dtype"] == "float16" else np.float32
         self.context = int(getattr(text_config(mconfig), "max_position_embeddings", 0) or spec["max_tokens"])
@@ -313,9 +324,10 @@ class PrefillRunner(Runner):
         return [RawPrediction(p.point, p.q10, p.q50, p.q90, len(s)) for p, s in zip(preds, seqs, strict=True)]
 
 
-def load_runner(path: str | os.PathLike[str], *, model: str | None = None, max_prompt_tokens: int | None = None,
-                threads: int | None = 1, device: str = "cpu", text: TextOptions | None = None) -> Runner:
-    """Load the head at ``path`` (strictly) and the input pipeline it needs (``text``: how a text head runs)."""
+def load_runner(path: str | os.PathLike[str], *, prefill: PrefillOptions | None = None, threads: int | None = 1,
+                text: TextOptions | None = None) -> Runner:
+    """Load the head at ``path`` (strictly) and the input pipeline it needs (``prefill``: how a hidden-state
+    head's input is computed, ``threads``: its torch CPU threads; ``text``: how a text head runs)."""
     from lenpred.predictors.io import read_head
 
     p = Path(path)
@@ -330,8 +342,7 @@ def load_runner(path: str | os.PathLike[str], *, model: str | None = None, max_p
         if text is not None and text.runtime != "torch":
             raise DataError(f"runtime {text.runtime!r} applies to the proxy head's encoder; head {p} reads the "
                             "target's prefill", "use runtime 'torch' with this head")
-        return PrefillRunner(head, art.meta, p, model=model, max_prompt_tokens=max_prompt_tokens, threads=threads,
-                             device=device)
+        return PrefillRunner(head, art.meta, p, prefill, threads=threads)
     what = "an OUTLETS head" if head.input_kind == "trajectory" else f"a {head.name} head"
     raise DataError(f"head {p} is {what} (input kind {head.input_kind!r}): it reads states along a generation, which "
                     "a request has not started when it is predicted; serve takes heads of input kind 'text' (proxy) "

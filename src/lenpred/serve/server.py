@@ -47,16 +47,17 @@ def bind(host: str, port: int) -> socket.socket:
 def serve(cfg: ServeConfig) -> int:
     from lenpred.checks import check_device
     from lenpred.serve.app import create_app
-    from lenpred.serve.heads import TextOptions
-    from lenpred.serve.service import PredictionService
+    from lenpred.serve.heads import PrefillOptions, TextOptions
+    from lenpred.serve.service import Batching, PredictionService
 
     check_device(cfg.device)  # before the head and its target load (seconds), not after
     sock = bind(cfg.host, cfg.port)
     try:
-        svc = PredictionService.from_head(cfg.head, max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms or 0.0,
-                                          threads=cfg.threads, max_queue=cfg.max_queue, timeout_s=cfg.timeout_s,
-                                          model=cfg.model, max_prompt_tokens=cfg.max_prompt_tokens,
-                                          device=cfg.device, text=TextOptions(cfg.runtime, cfg.runtime_tolerance))
+        batching = Batching(max_batch=cfg.max_batch, max_wait_ms=cfg.max_wait_ms or 0.0, max_queue=cfg.max_queue,
+                            timeout_s=cfg.timeout_s)
+        prefill = PrefillOptions(model=cfg.model, max_prompt_tokens=cfg.max_prompt_tokens, device=cfg.device)
+        svc = PredictionService.from_head(cfg.head, batching=batching, threads=cfg.threads, prefill=prefill,
+                                          text=TextOptions(cfg.runtime, cfg.runtime_tolerance))
         if cfg.inline and svc.input_kind != "text":
             raise ConfigError(f"--inline runs text heads on the event loop; head {cfg.head} is a {svc.predictor} head "
                               "that runs the target's prefill", "drop --inline for this head")

@@ -39,10 +39,22 @@ from lenpred.serve.errors import (
     ServeError,
     ServiceStoppedError,
 )
-from lenpred.serve.heads import RawPrediction, Runner, TextOptions, load_runner
+from lenpred.serve.heads import PrefillOptions, RawPrediction, Runner, TextOptions, load_runner
 from lenpred.serve.schema import PredictRequest, PredictResponse
 
-__all__ = ["PredictionService"]
+__all__ = ["Batching", "PredictionService"]
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How the micro-batcher batches: at most ``max_batch`` requests per model call, a request waits at
+    most ``max_wait_ms`` for batch mates, at most ``max_queue`` wait (more: overloaded), and a request
+    answers within ``timeout_s`` (queueing included) or times out."""
+
+    max_batch: int = 64
+    max_wait_ms: float = 2.0
+    max_queue: int = 4096
+    timeout_s: float = 60.0
 
 
 @dataclass
@@ -54,8 +66,10 @@ class _Item:
 class PredictionService:
     """A loaded head and its micro-batcher. Build with :meth:`from_head`; ``start`` / ``stop`` the batcher."""
 
-    def __init__(self, runner: Runner, *, max_batch: int = 64, max_wait_ms: float = 2.0, threads: int = 1,
-                 max_queue: int = 4096, timeout_s: float = 60.0, metrics: Any = None) -> None:
+    def __init__(self, runner: Runner, batching: Batching | None = None, *, threads: int = 1,
+                 metrics: Any = None) -> None:
+        b = batching or Batching()
+        max_batch, max_wait_ms, max_queue, timeout_s = b.max_batch, b.max_wait_ms, b.max_queue, b.timeout_s
         if max_batch < 1:
             raise ConfigError(f"max_batch must be at least 1, got {max_batch}")
         if max_wait_ms < 0:
@@ -80,23 +94,22 @@ class PredictionService:
         self.batch_sizes: list[int] = []  # the last few hundred batch sizes (tests, health)
 
     @classmethod
-    def from_head(cls, path: str | os.PathLike[str], *, max_batch: int = 64, max_wait_ms: float = 2.0,
-                  threads: int = 1, max_queue: int = 4096, timeout_s: float = 60.0, model: str | None = None,
-                  max_prompt_tokens: int | None = None, device: str = "cpu", warmup: bool = True,
-                  metrics: Any = None, text: TextOptions | None = None) -> PredictionService:
+    def from_head(cls, path: str | os.PathLike[str], *, batching: Batching | None = None, threads: int = 1,
+                  prefill: PrefillOptions | None = None, text: TextOptions | None = None, warmup: bool = True,
+                  metrics: Any = None) -> PredictionService:
         """Load the head at ``path`` (and the embedder or target model it reads), ready to :meth:`start`.
 
-        Everything that can be wrong with the head (missing, not a head, another format version, a
-        model that is not the head's) raises here, before any request is taken. ``warmup`` runs one
-        prediction so the first request does not pay for lazy loading.
+        ``batching``: how requests are batched (default ``Batching()``); ``threads``: torch CPU threads of
+        the model calls; ``prefill``: a hidden-state head's target model, prompt cut and device; ``text``:
+        how a text head runs. Everything that can be wrong with the head (missing, not a head, another
+        format version, a model that is not the head's) raises here, before any request is taken.
+        ``warmup`` runs one prediction so the first request does not pay for lazy loading.
         """
         if threads is not None and threads < 1:
             raise ConfigError(f"threads must be at least 1, got {threads}")
         _set_threads(threads)
-        runner = load_runner(path, model=model, max_prompt_tokens=max_prompt_tokens, threads=threads, device=device,
-                             text=text)
-        svc = cls(runner, max_batch=max_batch, max_wait_ms=max_wait_ms, threads=threads, max_queue=max_queue,
-                  timeout_s=timeout_s, metrics=metrics)
+        runner = load_runner(path, prefill=prefill, threads=threads, text=text)
+        svc = cls(runner, batching, threads=threads, metrics=metrics)
         if warmup:
             out = runner.run([PredictRequest(prompt="Hello.")])
             if isinstance(out[0], Exception):

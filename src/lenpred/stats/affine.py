@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lenpred.stats.bootstrap import percentile_ci, resample_indices
+from lenpred.stats.config import BoundConfig
 from lenpred.stats.perprompt import c4
 from lenpred.stats.results import AffineFit, AffineUnavailable, Line, RobustFit
 
@@ -97,15 +98,15 @@ def fit_affine(
     s: np.ndarray,
     k: np.ndarray,
     skew: np.ndarray | None,
-    n_boot: int,
-    n_boot_robust: int,
-    ci: float,
+    config: BoundConfig,
     rng: np.random.Generator,
 ) -> AffineFit | AffineUnavailable:
     """Fit sd = alpha * mu + b over prompts.
 
-    mu: sample means, s: sample sds (ddof=1), k: sample counts, skew: sample skewness (or None) per prompt.
+    mu: sample means, s: sample sds (ddof=1), k: sample counts, skew: sample skewness (or None) per prompt;
+    ``config``: its ``n_boot`` (the OLS fit's intervals), ``n_boot_robust`` (Theil-Sen's) and ``ci``.
     """
+    n_boot, n_boot_robust, ci = config.n_boot, config.n_boot_robust, config.ci
     mu = np.asarray(mu, float)
     k = np.asarray(k, float)
     s = np.asarray(s, float)

@@ -189,9 +189,7 @@ def analyse(lengths: RunLengths, config: BoundConfig | None = None) -> BoundAnal
         pp["sd"].to_numpy(),
         pp["k"].to_numpy(),
         pp["skew"].to_numpy(),
-        config.n_boot,
-        config.n_boot_robust,
-        config.ci,
+        config,
         rng,
     )
     normal = normal_law(pp, config.n_normal_reference, config.n_boot, config.ci, rng)

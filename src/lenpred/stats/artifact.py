@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from lenpred.artifacts import Artifact, load_artifact, write_artifact
+from lenpred.artifacts import Artifact, ArtifactHeader, load_artifact, write_artifact
 from lenpred.stats.results import BoundSummary
 
 if TYPE_CHECKING:
@@ -53,14 +53,11 @@ def write_bound(analysis: BoundAnalysis, out: str | os.PathLike[str], files: Map
     as one artifact directory (atomic); meta.json records the source (a run directory or a length table)."""
     s = analysis.summary
     table = analysis.per_prompt_table()
+    header = ArtifactHeader(kind=KIND, schema_version=SCHEMA_VERSION, config=s.config, card=analysis.lengths.card,
+                            card_scope="run", meta={"source": analysis.lengths.source, "run": s.run})
     return write_artifact(
         Path(out),
-        kind=KIND,
-        schema_version=SCHEMA_VERSION,
-        config=s.config,
-        card=analysis.lengths.card,
-        card_scope="run",
+        header,
         json_files={BOUND_JSON: s.to_json_dict()},
         files={PER_PROMPT_CSV: table.to_csv(index=False, float_format="%.6g").encode(), **(files or {})},
-        meta={"source": analysis.lengths.source, "run": s.run},
     )

@@ -7,11 +7,21 @@ what makes the interval cover both sources of error (which prompts were drawn, a
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 # scipy draws resamples in batches of this many, to bound memory on large runs (B x N index cells).
 _BATCH_CELLS = 1 << 20
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """How an interval over prompts is drawn: ``n_boot`` resamples at level ``ci``, from ``default_rng(seed)``."""
+
+    n_boot: int = 1000
+    ci: float = 0.95
+    seed: int = 0
 
 
 def _batch(n: int) -> int:

@@ -71,6 +71,20 @@ class RunLengths:
 
 
 @dataclass(frozen=True)
+class LengthsOrigin:
+    """Where a length table comes from, as :class:`RunLengths` records it: the cap the lengths were
+    sampled under, the run's card (or a table's minimal card) and hash, its path, the prompts the run
+    lists (None for a plain length table) and the kind of source ("run" or "table")."""
+
+    cap: int
+    card: dict[str, Any]
+    card_hash: str
+    path: str
+    prompts_listed: int | None = None
+    source: str = "run"
+
+
+@dataclass(frozen=True)
 class Group:
     """Prompts that share a sample count K. ``x`` is (M, P, K); M = 1 unless samples were imputed."""
 
@@ -147,26 +161,21 @@ def load_run_lengths(run: RunDir | str | PathLike[str], min_samples: int = 2) ->
         listed: int | None = len(rd.prompts())
     except DataError:
         listed = None
-    return from_samples(
-        df, cap=cap, card=rd.card, card_hash=rd.card_hash, path=path, min_samples=min_samples,
-        prompts_listed=listed, fix_corrupt="the run is corrupt; re-collect it",
-    )
+    origin = LengthsOrigin(cap=cap, card=rd.card, card_hash=rd.card_hash, path=path, prompts_listed=listed)
+    return from_samples(df, origin, min_samples=min_samples, fix_corrupt="the run is corrupt; re-collect it")
 
 
 def from_samples(
     df: pd.DataFrame,
+    origin: LengthsOrigin,
     *,
-    cap: int,
-    card: dict[str, Any],
-    card_hash: str,
-    path: str,
     min_samples: int = 2,
-    prompts_listed: int | None = None,
     fix_corrupt: str = "fix the lengths",
-    source: str = "run",
 ) -> RunLengths:
     """:class:`RunLengths` from a table in :func:`lenpred.data.lengths.sample_lengths` form (columns
-    ``prompt_id``, ``sample_idx``, ``n_tokens``, ``truncated``, optional ``text``), in its row order."""
+    ``prompt_id``, ``sample_idx``, ``n_tokens``, ``truncated``, optional ``text``), in its row order;
+    ``fix_corrupt`` is the fix a negative length's error suggests."""
+    cap, path = origin.cap, origin.path
     text = df["text"].fillna("").astype(str).to_numpy() if "text" in df else np.full(len(df), "", dtype=object)
     samples = pd.DataFrame(
         {
@@ -196,13 +205,13 @@ def from_samples(
     return RunLengths(
         samples=samples,
         cap=cap,
-        card=card,
-        card_hash=card_hash,
+        card=origin.card,
+        card_hash=origin.card_hash,
         path=path,
         min_samples=min_samples,
         prompts_left_out=left_out,
-        prompts_listed=prompts_listed,
-        source=source,
+        prompts_listed=origin.prompts_listed,
+        source=origin.source,
     )
 
 

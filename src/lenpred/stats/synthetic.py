@@ -374,22 +374,35 @@ def render(segments: list[int], limit: int | None = None) -> str:
     return "\n\n".join(paras)
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How a synthetic run is sampled (all of it recorded in the run's card): ``k`` samples per prompt,
+    the cap ``max_new_tokens``, the ``seed``, and ``runaway``: the probability that a sample never stops
+    (a repetition loop), a second mode that always runs into the cap, whatever the prompt."""
+
+    k: int = 8
+    max_new_tokens: int = 4096
+    seed: int = 0
+    runaway: float = 0.0
+
+
 def write_synthetic_run(
     path: str | PathLike[str],
     gen: Generator,
-    k: int = 8,
-    max_new_tokens: int = 4096,
-    seed: int = 0,
+    sampling: Sampling | None = None,
+    *,
     shard_prompts: int = 100,
     text: bool = True,
-    runaway: float = 0.0,
 ) -> Truth:
-    """Sample a run from ``gen`` into a new run directory at ``path``; return its exact ground truth.
+    """Sample a run from ``gen`` under ``sampling`` (default ``Sampling()``) into a new run directory at
+    ``path``; return its exact ground truth.
 
     Lengths beyond ``max_new_tokens`` are written as the engine would write them: n_tokens equal to the
-    cap, stop_reason 'length' and the text cut there. ``runaway`` is the probability that a sample never
-    stops (a repetition loop): a second mode that always runs into the cap, whatever the prompt.
+    cap, stop_reason 'length' and the text cut there. ``shard_prompts`` prompts go into each samples
+    shard; ``text=False`` writes empty response texts.
     """
+    sampling = sampling or Sampling()
+    k, max_new_tokens, seed, runaway = sampling.k, sampling.max_new_tokens, sampling.seed, sampling.runaway
     rng = np.random.default_rng(seed)
     n = len(gen.mu) if isinstance(gen, RampingHazard) else len(gen.mean_segments)
     width = max(5, math.ceil(math.log10(n + 1)))

@@ -39,7 +39,7 @@ from pydantic import Field
 from lenpred.config import Config
 from lenpred.data.rundir import card_hash
 from lenpred.errors import DataError
-from lenpred.stats.lengths import RunLengths, from_samples
+from lenpred.stats.lengths import LengthsOrigin, RunLengths, from_samples
 
 __all__ = ["LengthTableOptions", "is_length_table", "read_length_table", "STOP_REASONS"]
 
@@ -132,10 +132,8 @@ def read_length_table(
     # log lists responses as they finish); the bootstrap and the imputation draw in this order
     table = table.sort_values(["prompt_id", "sample_idx"], kind="stable").reset_index(drop=True)
     card = _card(name, digest, cap, inferred)
-    return from_samples(
-        table, cap=cap, card=card, card_hash=card["card_hash"], path=name, min_samples=min_samples,
-        fix_corrupt="fix the n_tokens column", source="table",
-    )
+    origin = LengthsOrigin(cap=cap, card=card, card_hash=card["card_hash"], path=name, source="table")
+    return from_samples(table, origin, min_samples=min_samples, fix_corrupt="fix the n_tokens column")
 
 
 # --------------------------------------------------------------------------------------------- reading

@@ -100,7 +100,7 @@ def check_out(out: Path, inputs: ReportInputs) -> None:
     if out.is_file() and out.stat().st_size:
         raise DataError(f"--out {out} exists and is not a lenpred report; it is left as it is",
                         "pass a new path, or move that file away")
-    overwrite_rule(out, kind="report", file=True, inputs={
+    overwrite_rule(out, kind="report", inputs={
         "--run": inputs.run, "--bound": inputs.bound, "--bench": inputs.bench, "--outlets": inputs.outlets,
         "--sim": inputs.sim, "--policies": inputs.policies})
 
