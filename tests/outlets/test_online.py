@@ -15,7 +15,7 @@ from lenpred.draft.io import load_draft
 from lenpred.draft.speculative import SpeculativeDecoder
 from lenpred.draft.target import Target
 from lenpred.errors import CardMismatchError, DataError
-from lenpred.outlets.extract import compute_trajectory, draft_identity
+from lenpred.outlets.extract import TrajectoryRequest, compute_trajectory, draft_identity
 from lenpred.outlets.features import TrajectoryConfig, positions, sample_rows
 from lenpred.outlets.online import (
     OnlineFeatures,
@@ -99,8 +99,9 @@ def test_online_rows_equal_the_extracted_trajectory(model, draft, tmp_path) -> N
     prompt = PROMPTS[0]
     g, rows, _ = _online_rows(model, draft.model, prompt)
     run = make_run(tmp_path / "run", model, prompts=[prompt], responses=[[g.tokens]], roles={"p0": "test"})
-    compute_trajectory(run.path, draft.path, tmp_path / "traj", TrajectoryConfig(stride=8, dtype="float32", compute_dtype="float32"),
-                       cache=False, target=Target(model, LAYERS), progress=False)
+    cfg = TrajectoryConfig(stride=8, dtype="float32", compute_dtype="float32")
+    compute_trajectory(TrajectoryRequest(run.path, draft.path, tmp_path / "traj", cfg, cache=False, progress=False),
+                       target=Target(model, LAYERS))
     traj = load_trajectory(tmp_path / "traj")
     ts = traj.index["t"].to_numpy()
     assert ts.tolist() == positions(40, 8).tolist()

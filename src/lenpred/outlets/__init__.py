@@ -29,7 +29,7 @@ from lenpred.lazy import lazy_exports
 _LAZY = {
     "Trajectory": "store", "load_trajectory": "store", "save_trajectory": "store", "merge_trajectories": "store",
     "TrajectoryConfig": "features", "RowBuilder": "features", "positions": "features", "sample_rows": "features",
-    "compute_trajectory": "extract", "TrajectoryRun": "extract", "draft_identity": "extract",
+    "compute_trajectory": "extract", "TrajectoryRequest": "extract", "TrajectoryRun": "extract", "draft_identity": "extract",
     "OutletsHead": "head", "VARIANTS": "spec", "check_trajectory_spec": "spec", "row_weights": "spec",
     "RowNet": "rownet",
     "OnlineOutlets": "rownet", "OnlineLengthHead": "online", "LengthEvent": "online", "open_heads": "online",

@@ -56,17 +56,16 @@ def default_trajectory_out(run: str, draft: str, roles: str, shard: str | None) 
     return str(home() / "trajectories" / name)
 
 
-def features(out: str | None, *, run: str | None = None, draft: str | None = None, merge: Sequence[str] | None = None,
-             cfg: Any = None, roles: str = "train,val,test", shard: str | None = None, model: str | None = None,
-             cache: str | None = None, max_prompts: int | None = None,
-             max_samples_per_prompt: int | None = None, device: str = "cpu", progress: bool = True,
-             log: Callable[[str], None] | None = None) -> str:
-    """``lenpred outlets features``: merge the shard outputs ``merge`` into ``out``, or compute the
-    trajectory features of ``run`` with the draft head ``draft`` (:func:`~lenpred.outlets.extract.
-    compute_trajectory`). Returns the summary line."""
+def features(req: Any, *, merge: Sequence[str] | None = None, log: Callable[[str], None] | None = None) -> str:
+    """``lenpred outlets features``: merge the shard outputs ``merge`` into ``req.out``, or compute the
+    trajectory features that ``req`` (a :class:`~lenpred.outlets.extract.TrajectoryRequest`) names
+    (:func:`~lenpred.outlets.extract.compute_trajectory`). Returns the summary line."""
+    from dataclasses import replace
+
     from lenpred.outlets.extract import compute_trajectory, parse_roles
     from lenpred.outlets.store import merge_trajectories
 
+    out, run, draft, shard = req.out, req.run, req.draft, req.shard
     if merge is not None:
         if out is None:
             raise ConfigError("--merge needs --out (the merged trajectory)", "lenpred outlets features --merge S0 S1 --out TRAJ")
@@ -78,15 +77,13 @@ def features(out: str | None, *, run: str | None = None, draft: str | None = Non
     if run is None or draft is None:
         raise ConfigError("lenpred outlets features needs --run RUN and --draft HEAD (or --merge SHARD...)",
                           "lenpred outlets features --run data/runs/NAME --draft HEAD --out TRAJ")
-    for flag, v in (("--max-prompts", max_prompts), ("--max-samples-per-prompt", max_samples_per_prompt)):
+    for flag, v in (("--max-prompts", req.max_prompts), ("--max-samples-per-prompt", req.max_samples_per_prompt)):
         if v is not None and v < 1:
             raise ConfigError(f"{flag} must be >= 1, got {v}")
     from lenpred.features.shards import parse_shard
 
-    out = out or default_trajectory_out(run, draft, roles, shard)
-    res = compute_trajectory(run, draft, out, cfg, roles=parse_roles(roles), shard=parse_shard(shard), model=model,
-                             cache=cache, max_prompts=max_prompts,
-                             max_samples_per_prompt=max_samples_per_prompt, device=device, progress=progress, log=log)
+    out = out or default_trajectory_out(run, draft, req.roles, shard)
+    res = compute_trajectory(replace(req, out=out, roles=parse_roles(req.roles), shard=parse_shard(shard)), log=log)
     return res.summary()
 
 
