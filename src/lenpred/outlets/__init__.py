@@ -35,7 +35,7 @@ _LAZY = {
     "RowNet": "rownet",
     "OnlineOutlets": "rownet", "OnlineLengthHead": "online", "LengthEvent": "online", "open_heads": "online",
     "check_head_spec": "online", "measure_cost": "online", "CostReport": "online",
-    "Generation": "live", "open_generation": "live", "live_generation": "live", "LiveResult": "live",
+    "Generation": "live", "GenerationSpec": "live", "open_generation": "live", "live_generation": "live", "LiveResult": "live",
     "Remaining": "baselines", "CarriedConstant": "baselines", "carried_oracle": "baselines",
     "carry_prefill": "baselines", "transition_matrix": "baselines",
     "OutletsBench": "evaluate", "run_bench": "bench_files", "BenchRequest": "bench_files", "score_methods": "evaluate",
