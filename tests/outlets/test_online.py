@@ -18,6 +18,7 @@ from lenpred.errors import CardMismatchError, DataError
 from lenpred.outlets.extract import TrajectoryRequest, compute_trajectory, draft_identity
 from lenpred.outlets.features import TrajectoryConfig, positions, sample_rows
 from lenpred.outlets.online import (
+    CostRun,
     OnlineFeatures,
     OnlineLengthHead,
     check_head_spec,
@@ -173,7 +174,8 @@ def test_head_of_another_draft_or_target_is_refused(model, draft, tmp_path) -> N
 def test_cost_per_cycle_is_measured(model, draft) -> None:
     target = Target(model, LAYERS)
     assert target_forward_seconds(target, PROMPTS[0] * 4, repeats=5) > 0
-    rep = measure_cost(target, draft.model, StandIn(), PROMPTS[1], layers=LAYERS, max_new_tokens=24, repeats=5)
+    rep = measure_cost(target, draft.model, StandIn(), PROMPTS[1], layers=LAYERS,
+                       run=CostRun(max_new_tokens=24, repeats=5))
     assert rep.cycles > 0 and rep.row_ms > 0 and rep.head_ms > 0 and rep.target_forward_ms > 0
     assert rep.share == pytest.approx((rep.row_ms + rep.head_ms) / rep.target_forward_ms)
     assert "% of one target forward pass" in rep.line()

@@ -34,7 +34,7 @@ _LAZY = {
     "OutletsHead": "head", "VARIANTS": "spec", "check_trajectory_spec": "spec", "row_weights": "spec",
     "RowNet": "rownet",
     "OnlineOutlets": "rownet", "OnlineLengthHead": "online", "LengthEvent": "online", "open_heads": "online",
-    "check_head_spec": "online", "measure_cost": "online", "CostReport": "online",
+    "check_head_spec": "online", "measure_cost": "online", "CostReport": "online", "CostRun": "online",
     "Generation": "live", "GenerationSpec": "live", "open_generation": "live", "live_generation": "live", "LiveResult": "live",
     "Remaining": "baselines", "CarriedConstant": "baselines", "carried_oracle": "baselines",
     "carry_prefill": "baselines", "transition_matrix": "baselines",
