@@ -18,8 +18,9 @@ from draft_helpers import tiny_llama, tiny_split  # noqa: E402
 
 from lenpred.data.rundir import RunDir  # noqa: E402
 from lenpred.draft.target import Target  # noqa: E402
-from lenpred.draft.train import train_draft  # noqa: E402
+from lenpred.draft.train import TrainJob, train_draft  # noqa: E402
 from lenpred.draft.train_config import DraftTrainConfig  # noqa: E402
+from lenpred.draft.train_data import DraftSource  # noqa: E402
 
 
 def main() -> None:
@@ -28,10 +29,10 @@ def main() -> None:
     run = RunDir.open(tmp / "run")
     cfg = DraftTrainConfig(draft_vocab_size=48, ttt_steps=2, max_steps=8, warmup_steps=2, lr=1e-3,
                            tokens_per_batch=240, checkpoint_every=4, eval_every=0, dtype="float32")
-    res = train_draft(run=run, split=tiny_split(run, n_val=2), target=Target(tiny_llama(init=0.1)),
-                      target_spec=SimpleNamespace(id="tiny", fingerprint="sha256:" + "ab" * 32), cfg=cfg,
-                      out=tmp / f"head-{tag}", cache_dir=tmp / f"cache-{tag}", ckpt_dir=tmp / f"ck-{tag}",
-                      eos_id=95, progress=False)
+    src = DraftSource(run, tiny_split(run, n_val=2), Target(tiny_llama(init=0.1)),
+                      SimpleNamespace(id="tiny", fingerprint="sha256:" + "ab" * 32))
+    res = train_draft(TrainJob(src, cfg, tmp / f"head-{tag}", 95, cache_dir=tmp / f"cache-{tag}",
+                               ckpt_dir=tmp / f"ck-{tag}", progress=False))
     rank = os.environ.get("RANK", "0")
     (tmp / f"{tag}-rank{rank}.json").write_text(json.dumps({"digest": res.digest, "steps": res.steps}))
 

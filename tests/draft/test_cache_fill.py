@@ -12,9 +12,9 @@ from draft_helpers import tiny_llama, tiny_run, tiny_split
 
 from lenpred.draft.states import StateCache
 from lenpred.draft.target import Target
-from lenpred.draft.train import train_draft
+from lenpred.draft.train import TrainJob, train_draft
 from lenpred.draft.train_config import DraftTrainConfig
-from lenpred.draft.train_data import fill_state_cache, state_cache_jobs
+from lenpred.draft.train_data import DraftSource, fill_state_cache, state_cache_jobs
 
 SPEC = SimpleNamespace(id="tiny", fingerprint="sha256:" + "ab" * 32)
 
@@ -44,23 +44,23 @@ def test_fill_is_resumable_and_is_the_cache_training_reads(setup, tmp_path) -> N
     target, run, split = setup
     cfg = DraftTrainConfig(draft_vocab_size=48, ttt_steps=1, max_steps=1, warmup_steps=1, topk=8, eval_every=0,
                            checkpoint_every=1)
-    cdir, tf, n = fill_state_cache(run, split, target, SPEC, cfg, cache_dir=tmp_path / "c", roles=("train",),
+    cdir, tf, n = fill_state_cache(DraftSource(run, split, target, SPEC), cfg, cache_dir=tmp_path / "c", roles=("train",),
                                    progress=False)
     cache = StateCache.open(cdir)
     assert {p for p, _ in cache.done_keys()} == {"p0", "p1", "p2", "p3"}
     assert n == tf["tokens"] > 0
     # growing to val and test adds only the new samples: the old shards stay as they are
     before = {f.name: f.read_bytes() for f in cdir.glob("shard-*")}
-    _, tf2, n2 = fill_state_cache(run, split, target, SPEC, cfg, cache_dir=cdir, progress=False)
+    _, tf2, n2 = fill_state_cache(DraftSource(run, split, target, SPEC), cfg, cache_dir=cdir, progress=False)
     assert {p for p, _ in StateCache.open(cdir).done_keys()} == {f"p{i}" for i in range(8)}
     assert all((cdir / k).read_bytes() == v for k, v in before.items())
     assert n2 == n + tf2["tokens"]
     # a third call has nothing to do
-    assert fill_state_cache(run, split, target, SPEC, cfg, cache_dir=cdir, progress=False)[1]["tokens"] == 0
+    assert fill_state_cache(DraftSource(run, split, target, SPEC), cfg, cache_dir=cdir, progress=False)[1]["tokens"] == 0
     # draft training finds every sample it needs in it (no new shard)
     shards = sorted(f.name for f in cdir.glob("shard-*"))
-    train_draft(run=run, split=split, target=target, target_spec=SPEC, cfg=cfg, out=tmp_path / "h",
-                cache_dir=cdir, ckpt_dir=tmp_path / "ck", eos_id=95, progress=False)
+    train_draft(TrainJob(DraftSource(run, split, target, SPEC), cfg, tmp_path / "h", 95, cache_dir=cdir,
+                         ckpt_dir=tmp_path / "ck", progress=False))
     assert sorted(f.name for f in cdir.glob("shard-*")) == shards
 
 
@@ -68,7 +68,7 @@ def test_fill_is_resumable_and_is_the_cache_training_reads(setup, tmp_path) -> N
 def test_a_corrupt_shard_is_set_aside_named_and_regenerated(setup, tmp_path, capsys, damage) -> None:
     target, run, split = setup
     cfg = DraftTrainConfig(topk=8)
-    cdir, _, _ = fill_state_cache(run, split, target, SPEC, cfg, cache_dir=tmp_path / "c", progress=False)
+    cdir, _, _ = fill_state_cache(DraftSource(run, split, target, SPEC), cfg, cache_dir=tmp_path / "c", progress=False)
     cache = StateCache.open(cdir)
     keys = sorted(cache.done_keys())
     want = {k: cache.load(k) for k in keys}
@@ -84,7 +84,7 @@ def test_a_corrupt_shard_is_set_aside_named_and_regenerated(setup, tmp_path, cap
     err = capsys.readouterr().err
     assert name in err and "corrupt" in err
     assert (cdir / "corrupt" / f"{name}.safetensors").is_file()
-    _, tf, _ = fill_state_cache(run, split, target, SPEC, cfg, cache_dir=cdir, progress=False)
+    _, tf, _ = fill_state_cache(DraftSource(run, split, target, SPEC), cfg, cache_dir=cdir, progress=False)
     assert tf["tokens"] == sum(len(want[k].tokens) - want[k].n_prompt for k in lost)
     again = StateCache.open(cdir)
     assert sorted(again.done_keys()) == keys

@@ -14,11 +14,17 @@ from lenpred.draft.io import load_draft
 from lenpred.draft.speculative import SpeculativeDecoder, cached_draft_states, teacher_forced_draft_states
 from lenpred.draft.states import StateCache
 from lenpred.draft.target import Target
-from lenpred.draft.train import _digest, train_draft
+from lenpred.draft.train import TrainJob, _digest, train_draft
 from lenpred.draft.train_config import DraftTrainConfig
+from lenpred.draft.train_data import DraftSource
 from lenpred.errors import DataError
 
 SPEC = SimpleNamespace(id="tiny", fingerprint="sha256:" + "ab" * 32)
+
+
+def _train(run, split, target, *, on_step=None, **kw):
+    """train_draft on ``run`` with the tiny target (``kw``: the :class:`TrainJob` fields but the source)."""
+    return train_draft(TrainJob(DraftSource(run, split, target, SPEC), **kw), on_step=on_step)
 
 
 # tiny models: thread start-up costs more than the arithmetic (and the CPUs are shared)
@@ -45,10 +51,10 @@ def test_training_lowers_the_loss_and_raises_acceptance(tmp_path) -> None:
     split = tiny_split(run, n_val=4)
     cfg = DraftTrainConfig(draft_vocab_size=64, ttt_steps=2, max_steps=150, warmup_steps=10, lr=3e-3,
                            tokens_per_batch=400, checkpoint_every=50, eval_every=0, dtype="float32")
-    kw = dict(run=run, split=split, target=target, target_spec=SPEC, eos_id=95, progress=False)
-    r0 = train_draft(cfg=cfg.replace(max_steps=1, lr=1e-12), out=tmp_path / "h0", cache_dir=tmp_path / "cache",
+    kw = dict(run=run, split=split, target=target, eos_id=95, progress=False)
+    r0 = _train(cfg=cfg.replace(max_steps=1, lr=1e-12), out=tmp_path / "h0", cache_dir=tmp_path / "cache",
                      ckpt_dir=tmp_path / "ck0", **kw)
-    r = train_draft(cfg=cfg, out=tmp_path / "h", cache_dir=tmp_path / "cache", ckpt_dir=tmp_path / "ck", **kw)
+    r = _train(cfg=cfg, out=tmp_path / "h", cache_dir=tmp_path / "cache", ckpt_dir=tmp_path / "ck", **kw)
     assert r.val_loss[0] < 0.8 * r0.val_loss[0], (r0.val_loss, r.val_loss)
     assert r.val_acc[0] > r0.val_acc[0] + 0.1
     val_prompts = [list(map(int, p)) for p in run.prompts().query("prompt_id in @split.val")["prompt_token_ids"]]
@@ -78,15 +84,15 @@ def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path) -> None:
     split = tiny_split(run, n_val=2)
     cfg = DraftTrainConfig(draft_vocab_size=48, ttt_steps=3, max_steps=12, warmup_steps=3, lr=1e-3,
                            tokens_per_batch=120, checkpoint_every=4, eval_every=0, dtype="float32")
-    kw = dict(run=run, split=split, target=target, target_spec=SPEC, eos_id=95, progress=False, cfg=cfg,
+    kw = dict(run=run, split=split, target=target, eos_id=95, progress=False, cfg=cfg,
               cache_dir=tmp_path / "cache")
-    train_draft(out=tmp_path / "a", ckpt_dir=tmp_path / "ck-a", **kw)
+    _train(out=tmp_path / "a", ckpt_dir=tmp_path / "ck-a", **kw)
     with pytest.raises(KeyboardInterrupt):
-        train_draft(out=tmp_path / "b", ckpt_dir=tmp_path / "ck-b", on_step=_kill_after(6, 12), **kw)  # killed after step 6
+        _train(out=tmp_path / "b", ckpt_dir=tmp_path / "ck-b", on_step=_kill_after(6, 12), **kw)  # killed after step 6
     assert not (tmp_path / "b").exists()
     assert sorted(p.name for p in (tmp_path / "ck-b").glob("ckpt-*.pt")) == ["ckpt-0000004.pt"]
     seen: list[tuple[int, int]] = []
-    train_draft(out=tmp_path / "b", ckpt_dir=tmp_path / "ck-b", on_step=lambda *a: seen.append(a), **kw)  # resumes at step 4
+    _train(out=tmp_path / "b", ckpt_dir=tmp_path / "ck-b", on_step=lambda *a: seen.append(a), **kw)  # resumes at step 4
     assert seen == [(4 + i, i) for i in range(1, 9)]  # (step, steps of this call) after each of steps 5..12
     a, b = load_draft(tmp_path / "a").model.state_dict(), load_draft(tmp_path / "b").model.state_dict()
     for k in a:
@@ -94,10 +100,10 @@ def test_kill_and_resume_equals_an_uninterrupted_run(tmp_path) -> None:
     assert load_draft(tmp_path / "b").meta["training"]["resumed_with_changes"] == []
     # resumed under a shorter schedule: allowed, and the head's training card says so
     with pytest.raises(KeyboardInterrupt):
-        train_draft(out=tmp_path / "c", ckpt_dir=tmp_path / "ck-c", on_step=_kill_after(4, 12), **kw)
+        _train(out=tmp_path / "c", ckpt_dir=tmp_path / "ck-c", on_step=_kill_after(4, 12), **kw)
     kw["cfg"] = cfg.replace(max_steps=6)
-    train_draft(out=tmp_path / "c", ckpt_dir=tmp_path / "ck-c", **kw)
-    train_draft(out=tmp_path / "c2", ckpt_dir=tmp_path / "ck-c", **kw)  # resumed again: recorded once
+    _train(out=tmp_path / "c", ckpt_dir=tmp_path / "ck-c", **kw)
+    _train(out=tmp_path / "c2", ckpt_dir=tmp_path / "ck-c", **kw)  # resumed again: recorded once
     for out in ("c", "c2"):
         meta = load_draft(tmp_path / out).meta["training"]
         assert meta["steps"] == 6
@@ -111,14 +117,14 @@ def test_state_cache_is_reused_and_matches_teacher_forcing(tmp_path) -> None:
     split = tiny_split(run, n_val=1)
     cfg = DraftTrainConfig(draft_vocab_size=48, ttt_steps=1, max_steps=2, warmup_steps=1, topk=8,
                            checkpoint_every=2, eval_every=0)
-    kw = dict(run=run, split=split, target=target, target_spec=SPEC, eos_id=95, progress=False, cfg=cfg,
+    kw = dict(run=run, split=split, target=target, eos_id=95, progress=False, cfg=cfg,
               cache_dir=tmp_path / "cache")
-    train_draft(out=tmp_path / "h", ckpt_dir=tmp_path / "ck", **kw)
+    _train(out=tmp_path / "h", ckpt_dir=tmp_path / "ck", **kw)
     cache = StateCache.open(tmp_path / "cache")
     shards = cache.shard_names()
     n_keys = len(cache.done_keys())
     assert n_keys == 5 * 2 + 1  # train samples + one validation sample
-    train_draft(out=tmp_path / "h2", ckpt_dir=tmp_path / "ck2", **kw)
+    _train(out=tmp_path / "h2", ckpt_dir=tmp_path / "ck2", **kw)
     assert cache.shard_names() == shards  # nothing recomputed
     # a cached sample is what one full teacher-forced pass gives
     pid, sidx = sorted(cache.done_keys())[0]
@@ -137,7 +143,7 @@ def test_state_cache_is_reused_and_matches_teacher_forcing(tmp_path) -> None:
     assert torch.allclose(from_cache, online, atol=5e-3 * float(online.abs().max()), rtol=0)
     # another top-k is another cache
     with pytest.raises(DataError, match="another topk"):
-        train_draft(out=tmp_path / "h3", ckpt_dir=tmp_path / "ck3", **{**kw, "cfg": cfg.replace(topk=4)})
+        _train(out=tmp_path / "h3", ckpt_dir=tmp_path / "ck3", **{**kw, "cfg": cfg.replace(topk=4)})
 
 
 def test_data_parallel_training_under_torchrun(tmp_path) -> None:

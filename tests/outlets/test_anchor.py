@@ -4,6 +4,8 @@ prefill head is better, and its 80% interval covers 80% of the band's rows."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -72,7 +74,7 @@ def test_blend_is_geometric_in_the_quantiles() -> None:
 
 def test_round_trip_and_damaged_anchors_are_refused() -> None:
     t, y, pre, out = _rows(800)
-    a = fit_anchor(out, pre, t, y, np.ones_like(y), head={"path": "h"}, prefill_info={"name": "prefill-mlp"})
+    a = replace(fit_anchor(out, pre, t, y, np.ones_like(y)), head={"path": "h"}, prefill={"name": "prefill-mlp"})
     b = PrefillAnchor.from_dict(a.to_dict())
     assert b == a
     np.testing.assert_array_equal(b.apply(out, pre, t).q90, a.apply(out, pre, t).q90)

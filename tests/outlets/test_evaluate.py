@@ -11,6 +11,7 @@ import pytest
 from lenpred.errors import ConfigError
 from lenpred.outlets.baselines import Remaining
 from lenpred.outlets.evaluate import (
+    Bootstrap,
     MethodInput,
     OutletsBench,
     PointSpec,
@@ -60,7 +61,7 @@ def test_score_methods_by_hand():
     worse = MethodInput("prefill-y", "prefill", "x", _rem([0, 0, 0]))
     oracle = MethodInput("oracle-prompt", "oracle", "x", _rem([15, 25, 90]))  # errors 5, 5 | 10
     pts = [PointSpec("t0", "start", 0, "t=0")]
-    infos, res, ref = score_methods(idx, [exact, off, worse, oracle], points=pts, n_boot=50)
+    infos, res, ref = score_methods(idx, [exact, off, worse, oracle], points=pts, boot=Bootstrap(n_boot=50))
     assert ref == "prefill-x"  # the lower t = 0 MAE of the two prefill tables
     by = {r.name: r for r in res}
     assert by["prefill-x"].points["t0"].mae == pytest.approx((10 + 20) / 2)  # per prompt, then prompts
@@ -77,9 +78,9 @@ def test_score_methods_by_hand():
     assert by["outlets"].points["t0"].kendall_tau == pytest.approx(1.0)
     assert by["prefill-y"].points["t0"].kendall_tau is None  # a constant prediction ranks nothing
     with pytest.raises(ConfigError, match="reference 'nope' is not a method"):
-        score_methods(idx, [exact, off], points=pts, n_boot=50, reference="nope")
+        score_methods(idx, [exact, off], points=pts, boot=Bootstrap(n_boot=50), reference="nope")
     with pytest.raises(ConfigError, match="unique"):
-        score_methods(idx, [exact, exact], points=pts, n_boot=50)
+        score_methods(idx, [exact, exact], points=pts, boot=Bootstrap(n_boot=50))
 
 
 # ---------------------------------------------------------------- the whole bench through the CLI
@@ -204,14 +205,15 @@ def _tiny_config(path: str) -> dict:
 
 def test_schedule_experiment_runs_on_test_samples(bench):
     from lenpred.outlets.pipeline import predict_table
-    from lenpred.outlets.schedule import run_schedule, sample_workload
+    from lenpred.outlets.schedule import ScheduleRequest, run_schedule, sample_workload
     from lenpred.report.outlets import write_schedule
     from lenpred.sim.config import SimConfig
 
     root, p = bench["root"], bench["paths"]
     table = predict_table(str(root / "outlets"), str(p["traj"]), str(p["run"])).write(root / "op.parquet")
     cfg = _tiny_config("experiments/outlets/schedule.json")
-    res = run_schedule(cfg, p["run"], table, root / "pre.parquet", root / "sched")
+    res = run_schedule(ScheduleRequest(p["run"], root / "pre.parquet", root / "sched", config=cfg,
+                                       outlets_predictions=table))
     assert not (root / "sched" / "schedule.md").exists()  # outlets returns data; the report writes the table
     md = write_schedule(res, root / "sched")
     rows = json.loads((root / "sched" / "schedule.json").read_text())

@@ -14,7 +14,7 @@ from lenpred.draft.speculative import teacher_forced_draft_states
 from lenpred.draft.target import Target
 from lenpred.errors import ConfigError, DataError
 from lenpred.fileio import file_sha256
-from lenpred.outlets.extract import compute_trajectory, parse_roles
+from lenpred.outlets.extract import TrajectoryRequest, compute_trajectory, parse_roles
 from lenpred.outlets.features import TrajectoryConfig, fixed_positions, positions, sample_rows, state_position
 from lenpred.outlets.store import Trajectory, load_trajectory, merge_trajectories
 
@@ -49,8 +49,8 @@ def _compute(run, head, out, model, *, cfg=None, kill_after=None, **kw):
         if kill_after is not None and n >= kill_after:
             raise KeyboardInterrupt
 
-    return compute_trajectory(run.path, head, out, cfg, target=Target(model, LAYERS), progress=False,
-                              on_chunk=on_chunk, **kw)
+    return compute_trajectory(TrajectoryRequest(run.path, head, out, cfg, progress=False, **kw),
+                              target=Target(model, LAYERS), on_chunk=on_chunk)
 
 
 # ------------------------------------------------------------------------------------------ positions

@@ -10,15 +10,15 @@ import torch
 
 from lenpred.commands.demo import DRAFT, LENGTH_HEAD
 from lenpred.errors import CardMismatchError, ConfigError, DataError
-from lenpred.outlets.live import live_generation
+from lenpred.outlets.live import GenerationSpec, live_generation
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def test_committed_heads_re_predict_along_a_live_generation() -> None:
     assert DRAFT.is_dir() and LENGTH_HEAD.is_dir(), "the demo's committed heads are missing"
-    r = live_generation(draft=DRAFT, length_head=LENGTH_HEAD, prompt="Name three colours.", max_new_tokens=40,
-                        greedy=True, every=8)
+    r = live_generation("Name three colours.", GenerationSpec(DRAFT, LENGTH_HEAD, max_new_tokens=40, greedy=True),
+                        every=8)
     assert 0 < r.n_tokens <= 40 and r.stop_reason in {"eos", "length"} and r.tau >= 1.0
     assert r.points, "no prediction was printed"
     gens = [p.n_generated for p in r.points]
@@ -35,9 +35,9 @@ def test_committed_heads_re_predict_along_a_live_generation() -> None:
 
 def test_bad_inputs(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="empty"):
-        live_generation(draft=DRAFT, length_head=LENGTH_HEAD, prompt="  ")
+        live_generation("  ", GenerationSpec(DRAFT, LENGTH_HEAD))
     with pytest.raises(DataError, match="length head"):
-        live_generation(draft=DRAFT, length_head=tmp_path / "nope", prompt="hi")
+        live_generation("hi", GenerationSpec(DRAFT, tmp_path / "nope"))
     # a length head trained on another draft head's states: refused, naming it, before any decoding
     from lenpred.draft.io import load_draft, save_draft
     from lenpred.draft.model import Eagle3Draft
@@ -48,4 +48,4 @@ def test_bad_inputs(tmp_path: Path) -> None:
     other.set_vocab(real.model.d2t, real.model.t2d)
     save_draft(other, tmp_path / "other", meta={k: v for k, v in (real.meta or {}).items() if k == "target"})
     with pytest.raises(CardMismatchError, match="another draft head"):
-        live_generation(draft=tmp_path / "other", length_head=LENGTH_HEAD, prompt="hi")
+        live_generation("hi", GenerationSpec(tmp_path / "other", LENGTH_HEAD))

@@ -15,9 +15,10 @@ from lenpred.draft.io import load_draft
 from lenpred.draft.speculative import SpeculativeDecoder
 from lenpred.draft.target import Target
 from lenpred.errors import CardMismatchError, DataError
-from lenpred.outlets.extract import compute_trajectory, draft_identity
+from lenpred.outlets.extract import TrajectoryRequest, compute_trajectory, draft_identity
 from lenpred.outlets.features import TrajectoryConfig, positions, sample_rows
 from lenpred.outlets.online import (
+    CostRun,
     OnlineFeatures,
     OnlineLengthHead,
     check_head_spec,
@@ -99,8 +100,9 @@ def test_online_rows_equal_the_extracted_trajectory(model, draft, tmp_path) -> N
     prompt = PROMPTS[0]
     g, rows, _ = _online_rows(model, draft.model, prompt)
     run = make_run(tmp_path / "run", model, prompts=[prompt], responses=[[g.tokens]], roles={"p0": "test"})
-    compute_trajectory(run.path, draft.path, tmp_path / "traj", TrajectoryConfig(stride=8, dtype="float32", compute_dtype="float32"),
-                       cache=False, target=Target(model, LAYERS), progress=False)
+    cfg = TrajectoryConfig(stride=8, dtype="float32", compute_dtype="float32")
+    compute_trajectory(TrajectoryRequest(run.path, draft.path, tmp_path / "traj", cfg, cache=False, progress=False),
+                       target=Target(model, LAYERS))
     traj = load_trajectory(tmp_path / "traj")
     ts = traj.index["t"].to_numpy()
     assert ts.tolist() == positions(40, 8).tolist()
@@ -172,7 +174,8 @@ def test_head_of_another_draft_or_target_is_refused(model, draft, tmp_path) -> N
 def test_cost_per_cycle_is_measured(model, draft) -> None:
     target = Target(model, LAYERS)
     assert target_forward_seconds(target, PROMPTS[0] * 4, repeats=5) > 0
-    rep = measure_cost(target, draft.model, StandIn(), PROMPTS[1], layers=LAYERS, max_new_tokens=24, repeats=5)
+    rep = measure_cost(target, draft.model, StandIn(), PROMPTS[1], layers=LAYERS,
+                       run=CostRun(max_new_tokens=24, repeats=5))
     assert rep.cycles > 0 and rep.row_ms > 0 and rep.head_ms > 0 and rep.target_forward_ms > 0
     assert rep.share == pytest.approx((rep.row_ms + rep.head_ms) / rep.target_forward_ms)
     assert "% of one target forward pass" in rep.line()

@@ -12,7 +12,7 @@ from traj_helpers import make_run, save_head, tiny_llama
 
 from lenpred.draft.target import Target
 from lenpred.errors import ConfigError, DataError
-from lenpred.outlets.extract import compute_trajectory
+from lenpred.outlets.extract import TrajectoryRequest, compute_trajectory
 from lenpred.outlets.features import TrajectoryConfig
 from lenpred.outlets.store import load_trajectory
 from lenpred.outlets.teacher import StatesOnlyTarget, cpu_bf16, length_groups, resolve_compute_dtype
@@ -32,8 +32,9 @@ def _compute(run, head, out, model, dtype="float32", kill_after=None, **kw):
             raise KeyboardInterrupt
 
     cfg = TrajectoryConfig(stride=16, chunk_prompts=1, compute_dtype=dtype)
-    return compute_trajectory(run.path, head, out, cfg, target=Target(model, LAYERS), progress=False,
-                              on_chunk=on_chunk, **kw)
+    log = kw.pop("log", None)
+    return compute_trajectory(TrajectoryRequest(run.path, head, out, cfg, progress=False, **kw), log=log,
+                              target=Target(model, LAYERS), on_chunk=on_chunk)
 
 
 # ------------------------------------------------------------------------------------------ the pass

@@ -67,8 +67,7 @@ def _cache(args: argparse.Namespace) -> int:
     cfg.check()
     rt = open_run_target(args.run, model=args.model, cfg=cfg, device=args.device, threads=args.threads,
                          cache_dir=args.cache)
-    cdir, tf, n = fill_state_cache(rt.run, rt.split, rt.target, rt.lm.spec, cfg, cache_dir=args.cache, roles=roles,
-                                   progress=not args.no_progress)
+    cdir, tf, n = fill_state_cache(rt.source, cfg, cache_dir=args.cache, roles=roles, progress=not args.no_progress)
     print(f"lenpred draft cache: {cache_line(tf, n, roles, cdir)}", file=sys.stderr, flush=True)
     return 0
 
@@ -76,7 +75,7 @@ def _cache(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from lenpred.config import from_arguments
     from lenpred.draft.distributed import Distributed
-    from lenpred.draft.train import train_draft
+    from lenpred.draft.train import TrainJob, train_draft
     from lenpred.draft.train_config import DraftTrainConfig
     from lenpred.draft.train_data import open_run_target
     from lenpred.report.draft import train_lines
@@ -91,9 +90,9 @@ def _train(args: argparse.Namespace) -> int:
     def say(msg: str) -> None:
         print(f"lenpred draft train: {msg}", file=sys.stderr, flush=True)
 
-    res = train_draft(run=rt.run, split=rt.split, target=rt.target, target_spec=rt.lm.spec, cfg=cfg, out=out,
-                      cache_dir=args.cache, ckpt_dir=args.ckpt, eos_id=rt.eos_id, progress=not args.no_progress and main,
-                      log=say, device=rt.device)
+    job = TrainJob(rt.source, cfg, out, rt.eos_id, cache_dir=args.cache, ckpt_dir=args.ckpt, device=rt.device,
+                   progress=not args.no_progress and main)
+    res = train_draft(job, log=say)
     for line in train_lines(res) if main else ():
         say(line)
     return 0

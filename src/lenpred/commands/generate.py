@@ -78,14 +78,15 @@ def run(args: argparse.Namespace) -> int:
     text = prompt_text(args.prompt, args.prompt_file)
     import torch
 
-    from lenpred.outlets.live import open_generation
+    from lenpred.outlets.live import GenerationSpec, open_generation
     from lenpred.report.generate import StreamOptions, StreamPrinter, finish
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    session = open_generation(text, draft=args.draft, length_head=args.length_head, model=args.model, card=args.card,
-                              greedy=args.greedy, k=args.k, tree=tree, max_new_tokens=args.max_new_tokens,
-                              seed=args.seed, chat_template=not args.no_chat_template)
+    spec = GenerationSpec(draft=args.draft, length_head=args.length_head, model=args.model, card=args.card,
+                          greedy=args.greedy, k=args.k, tree=tree, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                          chat_template=not args.no_chat_template)
+    session = open_generation(text, spec)
     opts = StreamOptions(json=args.json, length_head=args.length_head is not None, quiet=args.quiet,
                          greedy=args.greedy, tree=args.tree if tree is not None else None, k=args.k)
     events = open(args.events, "w", encoding="utf-8") if args.events else None  # noqa: SIM115

@@ -74,7 +74,7 @@ def live_prompts(reference: Path, n: int, tmp: Path) -> tuple[PromptConfig, dict
 def live_outlets(console: Console, draft: str, length_head: str, prompt: str, max_new: int) -> None:
     """One generation with the EAGLE-3 head; the OUTLETS head re-predicts the remaining length as the
     answer streams (`lenpred generate --draft D --length-head H` is the full version)."""
-    from lenpred.outlets.live import live_generation
+    from lenpred.outlets.live import GenerationSpec, live_generation
     from lenpred.report.demo import live_lines
 
     console.rule("[bold]OUTLETS: the remaining length, re-predicted as the answer streams")
@@ -83,7 +83,7 @@ def live_outlets(console: Console, draft: str, length_head: str, prompt: str, ma
         console.print(f"(not committed yet: {', '.join(missing)}; see docs/draft.md and docs/outlets.md)")
         return
     console.print(f"prompt: {prompt!r} (card sampling, speculative decoding with {draft}, length head {length_head})")
-    r = live_generation(draft=draft, length_head=length_head, prompt=prompt, max_new_tokens=max_new,
+    r = live_generation(prompt, GenerationSpec(draft=draft, length_head=length_head, max_new_tokens=max_new),
                         console=console)
     for line in live_lines(r):
         console.print(line)

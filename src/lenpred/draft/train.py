@@ -44,14 +44,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from lenpred.data.rundir import RunDir
-from lenpred.data.split import Split
 from lenpred.draft.checkpoint import checkpoint_key, resume, save_checkpoint
 from lenpred.draft.distributed import Distributed
 from lenpred.draft.loss import LossModule, TTTLoss
 from lenpred.draft.states import StateCache
 from lenpred.draft.train_config import DraftTrainConfig
 from lenpred.draft.train_data import (
+    DraftSource,
     TrainingData,
     batch_at,
     cache_location,
@@ -61,7 +60,40 @@ from lenpred.draft.train_data import (
 )
 from lenpred.progress import Progress
 
-__all__ = ["TrainResult", "train_draft"]
+__all__ = ["TrainJob", "TrainResult", "train_draft"]
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """What ``lenpred draft train`` trains, built once from its flags: the run, split and target
+    (``source``), the settings, the head's folder ``out``, the state cache and checkpoint folders
+    (None: the default ones, named by what determines their contents), the target's end-of-sequence
+    id, the torch device and whether to show progress bars."""
+
+    source: DraftSource
+    cfg: DraftTrainConfig
+    out: str | os.PathLike[str]
+    eos_id: int
+    cache_dir: str | os.PathLike[str] | None = None
+    ckpt_dir: str | os.PathLike[str] | None = None
+    device: str = "cpu"
+    progress: bool = True
+
+
+@dataclass
+class _Trained:
+    """What :func:`_write_head` records beside the weights: the data, where the cache and checkpoints
+    are, the vocabulary's coverage, the steps, the history and the final and speed figures."""
+
+    data: TrainingData
+    cdir: Path
+    kdir: Path
+    coverage: float
+    step: int
+    history: dict[str, Any]
+    final: dict[str, Any]
+    speed: dict[str, Any]
+    world: int
 
 
 @dataclass
@@ -94,36 +126,23 @@ def _lr_at(step: int, cfg: DraftTrainConfig) -> float:
     return cfg.lr * max(0.0, 1.0 - (step - cfg.warmup_steps) / rest)
 
 
-def train_draft(
-    *,
-    run: RunDir,
-    split: Split,
-    target: Any,
-    target_spec: Any,
-    cfg: DraftTrainConfig,
-    out: str | os.PathLike[str],
-    cache_dir: str | os.PathLike[str] | None = None,
-    ckpt_dir: str | os.PathLike[str] | None = None,
-    eos_id: int,
-    progress: bool = True,
-    log: Callable[[str], None] | None = None,
-    device: str = "cpu",
-    on_step: Callable[[int, int], None] | None = None,
-) -> TrainResult:
+def train_draft(job: TrainJob, *, log: Callable[[str], None] | None = None,
+                on_step: Callable[[int, int], None] | None = None) -> TrainResult:
     """Teacher-force (cached), build the vocabulary, train, and write the head to ``out``.
 
-    ``target``: a :class:`lenpred.draft.target.Target`; ``target_spec``: its :class:`lenpred.models.loading.
-    ModelSpec`. ``on_step(step, steps_now)`` runs after each step and its checkpoint (if due): ``step`` counts
+    ``on_step(step, steps_now)`` runs after each step and its checkpoint (if due): ``step`` counts
     from the start of training, ``steps_now`` from this call (a test raises KeyboardInterrupt there)."""
     from lenpred.draft.vocab import build_draft_vocab, count_tokens
 
+    run, split, target, target_spec = job.source.run, job.source.split, job.source.target, job.source.target_spec
+    cfg, out, progress = job.cfg, job.out, job.progress
     ddp = Distributed()
-    ddp.start(device)
+    ddp.start(job.device)
     say = (log or (lambda m: None)) if ddp.main else (lambda m: None)
     cfg.check()
     check_draft_vocab(cfg.draft_vocab_size, target.vocab_size)  # before the cache is made and filled
-    data = load_training_data(run, split, cfg, eos_id)
-    cdir, manifest = cache_location(run, target, target_spec, cfg, cache_dir)
+    data = load_training_data(run, split, cfg, job.eos_id)
+    cdir, manifest = cache_location(run, target, target_spec, cfg, job.cache_dir)
 
     # 1. teacher forcing (cached, resumable; rank 0 fills the cache, the other ranks wait and read it)
     tf: dict[str, float] = {"tokens": 0, "seconds": 0.0}
@@ -143,15 +162,15 @@ def train_draft(
     say(f"draft vocabulary: {cfg.draft_vocab_size} ids cover {coverage:.1%} of the training response tokens")
 
     # 3. model, optimiser, resume
-    model = _new_head(target, cfg, d2t, t2d, device)
+    model = _new_head(target, cfg, d2t, t2d, job.device)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=0.0)
     key, kdir = checkpoint_key(cfg, run.card_hash, target_spec.fingerprint, target.layers,
-                               data.split_info["train_prompt_ids_sha256"], len(data.keys), ckpt_dir)
+                               data.split_info["train_prompt_ids_sha256"], len(data.keys), job.ckpt_dir)
     step, history = resume(kdir, key, model, opt, cfg, main=ddp.main, say=say)
 
     # 4. train
-    loop = _Loop(model, opt, cache, data, cfg, ddp, device, target.vocab_size)
+    loop = _Loop(model, opt, cache, data, ddp, job)
     steps_now, elapsed = loop.run(step, history, kdir, progress=progress, say=say, on_step=on_step)
     step += steps_now
     sps = steps_now / elapsed if steps_now else None
@@ -168,8 +187,7 @@ def train_draft(
     # 5. the head, in the released layout, with lenpred's meta.json
     final = {"train_loss": tl, "train_acc": ta, "val_loss": vl, "val_acc": va}
     speed = {"teacher_tokens_per_s": tf_rate, "steps_per_s": sps}
-    _write_head(model, out, run=run, target=target, target_spec=target_spec, cfg=cfg, data=data, cdir=cdir,
-                kdir=kdir, coverage=coverage, step=step, history=history, final=final, speed=speed, world=ddp.world)
+    _write_head(model, job, _Trained(data, cdir, kdir, coverage, step, history, final, speed, ddp.world))
     ddp.barrier()
     ddp.stop()
     return TrainResult(Path(out), step, tl, ta, vl, va, tf_rate, sps, cdir, coverage, _digest(model))
@@ -197,8 +215,9 @@ def _new_head(target: Any, cfg: DraftTrainConfig, d2t: Any, t2d: Any, device: st
 class _Loop:
     """The optimiser steps from a (resumed) step to ``max_steps``, with validation and checkpoints."""
 
-    def __init__(self, model: Any, opt: Any, cache: StateCache, data: TrainingData, cfg: DraftTrainConfig,
-                 ddp: Distributed, device: str, vocab_size: int) -> None:
+    def __init__(self, model: Any, opt: Any, cache: StateCache, data: TrainingData, ddp: Distributed,
+                 job: TrainJob) -> None:
+        cfg, device, vocab_size = job.cfg, job.device, job.source.target.vocab_size
         self.model, self.opt, self.cache, self.data, self.cfg, self.ddp = model, opt, cache, data, cfg, ddp
         idx = cache.index()
         # prompt + response tokens of each sample
@@ -264,12 +283,12 @@ class _Loop:
         return steps_now, time.perf_counter() - t0
 
 
-def _write_head(model: Any, out: str | os.PathLike[str], *, run: Any, target: Any, target_spec: Any,
-                cfg: DraftTrainConfig, data: TrainingData, cdir: Path, kdir: Path, coverage: float, step: int,
-                history: dict[str, Any], final: dict[str, Any], speed: dict[str, Any], world: int) -> None:
+def _write_head(model: Any, job: TrainJob, done: _Trained) -> None:
     """Save the head in the released layout, with lenpred's meta.json (the training card)."""
     from lenpred.draft.io import save_draft, target_summary
 
+    run, target, target_spec, cfg, data = job.source.run, job.source.target, job.source.target_spec, job.cfg, done.data
+    cdir, kdir, coverage, step, history = done.cdir, done.kdir, done.coverage, done.step, done.history
     card = run.card
     training = {
         "run": str(run.path), "card_hash": run.card_hash,
@@ -282,13 +301,13 @@ def _write_head(model: Any, out: str | os.PathLike[str], *, run: Any, target: An
                       "schedule": f"linear warm-up {cfg.warmup_steps} then linear decay to 0 at {cfg.max_steps}",
                       "grad_clip": cfg.grad_clip, "tokens_per_batch": cfg.tokens_per_batch},
         "steps": step, "seed": cfg.seed, "checkpoints": str(kdir),
-        "world_size": world,  # data-parallel processes (torchrun); the batch is split among them
+        "world_size": done.world,  # data-parallel processes (torchrun); the batch is split among them
         "resumed_with_changes": history.get("resumed", []),
-        "final": final,
-        "speed": speed,
+        "final": done.final,
+        "speed": done.speed,
     }
     meta = {"target": target_summary(target.config, target_spec.fingerprint, target_spec.id),
             "layers": list(target.layers), "draft_vocab": {"size": cfg.draft_vocab_size, "coverage": coverage},
             "training": training}
     model.eval()
-    save_draft(model, out, fmt=cfg.format, dtype=cfg.dtype, card=card, config=cfg, meta=meta)
+    save_draft(model, job.out, fmt=cfg.format, dtype=cfg.dtype, card=card, config=cfg, meta=meta)

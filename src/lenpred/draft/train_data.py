@@ -29,8 +29,19 @@ from lenpred.errors import CardMismatchError, DataError, ModelError
 from lenpred.fileio import canonical_json
 from lenpred.progress import Progress
 
-__all__ = ["RunTarget", "TrainingData", "batch_at", "cache_location", "epoch_batches", "fill_state_cache",
+__all__ = ["DraftSource", "RunTarget", "TrainingData", "batch_at", "cache_location", "epoch_batches", "fill_state_cache",
            "load_training_data", "open_run_target", "state_cache_jobs", "teacher_force"]
+
+
+@dataclass(frozen=True)
+class DraftSource:
+    """What draft training and the state cache teacher-force: the run, its split, the target
+    (:class:`lenpred.draft.target.Target`) and the target's :class:`lenpred.models.loading.ModelSpec`."""
+
+    run: RunDir
+    split: Split
+    target: Any
+    target_spec: Any
 
 
 @dataclass
@@ -52,6 +63,10 @@ class RunTarget:
             if isinstance(tid, int) and tid >= 0:
                 return tid
         return int(self.lm.tokenizer.eos_token_id)
+
+    @property
+    def source(self) -> DraftSource:
+        return DraftSource(self.run, self.split, self.target, self.lm.spec)
 
 
 def open_run_target(run: str | os.PathLike[str], *, model: str | None = None, cfg: DraftTrainConfig | None = None,
@@ -217,17 +232,17 @@ def teacher_force(cache: StateCache, target: Any, jobs: list[tuple[str, list[int
         return cache.build(target, jobs, prompts_per_shard=prompts_per_shard, progress=lambda n, _: bar.update(n))
 
 
-def fill_state_cache(run: RunDir, split: Split, target: Any, target_spec: Any, cfg: DraftTrainConfig, *,
-                     cache_dir: str | os.PathLike[str] | None = None, roles: tuple[str, ...] = ("train", "val", "test"),
-                     progress: bool = True, prompts_per_shard: int = 4) -> tuple[Path, dict[str, float], int]:
+def fill_state_cache(src: DraftSource, cfg: DraftTrainConfig, *, cache_dir: str | os.PathLike[str] | None = None,
+                     roles: tuple[str, ...] = ("train", "val", "test"), progress: bool = True,
+                     prompts_per_shard: int = 4) -> tuple[Path, dict[str, float], int]:
     """Teacher-force every sample of ``roles`` into the state cache ``lenpred draft train`` and
     ``lenpred outlets features`` read (resumable: samples already cached are skipped).
     Returns (cache directory, {"tokens", "seconds"} of this call, response tokens in the cache for these jobs)."""
     cfg.check()
-    cdir, manifest = cache_location(run, target, target_spec, cfg, cache_dir)
-    jobs = state_cache_jobs(run, split, roles, cfg.max_seq_len)
+    cdir, manifest = cache_location(src.run, src.target, src.target_spec, cfg, cache_dir)
+    jobs = state_cache_jobs(src.run, src.split, roles, cfg.max_seq_len)
     cache = StateCache.open_or_create(cdir, manifest)
-    tf = teacher_force(cache, target, jobs, progress=progress, prompts_per_shard=prompts_per_shard)
+    tf = teacher_force(cache, src.target, jobs, progress=progress, prompts_per_shard=prompts_per_shard)
     return cdir, tf, cache.n_tokens([(p, i) for p, _, ss in jobs for i, _, _ in ss])
 
 

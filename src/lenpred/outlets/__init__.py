@@ -14,7 +14,8 @@ One package, in the order data flows through it:
 * :mod:`~lenpred.outlets.online` -- the head at every speculative cycle, its checks and its cost;
 * :mod:`~lenpred.outlets.live` -- a live generation with re-predictions (``lenpred generate``, the demo);
 * :mod:`~lenpred.outlets.baselines`, :mod:`~lenpred.outlets.evaluate` -- carried prefill heads, the
-  carried oracle, and the bench along the trajectory;
+  carried oracle, and the bench along the trajectory; :mod:`~lenpred.outlets.bench_files` -- that bench
+  from the files ``lenpred outlets bench`` names;
 * :mod:`~lenpred.outlets.schedule` -- re-predictions for the simulator and the scheduling experiment;
 * :mod:`~lenpred.outlets.pipeline` -- what each ``lenpred outlets`` subcommand does.
 
@@ -29,16 +30,16 @@ from lenpred.lazy import lazy_exports
 _LAZY = {
     "Trajectory": "store", "load_trajectory": "store", "save_trajectory": "store", "merge_trajectories": "store",
     "TrajectoryConfig": "features", "RowBuilder": "features", "positions": "features", "sample_rows": "features",
-    "compute_trajectory": "extract", "TrajectoryRun": "extract", "draft_identity": "extract",
+    "compute_trajectory": "extract", "TrajectoryRequest": "extract", "TrajectoryRun": "extract", "draft_identity": "extract",
     "OutletsHead": "head", "VARIANTS": "spec", "check_trajectory_spec": "spec", "row_weights": "spec",
     "RowNet": "rownet",
     "OnlineOutlets": "rownet", "OnlineLengthHead": "online", "LengthEvent": "online", "open_heads": "online",
-    "check_head_spec": "online", "measure_cost": "online", "CostReport": "online",
-    "Generation": "live", "open_generation": "live", "live_generation": "live", "LiveResult": "live",
+    "check_head_spec": "online", "measure_cost": "online", "CostReport": "online", "CostRun": "online",
+    "Generation": "live", "GenerationSpec": "live", "open_generation": "live", "live_generation": "live", "LiveResult": "live",
     "Remaining": "baselines", "CarriedConstant": "baselines", "carried_oracle": "baselines",
     "carry_prefill": "baselines", "transition_matrix": "baselines",
-    "OutletsBench": "evaluate", "run_bench": "evaluate", "score_methods": "evaluate",
-    "outlets_predictions": "schedule", "run_schedule": "schedule",
+    "OutletsBench": "evaluate", "run_bench": "bench_files", "BenchRequest": "bench_files", "score_methods": "evaluate",
+    "outlets_predictions": "schedule", "run_schedule": "schedule", "ScheduleRequest": "schedule",
     "train_variant": "pipeline", "predict_table": "pipeline",
 }
 

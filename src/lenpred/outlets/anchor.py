@@ -26,7 +26,7 @@ predictor it blends, with their identities, so it refuses to be applied to other
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -134,12 +134,12 @@ def _scale_for_coverage(r: Remaining, y: np.ndarray, w: np.ndarray, target: floa
 
 
 def fit_anchor(outlets: Remaining, prefill: Remaining, t: np.ndarray, y: np.ndarray, weights: np.ndarray, *,
-               bands: Sequence[int] = BANDS, min_rows: int = 20, head: Mapping[str, Any] | None = None,
-               prefill_info: Mapping[str, Any] | None = None) -> PrefillAnchor:
+               bands: Sequence[int] = BANDS, min_rows: int = 20) -> PrefillAnchor:
     """Choose each band's weight and interval scale on validation rows.
 
     ``y``: true remaining tokens (n,); ``weights``: row weights (each prompt once). A band with fewer
-    than ``min_rows`` rows takes the prefill head alone (w = 0) and the unscaled interval.
+    than ``min_rows`` rows takes the prefill head alone (w = 0) and the unscaled interval. The anchor
+    names no head and no prefill predictor: the caller records them (``dataclasses.replace``).
     """
     t, y, wt = (np.asarray(a, dtype=np.float64) for a in (t, y, weights))
     if not (len(t) == len(y) == len(wt) == len(outlets.q50) == len(prefill.q50)):
@@ -165,8 +165,7 @@ def fit_anchor(outlets: Remaining, prefill: Remaining, t: np.ndarray, y: np.ndar
         ss.append(_scale_for_coverage(r, y[m], wt[m]))
         info[str(bands[k])] = {"rows": int(m.sum()), "mae_prefill": maes[0], "mae_outlets": maes[-1],
                                "mae_anchored": maes[best]}
-    return PrefillAnchor(tuple(int(x) for x in bands), tuple(ws), tuple(ss), dict(head or {}), dict(prefill_info or {}),
-                         info)
+    return PrefillAnchor(tuple(int(x) for x in bands), tuple(ws), tuple(ss), {}, {}, info)
 
 
 def check_bands(bands: Sequence[int]) -> tuple[int, ...]:
@@ -219,8 +218,8 @@ def fit_anchor_files(traj_path: str, run: str, head_path: str, prefill: str, out
     o, p, name, art = anchor_inputs(head_path, pre, val, rd, cap)
     y = val.index["remaining"].to_numpy(dtype=np.float64)
     head_id = {"path": str(head_path), "sha256": (art.meta.get("files") or {}).get("weights.safetensors")}
-    anchor = fit_anchor(o, p, val.index["t"].to_numpy(), y, row_weights(val.index), bands=bands, head=head_id,
-                        prefill_info={"name": name, "path": pre[1]})
+    anchor = replace(fit_anchor(o, p, val.index["t"].to_numpy(), y, row_weights(val.index), bands=bands),
+                     head=head_id, prefill={"name": name, "path": pre[1]})
     write_artifact(out, ArtifactHeader(kind="outlets-anchor", schema_version=1,
                                        config={"traj": traj_path, "run": run, "head": head_path, "prefill": prefill,
                                                "bands": list(bands), "split": split},

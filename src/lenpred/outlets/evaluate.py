@@ -37,8 +37,7 @@ schema of ``outlets_bench.json``, documented in docs/outlets.md).
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,12 +48,15 @@ from pydantic import Field
 from lenpred import __version__
 from lenpred.config import Config
 from lenpred.errors import ConfigError, DataError
-from lenpred.outlets.baselines import CarriedConstant, Remaining, carried_oracle, carry_prefill
+from lenpred.outlets.baselines import Remaining
+from lenpred.stats.bootstrap import Bootstrap
 
 __all__ = [
     "FORMAT", "SCHEMA_VERSION", "FRACTIONS", "TOKENS", "PointSpec", "default_points", "point_rows", "MethodInput",
-    "OutletsBench", "MethodResult", "Score", "PointInfo", "score_methods", "short_threshold_of", "bound_on", "run_bench", "head_method",
+    "OutletsBench", "MethodResult", "Score", "PointInfo", "score_methods", "short_threshold_of", "bound_on", "Bootstrap",
 ]
+
+DEFAULT_BOOT = Bootstrap()  # 1,000 resamples of prompts, 95% intervals, seed 0
 
 FORMAT = "lenpred.outlets.bench"
 SCHEMA_VERSION = 1
@@ -298,25 +300,15 @@ def short_threshold_of(index: pd.DataFrame) -> float:
     return float(np.median(per_sample)) if per_sample.size else float("nan")
 
 
-def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points: Sequence[PointSpec] | None = None,
-                  reference: str | None = None, n_boot: int = 1000, ci: float = 0.95, seed: int = 0,
-                  short_threshold: float | None = None) -> tuple[list[PointInfo], list[MethodResult], str | None]:
-    """Score every method at every point (see the module docstring). ``index``: the test rows;
-    ``short_threshold``: the short/long boundary (default: the median length of its samples)."""
-    from lenpred.bench.metrics import Bootstrap, point_metrics, short_label_metrics
+def _score_points(index: pd.DataFrame, methods: Sequence[MethodInput], points: Sequence[PointSpec], boot: Bootstrap,
+                  short_threshold: float) -> tuple[list[PointInfo], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The points present in ``index`` and, per method and point, the metrics, the scheduler's order
+    figures (Kendall tau, short precision and recall) and the per-prompt absolute errors."""
+    from lenpred.bench.metrics import point_metrics, short_label_metrics
 
-    points = list(points or default_points())
-    names = [m.name for m in methods]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"method names must be unique, got {names}", "pass distinct names (NAME=PATH)")
-    for m in methods:
-        if m.remaining.q50.shape[0] != len(index):
-            raise DataError(f"method {m.name!r} has {m.remaining.q50.shape[0]} predictions for {len(index)} rows")
     y_all = index["remaining"].to_numpy(dtype=np.float64)
     pid_all = index["prompt_id"].astype(str).to_numpy()
     t_all = index["t"].to_numpy(dtype=np.float64)
-    if short_threshold is None:
-        short_threshold = short_threshold_of(index)
     order: dict[str, dict[str, tuple[float | None, float | None, float | None]]] = {m.name: {} for m in methods}
     infos: list[PointInfo] = []
     raw: dict[str, dict[str, Any]] = {m.name: {} for m in methods}
@@ -330,10 +322,29 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
                                n_samples=int(rows.size), inexact=inexact, max_offset=off))
         for m in methods:
             r = m.remaining.take(rows)
-            pm = point_metrics(y, r.q50, pids, (r.q10, r.q50, r.q90), Bootstrap(n_boot, ci, seed))
+            pm = point_metrics(y, r.q50, pids, (r.q10, r.q50, r.q90), boot)
             raw[m.name][p.id] = pm
             order[m.name][p.id] = (_f(pm.kendall_tau), *short_label_metrics(y, r.q50, t_all[rows], short_threshold))
             per_prompt[m.name][p.id] = _per_prompt(np.abs(y - r.q50), pids)
+    return infos, raw, order, per_prompt
+
+
+def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points: Sequence[PointSpec] | None = None,
+                  reference: str | None = None, boot: Bootstrap = DEFAULT_BOOT,
+                  short_threshold: float | None = None) -> tuple[list[PointInfo], list[MethodResult], str | None]:
+    """Score every method at every point (see the module docstring). ``index``: the test rows;
+    ``short_threshold``: the short/long boundary (default: the median length of its samples)."""
+    points = list(points or default_points())
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"method names must be unique, got {names}", "pass distinct names (NAME=PATH)")
+    for m in methods:
+        if m.remaining.q50.shape[0] != len(index):
+            raise DataError(f"method {m.name!r} has {m.remaining.q50.shape[0]} predictions for {len(index)} rows")
+    if short_threshold is None:
+        short_threshold = short_threshold_of(index)
+    n_boot, ci, seed = boot.n_boot, boot.ci, boot.seed
+    infos, raw, order, per_prompt = _score_points(index, methods, points, boot, short_threshold)
     if not infos:
         raise DataError("no trajectory row of a test prompt lies at any evaluation point",
                         "compute trajectory features with t = 0 and the documented positions")
@@ -384,7 +395,7 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
 
 def total_at_start(index: pd.DataFrame, methods: Sequence[MethodInput], bound: BoundInfo | None, *,
                    n_boot: int, ci: float, seed: int) -> TotalAtStart:
-    from lenpred.bench.metrics import Bootstrap, point_metrics
+    from lenpred.bench.metrics import point_metrics
 
     rows, _, _ = point_rows(index, PointSpec("t0", "start", 0.0, "t=0"))
     out = []
@@ -401,100 +412,3 @@ def total_at_start(index: pd.DataFrame, methods: Sequence[MethodInput], bound: B
                                 mae_over_bound=_f(pm.mae / b) if b else None, mae_point=_f(mp) if mp is not None else None,
                                 mae_point_over_bound=_f(mp / b) if (b and mp is not None) else None))
     return TotalAtStart(bound=bound, rows=out)
-
-
-# ---------------------------------------------------------------- the whole bench from files
-def head_method(path: str | os.PathLike[str], traj: Any, card: Mapping[str, Any] | None, name: str | None = None
-                ) -> MethodInput:
-    """An outlets head (any variant, the probe included) predicted on ``traj``'s rows."""
-    from lenpred.predictors.io import read_head
-
-    head, art = read_head(path, card=card)
-    if head.name != "outlets":
-        raise DataError(f"{path} is a {head.name} head, not an outlets head",
-                        "pass prefill heads' predictions with --prefill-predictions (lenpred predict)")
-    variant = (art.meta.get("train") or {}).get("variant") or "outlets"
-    name = name or variant
-    d = head.predict_dist(traj)
-    return MethodInput(name, _family(name), str(path), Remaining(d.q10, d.q50, d.q90, f"outlets head ({variant})"))
-
-
-def anchored_method(name: str | None, path: str, methods: Sequence[Any], traj: Any, card: Mapping[str, Any]) -> Any:
-    """The bench method of an anchor: its OUTLETS head (one of ``methods`` by path, else loaded here)
-    and its prefill table (one of ``methods`` by name) blended on ``traj``'s rows."""
-    from lenpred.outlets.anchor import load_anchor
-
-    a = load_anchor(path, card=card)
-    pre_name = str(a.prefill.get("name"))
-    pre = next((m for m in methods if m.name == pre_name), None)
-    if pre is None:
-        raise DataError(f"anchor {path} blends the prefill predictions {pre_name!r}, which are not in this bench",
-                        f"pass them with --prefill-predictions {pre_name.removeprefix('prefill-')}=FILE")
-    head_path = str(a.head.get("path"))
-    head = next((m for m in methods if m.source == head_path), None) or head_method(head_path, traj, card)
-    want = a.head.get("sha256")
-    if want:
-        from lenpred.artifacts import load_artifact
-
-        have = (load_artifact(head_path, verify=False).meta.get("files") or {}).get("weights.safetensors")
-        if have != want:
-            raise DataError(f"anchor {path} was fitted on another OUTLETS head than {head_path} (weights differ)",
-                            "refit the anchor on this head (`lenpred outlets anchor`)")
-    rem = a.apply(head.remaining, pre.remaining, traj.index["t"].to_numpy())
-    return MethodInput(name or "outlets-anchored", "outlets", str(path), rem)
-
-
-def run_bench(traj_path: str | os.PathLike[str], run: str | os.PathLike[str], *,
-              heads: Sequence[tuple[str | None, str]] = (), prefill: Sequence[tuple[str | None, str]] = (),
-              anchors: Sequence[tuple[str | None, str]] = (), split: str | os.PathLike[str] | None = None, reference: str | None = None, n_boot: int = 1000,
-              ci: float = 0.95, seed: int = 0, points: Sequence[PointSpec] | None = None) -> OutletsBench:
-    """Load everything, predict every method on the test rows, score. ``heads`` / ``prefill``: (name
-    or None, path) pairs; a prefill name gets the ``prefill-`` prefix."""
-    from lenpred.data.lengths import sample_lengths
-    from lenpred.data.rundir import RunDir
-    from lenpred.outlets.store import role_rows
-    from lenpred.predictions import read_predictions
-    from lenpred.predictors.pipeline import run_cap
-
-    if n_boot < 10:
-        raise ConfigError(f"--n-boot must be at least 10, got {n_boot}")
-    rd = RunDir.open(run)
-    traj, sp, test = role_rows(traj_path, rd, "test", "compute trajectory features for the split's test prompts", split)
-    cap = run_cap(rd.card)
-    lengths = sample_lengths(rd, with_prompts=False)
-    if cap is not None:
-        lengths["n_tokens"] = np.minimum(lengths["n_tokens"], int(cap))
-    constant = CarriedConstant.from_samples(lengths[lengths["prompt_id"].isin(sp.train)])
-    idx = test.index
-    methods: list[MethodInput] = []
-    for name, path in heads:
-        methods.append(head_method(path, test, rd.card, name))
-    for name, path in prefill:
-        p = read_predictions(path, card=rd.card)
-        nm = name or p.made_by
-        nm = nm if nm.startswith("prefill-") else f"prefill-{nm}"
-        rem = carry_prefill(p, idx, cap, what=f"prefill predictions {nm!r}")
-        point = p.for_samples(idx[["prompt_id", "sample_idx"]], what=f"prefill predictions {nm!r}")["pred_tokens"]
-        methods.append(MethodInput(nm, "prefill", str(path), rem, point.to_numpy(dtype=np.float64)))
-    if anchors:
-        methods.extend([anchored_method(name, path, methods, test, rd.card) for name, path in anchors])
-    const_rem = constant.predict(idx["t"].to_numpy())
-    methods.append(MethodInput(CONSTANT, "prefill", "run", const_rem))
-    test_lengths = lengths[lengths["prompt_id"].isin(set(idx["prompt_id"].astype(str)))]
-    methods.append(MethodInput(ORACLE, "oracle", "run", carried_oracle(idx, test_lengths, fallback=const_rem)))
-    infos, results, ref = score_methods(idx, methods, points=points, reference=reference, n_boot=n_boot, ci=ci, seed=seed)
-    bound = bound_on(test_lengths, n_boot, ci, seed)
-    total = total_at_start(idx, methods, bound, n_boot=n_boot, ci=ci, seed=seed)
-    prot = Protocol(run=str(rd.path), card_hash=rd.card_hash, trajectory=str(traj_path),
-                    trajectory_spec=_jsonable(traj.spec), cap=cap, test_prompts=int(idx["prompt_id"].nunique()),
-                    test_samples=int(len(idx[["prompt_id", "sample_idx"]].drop_duplicates())), test_rows=int(test.n),
-                    reference=ref, short_threshold=_f(short_threshold_of(idx)), n_boot=n_boot, ci=ci, seed=seed)
-    return OutletsBench(protocol=prot, points=infos, series=series_of([p for p in (points or default_points())
-                                                                         if any(i.id == p.id for i in infos)]),
-                        methods=results, total_t0=total)
-
-
-def _jsonable(d: Mapping[str, Any]) -> dict[str, Any]:
-    import json
-
-    return json.loads(json.dumps(dict(d), default=str))

@@ -47,7 +47,7 @@ from lenpred.outlets.store import KIND, Trajectory, load_trajectory, save_trajec
 from lenpred.outlets.teacher import StatesOnlyTarget, resolve_compute_dtype
 from lenpred.progress import Progress
 
-__all__ = ["TrajectoryRun", "compute_trajectory", "draft_identity", "parse_roles"]
+__all__ = ["TrajectoryRequest", "TrajectoryRun", "compute_trajectory", "draft_identity", "parse_roles"]
 
 ROLES = ("train", "val", "test")
 _IDX = ("sample_idx", "t", "length", "truncated")
@@ -61,6 +61,38 @@ def parse_roles(text: str | Sequence[str]) -> tuple[str, ...]:
         if r not in ROLES:
             raise ConfigError(f"--roles: unknown role {r!r}", f"roles are {', '.join(ROLES)} (e.g. --roles train,val)")
     return tuple(r for r in ROLES if r in items)
+
+
+@dataclass(frozen=True)
+class TrajectoryRequest:
+    """What ``lenpred outlets features`` computes, built once from its flags: the run, the draft head,
+    the output, the row options and which prompts (``roles`` as ``"train,val"`` or a sequence,
+    ``shard`` as ``"I/N"`` or a pair; None: the whole run). ``cache``: a state-cache directory to read
+    and fill; None or False: none (the states-only pass, see the module docstring)."""
+
+    run: str | Path | None = None
+    draft: str | Path | None = None
+    out: str | Path | None = None
+    cfg: TrajectoryConfig = field(default_factory=TrajectoryConfig)
+    roles: str | Sequence[str] = ROLES
+    shard: str | tuple[int, int] | None = None
+    model: str | None = None
+    cache: str | Path | bool | None = None
+    max_prompts: int | None = None
+    max_samples_per_prompt: int | None = None
+    device: str = "cpu"
+    progress: bool = True
+
+    @property
+    def limits(self) -> tuple[int | None, int | None]:
+        return self.max_prompts, self.max_samples_per_prompt
+
+    def shard_pair(self) -> tuple[int, int]:
+        if self.shard is None or isinstance(self.shard, str):
+            from lenpred.features.shards import parse_shard
+
+            return parse_shard(self.shard)
+        return self.shard
 
 
 @dataclass
@@ -119,6 +151,7 @@ def _load_target_model(folder: Path, device: str) -> Any:
 class _Job:
     """Everything :func:`compute_trajectory` resolved and checked before it writes a byte."""
 
+    req: TrajectoryRequest
     run: Any  # RunDir
     head: Any  # DraftHead
     roles: tuple[str, ...]
@@ -131,7 +164,6 @@ class _Job:
     spec: dict[str, Any]
     identity: dict[str, Any]
     selection: dict[str, Any]
-    limits: tuple[int | None, int | None]  # max_prompts, max_samples_per_prompt
 
 
 def _check_draft_for_run(head: Any, rd: Any) -> None:
@@ -167,33 +199,31 @@ def _resolve_target(rd: Any, model: str | None, target: Any) -> tuple[Path | Non
     return folder, fp, target_id, tcfg
 
 
-def _prepare(run: str | Path, draft: str | Path, out: Path, cfg: TrajectoryConfig, roles: tuple[str, ...],
-             shard: tuple[int, int], model: str | None, cache: str | Path | bool | None,
-             limits: tuple[int | None, int | None], target: Any, device: str,
-             warn: Callable[[str], None] | None) -> _Job:
+def _prepare(req: TrajectoryRequest, out: Path, target: Any, warn: Callable[[str], None] | None) -> _Job:
     """Every check of :func:`compute_trajectory`, before anything is written."""
     from lenpred.data.lengths import check_token_ids
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import load_split
     from lenpred.draft.io import check_against_target, load_draft
 
-    i_sh, n_sh = shard
+    cfg, roles, limits = req.cfg, parse_roles(req.roles), req.limits
+    i_sh, n_sh = req.shard_pair()
     if n_sh < 1 or not 0 <= i_sh < n_sh:
         raise ConfigError(f"shard {i_sh}/{n_sh} is out of range", f"pass I/N with 0 <= I < N (e.g. 0/{max(n_sh, 1)})")
     check_out(out, kind=KIND)
-    rd = RunDir.open(run)
+    rd = RunDir.open(req.run)
     check_token_ids(rd)  # a run without token ids cannot be teacher-forced
     split = load_split(rd, require_complete=False)
     selected = select_prompts(rd, split, roles, *limits)
-    head = load_draft(draft)
+    head = load_draft(req.draft)
     _check_draft_for_run(head, rd)
-    folder, fp, target_id, tcfg = _resolve_target(rd, model, target)
+    folder, fp, target_id, tcfg = _resolve_target(rd, req.model, target)
     layers = check_against_target(head, tcfg, fingerprint=fp)
     dt = int(tcfg.hidden_size)
     widths = dict(zip(block_names(layers), (head.config.hidden_size, head.config.hidden_size, dt,
                                             head.config.hidden_size), strict=True))
-    state_cache = open_cache(cache, rd, fp, target_id, layers) if cache else None  # False / None: no cache
-    tstates = "float16" if state_cache is not None else resolve_compute_dtype(cfg.compute_dtype, device, warn=warn)
+    state_cache = open_cache(req.cache, rd, fp, target_id, layers) if req.cache else None  # False / None: no cache
+    tstates = "float16" if state_cache is not None else resolve_compute_dtype(cfg.compute_dtype, req.device, warn=warn)
     tspec = make_spec(target={"id": target_id, "fingerprint": fp, "num_hidden_layers": int(tcfg.num_hidden_layers),
                               "hidden_size": dt},
                       draft=draft_identity(head), layers=layers, widths=widths, cfg=cfg,
@@ -202,28 +232,24 @@ def _prepare(run: str | Path, draft: str | Path, out: Path, cfg: TrajectoryConfi
     selection = {"roles": list(roles), "max_prompts": limits[0], "max_samples_per_prompt": limits[1],
                  "samples_sha256": keys_sha(selected), "total_samples": sum(len(p.samples) for p in selected),
                  "total_prompts": len(selected)}
-    return _Job(rd, head, roles, (i_sh, n_sh), selected, shard_prompts(selected, i_sh, n_sh), list(layers), folder,
-                state_cache, tspec, identity, selection, limits)
+    return _Job(req, rd, head, roles, (i_sh, n_sh), selected, shard_prompts(selected, i_sh, n_sh), list(layers),
+                folder, state_cache, tspec, identity, selection)
 
 
-def compute_trajectory(run: str | Path, draft: str | Path, out: str | Path, cfg: TrajectoryConfig | None = None, *,
-                       roles: Sequence[str] = ROLES, shard: tuple[int, int] = (0, 1), model: str | None = None,
-                       cache: str | Path | bool | None = None, max_prompts: int | None = None,
-                       max_samples_per_prompt: int | None = None, device: str = "cpu", progress: bool = True,
-                       log: Callable[[str], None] | None = None, target: Any = None,
+def compute_trajectory(req: TrajectoryRequest, *, log: Callable[[str], None] | None = None, target: Any = None,
                        on_chunk: Callable[[int], None] | None = None) -> TrajectoryRun:
-    """Compute (or resume) the trajectory features of ``run``'s samples into ``out``.
+    """Compute (or resume) the trajectory features of ``req.run``'s samples into ``req.out``.
 
-    ``cache``: a state-cache directory to read and fill; ``None`` or ``False``: none (the states-only
-    pass, see the module docstring). ``target``: an already loaded :class:`lenpred.draft.target.Target`
-    (tests); otherwise the run card's model (or ``model``) is loaded. ``on_chunk(n)`` is called after
-    the n-th chunk of this call is written (a test raises KeyboardInterrupt there, as a kill would).
+    ``target``: an already loaded :class:`lenpred.draft.target.Target` (tests); otherwise the run
+    card's model (or ``req.model``) is loaded. ``on_chunk(n)`` is called after the n-th chunk of this
+    call is written (a test raises KeyboardInterrupt there, as a kill would).
     """
+    if req.run is None or req.draft is None or req.out is None:
+        raise ConfigError("trajectory features need a run, a draft head and an output",
+                          "lenpred outlets features --run data/runs/NAME --draft HEAD --out TRAJ")
     say = log or (lambda m: None)
-    cfg = cfg or TrajectoryConfig()
-    out = Path(out)
-    job = _prepare(run, draft, out, cfg, parse_roles(roles), shard, model, cache,
-                   (max_prompts, max_samples_per_prompt), target, device, say)
+    cfg, out = req.cfg, Path(req.out)
+    job = _prepare(req, out, target, say)
     cache_root = getattr(job.state_cache, "root", None)
     keys_all = {(p.prompt_id, s) for p in job.part for s, _, _ in p.samples}
     if _up_to_date(out, job.identity, job.selection):
@@ -243,8 +269,7 @@ def compute_trajectory(run: str | Path, draft: str | Path, out: str | Path, cfg:
     t0 = time.perf_counter()
     stats = {"computed": 0, "from_cache": 0, "tokens": 0}
     if todo:
-        _compute_all(job, todo, done, work, cfg, stats, target=target, device=device, progress=progress,
-                     n_todo=n_todo, on_chunk=on_chunk)
+        _compute_all(job, todo, done, work, stats, target=target, on_chunk=on_chunk)
         done, chunks = _finished(work)
     seconds = time.perf_counter() - t0
     traj = _assemble(sorted(keys_all), done, chunks, block_names(job.layers), job.spec)
@@ -252,7 +277,7 @@ def compute_trajectory(run: str | Path, draft: str | Path, out: str | Path, cfg:
             "cache": str(cache_root) if job.state_cache is not None else None, "run": str(job.run.path)}
     if stats["computed"]:
         meta["timing"] = {"samples": stats["computed"], "tokens": stats["tokens"], "seconds": round(seconds, 2),
-                          "device": device}
+                          "device": req.device}
     save_trajectory(out, traj, job.run.card, config=cfg, meta=meta, dtype=cfg.dtype)
     work.remove()
     return TrajectoryRun(out, len(keys_all), traj.n, stats["computed"], stats["from_cache"], stats["tokens"], seconds,
@@ -281,10 +306,11 @@ def _finished(work: WorkDir, warn: Callable[[str], None] | None = None
     return done, chunks
 
 
-def _compute_all(job: _Job, todo: list[Prompt], done: dict[Any, Any], work: WorkDir, cfg: TrajectoryConfig,
-                 stats: dict[str, int], *, target: Any, device: str, progress: bool, n_todo: int,
-                 on_chunk: Callable[[int], None] | None) -> None:
+def _compute_all(job: _Job, todo: list[Prompt], done: dict[Any, Any], work: WorkDir, stats: dict[str, int], *,
+                 target: Any, on_chunk: Callable[[int], None] | None) -> None:
     """Teacher-force the prompts still to do, a chunk of ``cfg.chunk_prompts`` at a time, into ``work``."""
+    cfg, device = job.req.cfg, job.req.device
+    n_todo = sum(1 for p in todo for s, _, _ in p.samples if (p.prompt_id, s) not in done)
     if target is None:
         from lenpred.draft.target import Target
 
@@ -296,13 +322,12 @@ def _compute_all(job: _Job, todo: list[Prompt], done: dict[Any, Any], work: Work
     model_d = job.head.model.to(device)
     model_d.attach_embeddings(target.embedding)
     n_tokens = sum(len(r) for p in todo for s, r, _ in p.samples if (p.prompt_id, s) not in done)
-    bar = Progress("trajectory", total=n_tokens, unit="tokens", enabled=progress and n_todo > 0)
+    bar = Progress("trajectory", total=n_tokens, unit="tokens", enabled=job.req.progress and n_todo > 0)
     n_chunks = 0
     try:
         for c0 in range(0, len(todo), cfg.chunk_prompts):
             group = todo[c0 : c0 + cfg.chunk_prompts]
-            keys, pids, tensors = _compute_chunk(group, done, (target, states), model_d, job.layers, cfg,
-                                                 job.state_cache, stats, bar)
+            keys, pids, tensors = _compute_chunk(job, group, done, (target, states, model_d), stats, bar)
             work.write(tensors, {"samples": json.dumps([[k, int(i)] for k, i in keys]),
                                  "prompt_ids": json.dumps(pids)})
             n_chunks += 1
@@ -325,10 +350,11 @@ def _up_to_date(out: Path, identity: dict[str, Any], selection: dict[str, Any]) 
     return same and canonical_json(m.get("selection")) == canonical_json(selection)
 
 
-def _compute_chunk(group: list[Prompt], done: dict[Any, Any], targets: tuple[Any, StatesOnlyTarget], draft: Any,
-                   layers: Sequence[int], cfg: TrajectoryConfig, cache: Any, stats: dict[str, int],
-                   bar: Any) -> tuple[list[tuple[str, int]], list[str], dict[str, np.ndarray]]:
-    target, states = targets
+def _compute_chunk(job: _Job, group: list[Prompt], done: dict[Any, Any], models: tuple[Any, StatesOnlyTarget, Any],
+                   stats: dict[str, int], bar: Any) -> tuple[list[tuple[str, int]], list[str], dict[str, np.ndarray]]:
+    """One chunk's rows: ``models`` are the target, its states-only pass and the draft model."""
+    target, states, draft = models
+    layers, cfg, cache = job.layers, job.req.cfg, job.state_cache
     todo = [(p, [s for s in p.samples if (p.prompt_id, s[0]) not in done]) for p in group]
     pre = set(cache.index()) if cache is not None else set()
     if cache is not None:  # fill the shared cache with what fits its max_seq_len (draft training would cut the rest)

@@ -18,14 +18,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from lenpred.errors import ConfigError, DataError
 
-__all__ = ["Generation", "GenerationResult", "LivePoint", "LiveResult", "live_generation", "open_generation",
-           "sampling_card"]
+__all__ = ["Generation", "GenerationResult", "GenerationSpec", "LivePoint", "LiveResult", "live_generation",
+           "open_generation", "sampling_card"]
 
 
 def sampling_card(card: str | Path | None, draft_meta: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], str]:
@@ -100,13 +100,29 @@ class Generation:
         return GenerationResult(self.lm.tokenizer.decode(g.tokens, skip_special_tokens=True), g, dt, per)
 
 
-def open_generation(prompt: str, *, draft: str | Path | None = None, length_head: str | Path | None = None,
-                    model: str | None = None, card: str | Path | None = None, greedy: bool = False, k: int = 3,
-                    tree: Any = None, max_new_tokens: int | None = None, seed: int | None = None,
-                    chat_template: bool = True) -> Generation:
-    """Load and check everything a generation needs (see the module docstring); nothing decoded yet.
-    ``draft=None``: plain decoding; ``length_head`` needs ``draft``; ``tree``: a
-    :class:`lenpred.draft.speculative.TreeSpec` (greedy only)."""
+@dataclass(frozen=True)
+class GenerationSpec:
+    """How to generate, built once by ``lenpred generate`` (or the demo) from its flags: the EAGLE-3
+    head ``draft`` (None: plain decoding), the OUTLETS ``length_head`` (needs ``draft``), the target
+    ``model`` (default: the heads' own), the sampling ``card``, greedy or sampled, ``k`` drafted tokens
+    a cycle, a ``tree`` (:class:`lenpred.draft.speculative.TreeSpec`, greedy only), the token budget
+    and seed (default: the card's) and whether to render the prompt with the chat template."""
+
+    draft: str | Path | None = None
+    length_head: str | Path | None = None
+    model: str | None = None
+    card: str | Path | None = None
+    greedy: bool = False
+    k: int = 3
+    tree: Any = None
+    max_new_tokens: int | None = None
+    seed: int | None = None
+    chat_template: bool = True
+
+
+def open_generation(prompt: str, spec: GenerationSpec) -> Generation:
+    """Load and check everything a generation of ``prompt`` needs (see the module docstring); nothing
+    decoded yet."""
     from lenpred.checks import check_context, model_context
     from lenpred.data.sources import PromptConfig, encode_prompt
     from lenpred.draft.sampling import sampling_from_card
@@ -116,19 +132,19 @@ def open_generation(prompt: str, *, draft: str | Path | None = None, length_head
     from lenpred.models.loading import eos_ids
     from lenpred.outlets.online import OnlineLengthHead, open_heads
 
-    heads = open_heads(draft, length_head, model=model)
-    sampling_d, prompts_d, where = sampling_card(card, heads.draft.meta if heads.draft else None)
-    sampling = sampling_from_card(sampling_d, max_new_tokens=max_new_tokens, seed=seed)
+    heads = open_heads(spec.draft, spec.length_head, model=spec.model)
+    sampling_d, prompts_d, where = sampling_card(spec.card, heads.draft.meta if heads.draft else None)
+    sampling = sampling_from_card(sampling_d, max_new_tokens=spec.max_new_tokens, seed=spec.seed)
     lm = load(heads.model)
     target = Target(lm.model, heads.layers)
-    pcfg = PromptConfig(chat_template=chat_template and prompts_d.get("chat_template", True),
+    pcfg = PromptConfig(chat_template=spec.chat_template and prompts_d.get("chat_template", True),
                         system_prompt=prompts_d.get("system_prompt"))
     ids = encode_prompt(lm.tokenizer, prompt, pcfg)
     check_context(len(ids), model_context(lm.model.config), max_new_tokens=sampling.max_new_tokens,
                   what="the rendered prompt")  # past its context the target runs on and returns garbage
-    dec = SpeculativeDecoder(target, heads.draft.model if heads.draft else None, k=k if heads.draft else 0,
-                             sampling=None if greedy else sampling, max_new_tokens=sampling.max_new_tokens,
-                             eos_ids=eos_ids(lm.model, lm.tokenizer), tree=tree)
+    dec = SpeculativeDecoder(target, heads.draft.model if heads.draft else None, k=spec.k if heads.draft else 0,
+                             sampling=None if spec.greedy else sampling, max_new_tokens=sampling.max_new_tokens,
+                             eos_ids=eos_ids(lm.model, lm.tokenizer), tree=spec.tree)
     online = None
     if heads.length_head is not None:
         online = OnlineLengthHead(heads.length_head, len(ids), heads.layers, spec=heads.length_spec)
@@ -162,24 +178,25 @@ class LiveResult:
         return [p.total - self.n_tokens for p in self.points]
 
 
-def live_generation(*, draft: str | Path, length_head: str | Path, prompt: str, max_new_tokens: int = 256,
-                    greedy: bool = False, k: int = 3, every: int = 16, seed: int | None = None,
-                    console: Any = None) -> LiveResult:
+def live_generation(prompt: str, spec: GenerationSpec, *, every: int = 16, console: Any = None) -> LiveResult:
     """Generate an answer to ``prompt`` (a user message, rendered with the head's training card) with
-    the EAGLE-3 head ``draft``, running the OUTLETS ``length_head`` at every cycle.
+    the EAGLE-3 head ``spec.draft``, running the OUTLETS ``spec.length_head`` at every cycle (at most
+    ``spec.max_new_tokens`` tokens, default 256).
 
     Checks as ``lenpred generate`` does: the length head must have been trained on this draft head's
     features and this target. Prints a line every ``every`` tokens on ``console`` (a rich Console).
     """
+    if spec.max_new_tokens is None:
+        spec = replace(spec, max_new_tokens=256)
+    max_new_tokens, k = spec.max_new_tokens, spec.k
     if not str(prompt).strip():
         raise ConfigError("the prompt is empty", "pass a user message")
     if every < 1 or max_new_tokens < 1 or k < 1:
         raise ConfigError(f"every, max_new_tokens and k must be >= 1 (got {every}, {max_new_tokens}, {k})")
-    for what, p in (("draft head", draft), ("length head", length_head)):
-        if not Path(p).is_dir():
+    for what, p in (("draft head", spec.draft), ("length head", spec.length_head)):
+        if p is None or not Path(p).is_dir():
             raise DataError(f"{what} {p} does not exist", "see docs/outlets.md for the commands that make it")
-    session = open_generation(prompt, draft=draft, length_head=length_head, greedy=greedy, k=k,
-                              max_new_tokens=max_new_tokens, seed=seed)
+    session = open_generation(prompt, spec)
     points: list[LivePoint] = []
     next_line = [0]
 

@@ -44,7 +44,7 @@ from lenpred.errors import CardMismatchError, DataError
 from lenpred.outlets.features import RowBuilder
 from lenpred.outlets.store import Trajectory
 
-__all__ = ["CostReport", "LengthEvent", "OnlineFeatures", "OnlineLengthHead", "OpenedHeads", "check_head_spec",
+__all__ = ["CostReport", "CostRun", "LengthEvent", "OnlineFeatures", "OnlineLengthHead", "OpenedHeads", "check_head_spec",
            "load_length_head", "measure_cost", "open_heads", "read_head_spec", "target_forward_seconds"]
 
 
@@ -229,6 +229,17 @@ def check_head_spec(spec: Mapping[str, Any], *, draft: Mapping[str, Any], target
 
 
 # ---------------------------------------------------------------------------------------- cost
+@dataclass(frozen=True)
+class CostRun:
+    """The generation :func:`measure_cost` times: ``k`` drafted tokens a cycle, at most
+    ``max_new_tokens``, stopping at ``eos_ids``; ``repeats`` timed target passes."""
+
+    k: int = 3
+    max_new_tokens: int = 64
+    eos_ids: Sequence[int] = ()
+    repeats: int = 20
+
+
 @dataclass
 class CostReport:
     cycles: int
@@ -265,17 +276,17 @@ def target_forward_seconds(target: Any, ids: Sequence[int], repeats: int = 20) -
 
 
 def measure_cost(target: Any, draft: Any, head: Any, prompt_ids: Sequence[int], *, layers: Sequence[int],
-                 spec: Mapping[str, Any] | None = None, k: int = 3, max_new_tokens: int = 64,
-                 eos_ids: Sequence[int] = (), repeats: int = 20) -> CostReport:
+                 spec: Mapping[str, Any] | None = None, run: CostRun = CostRun()) -> CostReport:
     """The head's cost per cycle against one target forward pass, on one greedy generation."""
     from lenpred.draft.speculative import SpeculativeDecoder
 
     online = OnlineLengthHead(head, len(prompt_ids), layers, spec)
-    dec = SpeculativeDecoder(target, draft, k=k, sampling=None, max_new_tokens=max_new_tokens, eos_ids=list(eos_ids))
+    dec = SpeculativeDecoder(target, draft, k=run.k, sampling=None, max_new_tokens=run.max_new_tokens,
+                             eos_ids=list(run.eos_ids))
     g = dec.generate(list(prompt_ids), on_cycle=online)
     if not online.head_seconds:
         raise DataError("the generation ended before the first cycle: nothing to measure", "use another prompt")
-    fwd = target_forward_seconds(target, list(prompt_ids) + g.tokens, repeats)
+    fwd = target_forward_seconds(target, list(prompt_ids) + g.tokens, run.repeats)
     verify = g.target_seconds / max(g.target_forwards, 1)  # the loop's passes, prefill included
     row, hd = float(np.median(online.row_seconds)), float(np.median(online.head_seconds))
     return CostReport(len(online.head_seconds), 1e3 * row, 1e3 * hd, 1e3 * fwd, 1e3 * verify,

@@ -22,25 +22,19 @@ Each raises :class:`~lenpred.errors.LenpredError` before writing anything when a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lenpred.artifacts import Rerun, check_out
 from lenpred.errors import ConfigError, DataError
 
-__all__ = ["default_trajectory_out", "features", "train_variant", "predict_table", "bench", "schedule", "named"]
+if TYPE_CHECKING:
+    from lenpred.outlets.bench_files import BenchRequest
+    from lenpred.outlets.schedule import ScheduleRequest
 
-
-def named(items: Sequence[str]) -> list[tuple[str | None, str]]:
-    """``"[NAME=]PATH"`` strings -> (name or None, path) pairs."""
-    out = []
-    for it in items:
-        name, sep, path = it.partition("=")
-        out.append((name or None, path) if sep else (None, it))
-    return out
+__all__ = ["default_trajectory_out", "features", "train_variant", "predict_table", "bench", "schedule"]
 
 
 # ---------------------------------------------------------------- features
@@ -56,17 +50,16 @@ def default_trajectory_out(run: str, draft: str, roles: str, shard: str | None) 
     return str(home() / "trajectories" / name)
 
 
-def features(out: str | None, *, run: str | None = None, draft: str | None = None, merge: Sequence[str] | None = None,
-             cfg: Any = None, roles: str = "train,val,test", shard: str | None = None, model: str | None = None,
-             cache: str | None = None, max_prompts: int | None = None,
-             max_samples_per_prompt: int | None = None, device: str = "cpu", progress: bool = True,
-             log: Callable[[str], None] | None = None) -> str:
-    """``lenpred outlets features``: merge the shard outputs ``merge`` into ``out``, or compute the
-    trajectory features of ``run`` with the draft head ``draft`` (:func:`~lenpred.outlets.extract.
-    compute_trajectory`). Returns the summary line."""
+def features(req: Any, *, merge: Sequence[str] | None = None, log: Callable[[str], None] | None = None) -> str:
+    """``lenpred outlets features``: merge the shard outputs ``merge`` into ``req.out``, or compute the
+    trajectory features that ``req`` (a :class:`~lenpred.outlets.extract.TrajectoryRequest`) names
+    (:func:`~lenpred.outlets.extract.compute_trajectory`). Returns the summary line."""
+    from dataclasses import replace
+
     from lenpred.outlets.extract import compute_trajectory, parse_roles
     from lenpred.outlets.store import merge_trajectories
 
+    out, run, draft, shard = req.out, req.run, req.draft, req.shard
     if merge is not None:
         if out is None:
             raise ConfigError("--merge needs --out (the merged trajectory)", "lenpred outlets features --merge S0 S1 --out TRAJ")
@@ -78,15 +71,13 @@ def features(out: str | None, *, run: str | None = None, draft: str | None = Non
     if run is None or draft is None:
         raise ConfigError("lenpred outlets features needs --run RUN and --draft HEAD (or --merge SHARD...)",
                           "lenpred outlets features --run data/runs/NAME --draft HEAD --out TRAJ")
-    for flag, v in (("--max-prompts", max_prompts), ("--max-samples-per-prompt", max_samples_per_prompt)):
+    for flag, v in (("--max-prompts", req.max_prompts), ("--max-samples-per-prompt", req.max_samples_per_prompt)):
         if v is not None and v < 1:
             raise ConfigError(f"{flag} must be >= 1, got {v}")
     from lenpred.features.shards import parse_shard
 
-    out = out or default_trajectory_out(run, draft, roles, shard)
-    res = compute_trajectory(run, draft, out, cfg, roles=parse_roles(roles), shard=parse_shard(shard), model=model,
-                             cache=cache, max_prompts=max_prompts,
-                             max_samples_per_prompt=max_samples_per_prompt, device=device, progress=progress, log=log)
+    out = out or default_trajectory_out(run, draft, req.roles, shard)
+    res = compute_trajectory(replace(req, out=out, roles=parse_roles(req.roles), shard=parse_shard(shard)), log=log)
     return res.summary()
 
 
@@ -167,48 +158,42 @@ class BenchRun:
     card: dict[str, Any]
 
 
-def bench(traj: str, run: str, out: str, *, heads: Sequence[str] = (), prefill_predictions: Sequence[str] = (),
-          anchors: Sequence[str] = (), reference: str | None = None, split: str | None = None, n_boot: int = 1000,
-          seed: int = 0) -> BenchRun:
-    """Score the heads and the carried prefill tables (``"[NAME=]PATH"`` each) on the test prompts'
-    trajectory rows, once ``out`` is known to be writable (an ``outlets-bench`` report folder, written
-    by :func:`lenpred.report.outlets.write_bench`)."""
+def bench(req: BenchRequest, out: str) -> BenchRun:
+    """Score the heads and the carried prefill tables ``req`` names on the test prompts' trajectory
+    rows, once ``out`` is known to be writable (an ``outlets-bench`` report folder, written by
+    :func:`lenpred.report.outlets.write_bench`)."""
     from lenpred.data.rundir import RunDir
-    from lenpred.outlets.evaluate import run_bench
+    from lenpred.outlets.bench_files import run_bench
 
     check_out(Path(out), kind="outlets-bench")
-    if not heads and not prefill_predictions and not anchors:
+    if not req.heads and not req.prefill_predictions and not req.anchors:
         raise ConfigError("nothing to bench", "pass --heads HEAD... and/or --prefill-predictions FILE...")
-    res = run_bench(traj, run, heads=named(heads), prefill=named(prefill_predictions), anchors=named(anchors), split=split,
-                    reference=reference, n_boot=n_boot, seed=seed)
-    config = {"traj": traj, "run": run, "heads": list(heads), "prefill_predictions": list(prefill_predictions),
-              **({"anchors": list(anchors)} if anchors else {}), "reference": reference, "split": split, "n_boot": n_boot, "seed": seed}
-    return BenchRun(res, config, RunDir.open(run).card)
+    res = run_bench(req)
+    return BenchRun(res, req.config(), RunDir.open(req.run).card)
 
 
 # ---------------------------------------------------------------- schedule
-def schedule(run: str, prefill_predictions: str, out: str, *, config: str | os.PathLike[str] = "experiments/outlets/schedule.json",
-             outlets_head: str | None = None, traj: str | None = None, outlets_predictions: str | None = None,
-             split: str | None = None, n_requests: int | None = None, loads: tuple[float, ...] | None = None,
-             progress: Callable[[str], None] | None = None) -> Any:
-    """The value-for-scheduling experiment into ``out``: the OUTLETS table is ``outlets_predictions``,
-    or made here from ``outlets_head`` on ``traj``'s test rows (``out/outlets_predictions.parquet``).
-    Returns the sweep (:func:`lenpred.report.outlets.write_schedule` adds ``schedule.md`` and the plots)."""
+def schedule(req: ScheduleRequest, progress: Callable[[str], None] | None = None) -> Any:
+    """The value-for-scheduling experiment into ``req.out``: the OUTLETS table is
+    ``req.outlets_predictions``, or made here from ``req.outlets_head`` on ``req.traj``'s test rows
+    (``out/outlets_predictions.parquet``). Returns the sweep (:func:`lenpred.report.outlets.write_schedule`
+    adds ``schedule.md`` and the plots)."""
+    from dataclasses import replace
+
     from lenpred.outlets.schedule import run_schedule
 
-    out_p = Path(out)
-    inputs = {"--run": run, "--prefill-predictions": prefill_predictions, "--config": str(config),
-              "--outlets-head": outlets_head, "--traj": traj, "--outlets-predictions": outlets_predictions}
+    out_p = Path(req.out)
+    inputs = {"--run": req.run, "--prefill-predictions": req.prefill_predictions, "--config": str(req.config),
+              "--outlets-head": req.outlets_head, "--traj": req.traj, "--outlets-predictions": req.outlets_predictions}
     # run_schedule's folder is not an artifact (no meta.json): one it wrote is replaced like a rerun
     check_out(out_p, kind="outlets-schedule",
               rerun=Rerun(folder=lambda d: (d / "schedule.json").is_file() or (d / "results.json").is_file()),
               inputs={k: v for k, v in inputs.items() if v is not None})
-    table = outlets_predictions
+    table = req.outlets_predictions
     if table is None:
-        if outlets_head is None or traj is None:
+        if req.outlets_head is None or req.traj is None:
             raise ConfigError("pass --outlets-head HEAD with --traj TRAJ, or --outlets-predictions FILE")
-        preds = predict_table(outlets_head, traj, run, roles=("test",), split=split)
+        preds = predict_table(req.outlets_head, req.traj, req.run, roles=("test",), split=req.split)
         out_p.mkdir(parents=True, exist_ok=True)
         table = str(preds.write(out_p / "outlets_predictions.parquet"))
-    return run_schedule(config, run, table, prefill_predictions, out_p, n_requests=n_requests, loads=loads,
-                        progress=progress)
+    return run_schedule(replace(req, outlets_predictions=table), progress=progress)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ import pandas as pd
 
 from lenpred.errors import ConfigError, DataError
 
-__all__ = ["outlets_predictions", "sample_workload", "fill_placeholders", "run_schedule", "schedule_table"]
+__all__ = ["ScheduleRequest", "outlets_predictions", "sample_workload", "fill_placeholders", "run_schedule", "schedule_table"]
 
 PLACEHOLDERS = ("{run}", "{prefill}", "{outlets}")
 
@@ -139,16 +140,38 @@ def schedule_table(res: Any) -> list[dict[str, Any]]:
     return out
 
 
-def run_schedule(config: str | os.PathLike[str] | Mapping[str, Any], run: str | os.PathLike[str],
-                 outlets_table: str | os.PathLike[str], prefill_table: str | os.PathLike[str],
-                 out: str | os.PathLike[str], *, keys: pd.DataFrame | None = None, n_requests: int | None = None,
-                 loads: tuple[float, ...] | None = None, progress: Callable[[str], None] | None = None) -> Any:
+@dataclass(frozen=True)
+class ScheduleRequest:
+    """What ``lenpred outlets schedule`` runs, built once from its flags: the simulator ``config`` (a
+    JSON file with placeholders, or its dict), the run, the prefill table, the result folder, where the
+    OUTLETS table comes from (``outlets_predictions``, or ``outlets_head`` on ``traj``), the split, and
+    the smoke-run overrides of ``workload.n_requests`` and ``sweep.loads``."""
+
+    run: str | os.PathLike[str]
+    prefill_predictions: str | os.PathLike[str]
+    out: str | os.PathLike[str]
+    config: str | os.PathLike[str] | Mapping[str, Any] = "experiments/outlets/schedule.json"
+    outlets_head: str | None = None
+    traj: str | None = None
+    outlets_predictions: str | os.PathLike[str] | None = None
+    split: str | None = None
+    n_requests: int | None = None
+    loads: tuple[float, ...] | None = None
+
+
+def run_schedule(req: ScheduleRequest, *, keys: pd.DataFrame | None = None,
+                 progress: Callable[[str], None] | None = None) -> Any:
     """Fill the config's placeholders, build the test-sample workload (``keys``: default the samples
-    of the OUTLETS table), run every arm at every load, write results.json, config.json, schedule.json."""
+    of the OUTLETS table ``req.outlets_predictions``), run every arm at every load, write results.json,
+    config.json, schedule.json."""
     from lenpred.predictions import read_predictions
     from lenpred.sim.config import SimConfig
     from lenpred.sim.sweep import run_sweep
 
+    config, run, n_requests, loads = req.config, req.run, req.n_requests, req.loads
+    outlets_table, prefill_table = req.outlets_predictions, req.prefill_predictions
+    if outlets_table is None:
+        raise ConfigError("run_schedule needs the OUTLETS predictions table", "pass outlets_predictions=FILE")
     if isinstance(config, str | os.PathLike):
         p = Path(config)
         if not p.is_file():
@@ -174,7 +197,7 @@ def run_schedule(config: str | os.PathLike[str] | Mapping[str, Any], run: str | 
         keys = outlets.frame[outlets.frame["sample_idx"] >= 0][["prompt_id", "sample_idx"]]
     wl = sample_workload(cfg.workload, run, keys, cfg.seed)
     res = run_sweep(cfg, progress=progress, workload=wl)
-    dest = Path(out)
+    dest = Path(req.out)
     res.write(dest)
     (dest / "schedule.json").write_text(json.dumps(schedule_table(res), indent=2) + "\n")
     return res

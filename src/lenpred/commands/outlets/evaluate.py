@@ -25,11 +25,14 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_bench(a: argparse.Namespace) -> int:
+    from lenpred.outlets.bench_files import BenchRequest
+    from lenpred.outlets.evaluate import Bootstrap
     from lenpred.outlets.pipeline import bench
     from lenpred.report.outlets import write_bench
 
-    done = bench(a.traj, a.run, a.out, heads=a.heads, prefill_predictions=a.prefill_predictions, anchors=a.anchors,
-                 reference=a.reference, split=a.split, n_boot=a.n_boot, seed=a.seed)
+    req = BenchRequest(a.traj, a.run, heads=a.heads, prefill_predictions=a.prefill_predictions, anchors=a.anchors,
+                       reference=a.reference, split=a.split, boot=Bootstrap(n_boot=a.n_boot, seed=a.seed))
+    done = bench(req, a.out)
     art, md = write_bench(done, a.out, plots=not a.no_plots)
     print(md)
     print(f"report: {art.path}/outlets_bench.md")
@@ -54,15 +57,17 @@ def run_schedule(a: argparse.Namespace) -> int:
     from lenpred.checks import parse_loads
     from lenpred.errors import ConfigError
     from lenpred.outlets.pipeline import schedule
+    from lenpred.outlets.schedule import ScheduleRequest
     from lenpred.report.outlets import write_schedule
 
     loads, marked = parse_loads(a.loads) if a.loads else (None, False)
     if marked:
         raise ConfigError(f"outlets schedule --loads {a.loads!r}: loads are in the config's sweep.load_unit",
                           "give plain numbers (set sweep.load_unit to capacity in --config for multiples of capacity)")
-    res = schedule(a.run, a.prefill_predictions, a.out, config=a.config, outlets_head=a.outlets_head, traj=a.traj,
-                   outlets_predictions=a.outlets_predictions, split=a.split, n_requests=a.requests, loads=loads,
-                   progress=lambda m: print(m, file=sys.stderr, flush=True))
+    req = ScheduleRequest(a.run, a.prefill_predictions, a.out, config=a.config, outlets_head=a.outlets_head,
+                          traj=a.traj, outlets_predictions=a.outlets_predictions, split=a.split,
+                          n_requests=a.requests, loads=loads)
+    res = schedule(req, progress=lambda m: print(m, file=sys.stderr, flush=True))
     print(write_schedule(res, a.out))
     print(f"results: {a.out}/results.json ({res.wall_s:.1f} s)")
     return 0

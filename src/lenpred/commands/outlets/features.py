@@ -42,10 +42,11 @@ def add_features_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_features(a: argparse.Namespace) -> int:
     from lenpred.config import from_arguments
+    from lenpred.outlets.extract import TrajectoryRequest
     from lenpred.outlets.features import TrajectoryConfig
     from lenpred.outlets.pipeline import features
 
-    cfg = None
+    cfg = TrajectoryConfig()
     if a.merge is None and a.run is not None and a.draft is not None:
         cfg = from_arguments(TrajectoryConfig, a, where="outlets features")
         if a.threads > 0:
@@ -53,8 +54,8 @@ def run_features(a: argparse.Namespace) -> int:
 
             torch.set_num_threads(a.threads)
     say = _say("features")
-    say(features(a.out, run=a.run, draft=a.draft, merge=a.merge, cfg=cfg, roles=a.roles, shard=a.shard,
-                 model=a.model, cache=a.cache, max_prompts=a.max_prompts,
-                 max_samples_per_prompt=a.max_samples_per_prompt, device=a.device, progress=not a.no_progress,
-                 log=say))
+    req = TrajectoryRequest(a.run, a.draft, a.out, cfg, roles=a.roles, shard=a.shard, model=a.model, cache=a.cache,
+                            max_prompts=a.max_prompts, max_samples_per_prompt=a.max_samples_per_prompt,
+                            device=a.device, progress=not a.no_progress)
+    say(features(req, merge=a.merge, log=say))
     return 0
