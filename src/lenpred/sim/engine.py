@@ -158,9 +158,10 @@ class Simulator:
         d_rng, p_rng = rng.spawn(2)
         cap = self.profile.kv_capacity_tokens
         self.colocated = cluster.mode == "colocated"
-        self.decode_dispatch = make_dispatcher(policy.dispatch, d_rng)
-        self.prefill_dispatch = make_dispatcher(policy.prefill_dispatch or policy.dispatch, p_rng)
-        qpol, ppol = policies_for(policy)  # this run's own pair: calibrate_boosts below changes boosts
+        arm = policy.policy
+        self.decode_dispatch = make_dispatcher(arm.dispatch, d_rng)
+        self.prefill_dispatch = make_dispatcher(arm.prefill_dispatch or arm.dispatch, p_rng)
+        qpol, ppol = policies_for(arm)  # this run's own pair: calibrate_boosts below changes boosts
         for pol in (qpol, ppol):
             if pol.needs_dist:
                 missing = next((r.rid for r in self.requests if r.dist0 is None), None)
@@ -181,7 +182,7 @@ class Simulator:
             for i in range(n_dec)
         ]
         for d in self.decode:
-            d.set_kv_rules(policy.victim, policy.admission)
+            d.set_kv_rules(arm.victim, arm.admission)
         self.prefill = [] if self.colocated else [
             PrefillInstance(i, self.profile, ppol, cap) for i in range(cluster.n_prefill)
         ]
