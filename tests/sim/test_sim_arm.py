@@ -61,7 +61,8 @@ def test_a_run_calibrates_its_own_pair_and_two_runs_agree(toy_profile, make_requ
 def test_the_policy_parameters_are_those_the_queue_policies_take() -> None:
     taken = {k for name in QUEUE_POLICIES.names() for k in QUEUE_POLICIES.get(name).PARAMS}
     assert set(POLICY_PARAMS) == taken
-    keys = list(PolicyConfig.json_schema()["properties"])  # the flat file format
+    keys = list(PolicyConfig.json_schema()["properties"])  # the flat file format, alone or in a SimConfig's
+    assert list(SimConfig.json_schema()["$defs"]["PolicyConfig"]["properties"]) == keys
     assert [k for k in keys if k in POLICY_PARAMS] == list(POLICY_PARAMS)  # key order (the dumped form)
     for name in QUEUE_POLICIES.names():  # each policy's typed model holds exactly the parameters it takes
         own = set(params_model(name).model_fields) - set(PlainParams.model_fields)

@@ -15,7 +15,16 @@ import math
 from functools import cached_property
 from typing import Any
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from lenpred.config import Config
 from lenpred.errors import ConfigError, LenpredError
@@ -87,9 +96,12 @@ class PredictionConfig(Config):
         return self
 
 
+# An arm as a file and the flags write it: flat keys, read by PolicyConfig into its typed parts. It checks
+# what needs no policy built (the name, the KV rules, the aging's sign) and is PolicyConfig's JSON schema.
 class _PolicyFile(Config):
-    """An arm as a file and the flags write it: flat keys (:class:`PolicyConfig` reads them into its typed
-    parts). Checks what needs no policy built: the name, the KV rules, the aging's sign."""
+    """One arm of an experiment: queue order + dispatch (+ its own predictions if given)."""
+
+    model_config = ConfigDict(title="PolicyConfig")
 
     name: str = Field("fcfs-rr", description="arm name (unique)")
     queue: str = Field("fcfs", description="queue order at decode (and colocated) instances")
@@ -190,9 +202,9 @@ class PolicyConfig(Config):
         return {k: values.get(k) for k in _PolicyFile.model_fields}
 
     @classmethod
-    def json_schema(cls) -> dict[str, Any]:
-        """The file format's schema (flat keys)."""
-        return _PolicyFile.json_schema()
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        """The schema of the file format (flat keys), alone or inside a :class:`SimConfig`'s."""
+        return handler(_PolicyFile.__pydantic_core_schema__)
 
     @property
     def needs_dist(self) -> bool:
