@@ -112,3 +112,7 @@ def test_a_typed_arm_is_checked_by_its_policy_too() -> None:
         ArmPolicy(queue={"name": "las", "aging": 3.0})
     with pytest.raises(ConfigError, match="unknown victim"):
         ArmPolicy(victim="newest")
+    with pytest.raises(ConfigError, match="policy 'las' takes no parameter 'beta' -- fix: its parameters: quantum"):
+        ArmPolicy(queue={"name": "las", "beta": 1.0})  # said as the policy says it, not as a union's tag error
+    with pytest.raises(ConfigError, match="unknown queue policy 'lifo'"):
+        ArmPolicy(queue={"name": "lifo"})

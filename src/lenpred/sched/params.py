@@ -10,17 +10,18 @@ refuse the same values with the same line.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from lenpred.config import Config
+from lenpred.errors import ConfigError
 from lenpred.sched import boost as _boost  # noqa: F401 - registers the boost policies
 from lenpred.sched.queue import QUEUE_POLICIES, QueuePolicy, make_queue_policy
 
 __all__ = [
     "Boost2Params", "BoostParams", "HRRNParams", "LASParams", "MLFQParams", "PlainParams", "QueueParams",
-    "RiskParams", "TrailParams", "build_flat_pair", "build_pair", "params_model",
+    "RiskParams", "TrailParams", "build_flat_pair", "build_pair", "check_keys", "params_model",
 ]
 
 
@@ -98,6 +99,19 @@ def params_model(name: str) -> type[_Params]:
     """The parameter model of the queue policy ``name`` (an unknown name: the registry's one line)."""
     QUEUE_POLICIES.get(name)
     return next(m for m in _MODELS if name in m.model_fields["name"].annotation.__args__)  # type: ignore[union-attr]
+
+
+def check_keys(data: dict[str, Any]) -> None:
+    """One line, in the policy's own words, for a policy name or a parameter it does not take (before
+    pydantic's discriminated union would say it less plainly)."""
+    name = data.get("name")
+    if not isinstance(name, str):
+        return  # pydantic names the missing or mistyped tag
+    model = params_model(name)
+    for k in data:
+        if k not in model.model_fields:
+            took = ", ".join(sorted(QUEUE_POLICIES.get(name).PARAMS)) or "none"
+            raise ConfigError(f"policy {name!r} takes no parameter {k!r}", f"its parameters: {took}")
 
 
 def build_pair(queue: _Params, prefill_queue: str | None = None) -> tuple[QueuePolicy, QueuePolicy]:

@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     GetJsonSchemaHandler,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -28,7 +29,14 @@ from pydantic_core import CoreSchema
 
 from lenpred.config import Config
 from lenpred.errors import ConfigError, LenpredError
-from lenpred.sched.params import PlainParams, QueueParams, build_flat_pair, build_pair, params_model
+from lenpred.sched.params import (
+    PlainParams,
+    QueueParams,
+    build_flat_pair,
+    build_pair,
+    check_keys,
+    params_model,
+)
 from lenpred.sched.queue import QueuePolicy
 from lenpred.sched.recommended import RECOMMENDED
 
@@ -145,6 +153,7 @@ class _PolicyFile(Config):
             raise ConfigError(f"policy {self.name!r}: aging must be >= 0")
         return self
 
+
 class ArmPolicy(Config):
     """What an arm runs: the queue policy with its parameters (decode and colocated instances; the
     prefill queue runs ``prefill_queue``, default the same policy), the dispatchers, the KV rules."""
@@ -155,6 +164,13 @@ class ArmPolicy(Config):
     prefill_dispatch: str | None = None
     victim: str = "policy"
     admission: str = "fits-now"
+
+    @field_validator("queue", mode="before")
+    @classmethod
+    def _known(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            check_keys(v)
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> ArmPolicy:
