@@ -10,7 +10,7 @@ refuse the same values with the same line.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field
 
@@ -98,7 +98,10 @@ QueueParams = Annotated[
 def params_model(name: str) -> type[_Params]:
     """The parameter model of the queue policy ``name`` (an unknown name: the registry's one line)."""
     QUEUE_POLICIES.get(name)
-    return next(m for m in _MODELS if name in m.model_fields["name"].annotation.__args__)  # type: ignore[union-attr]
+    model = next((m for m in _MODELS if name in get_args(m.model_fields["name"].annotation)), None)
+    if model is None:  # a policy registered without a parameter model
+        raise ConfigError(f"queue policy {name!r} has no parameter model", "add one to lenpred.sched.params")
+    return model
 
 
 def check_keys(data: dict[str, Any]) -> None:
