@@ -125,7 +125,7 @@ def cell_row(res: Any, thr: float) -> dict[str, Any]:
 def setup(a: argparse.Namespace, say: Any, share: float) -> tuple[Any, dict[str, str], dict[str, Any]]:
     """The source, its predictions tables, and the budget and capacity (measured once per budget share, in
     WORK/setup-<share>.json)."""
-    from lenpred.sim.sweep import measure_capacity
+    from lenpred.sim.sweep import RunSetup, measure_capacity
 
     src = sources(argparse.Namespace(alpaca_roles=None))["sharegpt"]
     work = Path(a.work)
@@ -138,7 +138,7 @@ def setup(a: argparse.Namespace, say: Any, share: float) -> tuple[Any, dict[str,
     wl = build(src, cfg, tables)
     budget = kv_budget(wl, cfg.cluster.max_batch, share)
     cfg = cfg.nested("cluster", kv_capacity_tokens=budget)
-    cap = measure_capacity(cfg, wl, BASE.config(tables))
+    cap = measure_capacity(RunSetup.of(cfg), wl, BASE.config(tables))
     st = {"kv_capacity_tokens": budget, "capacity_rps": cap, "mean_prompt": float(wl.prompt.mean()),
           "mean_output": float(wl.output.mean()), "budget_share": share,
           "rule": f"{share:g} x max_batch x mean(prompt + output/2)"}
@@ -162,7 +162,7 @@ def run_grid(a: argparse.Namespace, say: Any) -> bool:
 
 def run_budget(a: argparse.Namespace, share: float, have: set[tuple[Any, ...]], say: Any, t_end: float) -> bool:
     """The missing cells of one budget share, seed by seed."""
-    from lenpred.sim.sweep import PredictionCache, run_one
+    from lenpred.sim.sweep import PredictionCache, RunSetup, run_one
 
     jl = Path(a.work) / "cells.jsonl"
     src, tables, st = setup(a, say, share)
@@ -179,7 +179,7 @@ def run_budget(a: argparse.Namespace, share: float, have: set[tuple[Any, ...]], 
                 say("stopped by --max-minutes: run again to continue")
                 return False
             c0 = time.process_time()
-            res = run_one(cfg, wl, x.config(tables), rate, cache=cache)
+            res = run_one(RunSetup.of(cfg), wl, x.config(tables), rate, cache=cache)
             fig = cell_row(res, thr) if ep is None else episode_row(res, thr, res.arrival >= ep.start)
             row = {"arm": x.name, "policy": "fcfs", "predictor": x.predictor, "victim": x.victim, "admission": x.admission,
                    "budget_share": share, "load": load, "seed": seed, "n_requests": a.n_requests, **fig,

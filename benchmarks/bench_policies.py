@@ -259,7 +259,7 @@ def run_study(a: argparse.Namespace, say: Any) -> None:
 def run_block(a: argparse.Namespace, src: Source, seed: int, arrival: str, todo: list[tuple[Arm, float]],
               caps: dict[str, float], jl: Path, say: Any) -> None:
     """The cells of one (workload, seed, arrival): one workload, its tables, then every arm and load."""
-    from lenpred.sim.sweep import PredictionCache, measure_capacity, run_one
+    from lenpred.sim.sweep import PredictionCache, RunSetup, measure_capacity, run_one
 
     w, work = src.name, Path(a.work)
     tables = make_tables(src, work, a.outlets, a.outlets_head, a.traj, say)
@@ -269,18 +269,19 @@ def run_block(a: argparse.Namespace, src: Source, seed: int, arrival: str, todo:
     if w not in caps:
         from lenpred.sim.config import PolicyConfig
 
-        caps[w] = measure_capacity(sim_config(src, a.n_requests, 0, "poisson"), build(src, sim_config(
-            src, a.n_requests, 0, "poisson"), tables), PolicyConfig())
+        probe_cfg = sim_config(src, a.n_requests, 0, "poisson")
+        caps[w] = measure_capacity(RunSetup.of(probe_cfg), build(src, probe_cfg, tables), PolicyConfig())
         (work / "capacity.json").write_text(json.dumps(caps, indent=2) + "\n")
         say(f"{w}: capacity {caps[w]:.1f} requests/s")
     thr = float(np.median(wl.output))
     cache = PredictionCache(wl, seed)
+    run_setup = RunSetup.of(cfg)
     for x, load in todo:
         t0, c0 = time.perf_counter(), time.process_time()
         pol = x.config(prediction(x.predictor, tables, samples))
-        res = run_one(cfg, wl, pol, load * caps[w], cache=cache)
+        res = run_one(run_setup, wl, pol, load * caps[w], cache=cache)
         row = {"policy": x.policy, "predictor": x.predictor, "arrival": arrival, "workload": w, "seed": seed,
-               "load": load, **cell_metrics(res, thr), "dispatch": pol.dispatch, "n_requests": wl.n,
+               "load": load, **cell_metrics(res, thr), "dispatch": pol.policy.dispatch, "n_requests": wl.n,
                "rate_rps": load * caps[w], "short_threshold_tokens": thr, "wall_s": time.perf_counter() - t0,
                "cpu_s": time.process_time() - c0}
         with jl.open("a") as f:

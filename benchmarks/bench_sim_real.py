@@ -127,7 +127,7 @@ def heads_to_tables(heads: Sequence[tuple[str, str]], run: str, features: str | 
 
 
 def _uses_predictions(pol: Any) -> bool:
-    return pol.queue != "fcfs" or pol.dispatch != "round-robin"
+    return pol.policy.queue.name != "fcfs" or pol.policy.dispatch != "round-robin"
 
 
 def kendall_tau(key: np.ndarray, y: np.ndarray) -> float | None:
@@ -179,10 +179,10 @@ def prediction_errors(cfg: Any, workload: Any) -> list[dict[str, Any]]:
             row["mae"] = float(per_prompt_mean(err, pop["prompt_id"].to_numpy()).mean())
             row["rel_mae_samples"] = float(err.mean() / y.mean())  # what the lognormal model's rel_mae means
             key = p
-            if pol.queue == "sjf" and pol.quantile_z:
+            if pol.policy.queue.name == "sjf" and pol.policy.queue.quantile_z:
                 sp = a["spread"].to_numpy(float)
-                key = np.where(np.isfinite(sp), p + pol.quantile_z * sp, p)
-            if pol.queue != "fcfs":
+                key = np.where(np.isfinite(sp), p + pol.policy.queue.quantile_z * sp, p)
+            if pol.policy.queue.name != "fcfs":
                 row.update(order_structure(key, y, short))
         out.append(row)
     return out
@@ -214,8 +214,8 @@ def with_matched_noise(cfg: Any, errors: Sequence[dict[str, Any]]) -> Any:
         pc = cfg.prediction_for(pol)
         if pc.model == "table":
             rel = round(float(e["rel_mae_samples"]), 3)
-            arm = PolicyConfig(name=f"{pol.name.split(' ')[0]} lognormal rel{rel:.3f}", queue=pol.queue,
-                               dispatch=pol.dispatch, prediction=PredictionConfig(model="lognormal", rel_mae=rel))
+            arm = PolicyConfig(name=f"{pol.name.split(' ')[0]} lognormal rel{rel:.3f}", queue=pol.policy.queue.name,
+                               dispatch=pol.policy.dispatch, prediction=PredictionConfig(model="lognormal", rel_mae=rel))
             return cfg.replace(policies=tuple(pols[:i + 1] + [arm] + pols[i + 1:]))
     return cfg
 
@@ -230,11 +230,12 @@ def with_extra_arms(cfg: Any, aging: Sequence[float] = AGING, extra: bool = True
     out = []
     for pol in cfg.policies:
         pc = cfg.prediction_for(pol)
-        plain = pol.queue == QUEUE and pol.aging == 0 and not pol.quantile_z
+        plain = _plain(pol)
         _, _, rest = pol.name.partition(" ")
         table = plain and pc.model == "table"
         if table and extra:
-            out.append(pol.replace(name=f"fcfs+{SHORT_NAMES.get(pol.dispatch, pol.dispatch)} {rest or pol.name}",
+            d = pol.policy.dispatch
+            out.append(pol.replace(name=f"fcfs+{SHORT_NAMES.get(d, d)} {rest or pol.name}",
                                    queue="fcfs", prefill_queue=None, prediction=pc))
         out.append(pol)
         if plain and pc.model in ("table", "lognormal", "oracle"):
@@ -292,7 +293,7 @@ def anatomy_arms(cfg: Any) -> list[Any]:
     picked: dict[str, Any] = {}
     for pol in cfg.policies:
         pc = cfg.prediction_for(pol)
-        plain = pol.queue == QUEUE and pol.aging == 0 and not pol.quantile_z
+        plain = _plain(pol)
         kind = "base" if pol.name == base else (pc.model if plain and pc.model in ("table", "lognormal", "oracle")
                                                  else None)
         if kind is not None and kind not in picked:
@@ -311,12 +312,19 @@ def predictor_label(cfg: Any, pol: Any, names: dict[str, str]) -> str:
     return {"oracle": "true lengths"}.get(pc.model, pc.model)
 
 
+def _plain(pol: Any) -> bool:
+    """A plain SJF arm: no aging, no quantile."""
+    q = pol.policy.queue
+    return bool(q.name == QUEUE and q.aging == 0 and not q.quantile_z)
+
+
 def key_label(pol: Any) -> str:
-    if pol.queue == "fcfs":
+    q = pol.policy.queue
+    if q.name == "fcfs":
         return "arrival"
-    if pol.queue == "sjf" and pol.quantile_z:
-        return "q10 = pred - 1.28 spread" if abs(pol.quantile_z - Q10_Z) < 1e-9 else f"pred {pol.quantile_z:+g} spread"
-    return "pred" if pol.queue == "sjf" else pol.queue
+    if q.name == "sjf" and q.quantile_z:
+        return "q10 = pred - 1.28 spread" if abs(q.quantile_z - Q10_Z) < 1e-9 else f"pred {q.quantile_z:+g} spread"
+    return "pred" if q.name == "sjf" else q.name
 
 
 def arm_rows(res: Any, names: dict[str, str] | None = None) -> list[dict[str, Any]]:
@@ -330,8 +338,8 @@ def arm_rows(res: Any, names: dict[str, str] | None = None) -> list[dict[str, An
             n = pol.name
             rows.append({
                 "load": rs["load"], "arm": n,
-                "policy": f"{pol.queue}+{SHORT_NAMES.get(pol.dispatch, pol.dispatch)}",
-                "predictor": predictor_label(res.config, pol, names), "aging": pol.aging, "key": key_label(pol),
+                "policy": f"{pol.policy.queue.name}+{SHORT_NAMES.get(pol.policy.dispatch, pol.policy.dispatch)}",
+                "predictor": predictor_label(res.config, pol, names), "aging": pol.policy.queue.aging, "key": key_label(pol),
                 "short_p99_s": rs[n], "short_change": rs.get(f"{n} change", 0.0 if n == res.baseline else None),
                 "all_p99_s": ra[n], "all_change": ra.get(f"{n} change", 0.0 if n == res.baseline else None),
             })
@@ -345,7 +353,7 @@ def run_experiment(cfg: Any, say: Any = print, matched_noise: bool = True, aging
     add :func:`with_matched_noise`'s arm; ``aging`` / ``extra``: :func:`with_extra_arms`; ``anatomy``:
     dissect the short tails at the highest load, :func:`tail_anatomy`)."""
     from lenpred.bench import Bootstrap, evaluate
-    from lenpred.sim.sweep import PredictionCache, run_one, run_sweep
+    from lenpred.sim.sweep import PredictionCache, RunSetup, run_one, run_sweep
     from lenpred.sim.workload import build_workload
 
     lc = cfg.workload.lengths
@@ -371,7 +379,7 @@ def run_experiment(cfg: Any, say: Any = print, matched_noise: bool = True, aging
         cache = PredictionCache(wl, cfg.seed)
         pids = wl.keys["prompt_id"].to_numpy()
         for pol in anatomy_arms(cfg):
-            sim = run_one(cfg, wl, pol, rate, cache=cache)
+            sim = run_one(RunSetup.of(cfg), wl, pol, rate, cache=cache)
             tails.append({"arm": pol.name, "load": load,
                           **tail_anatomy(sim, pids, res.short_threshold, ranked=_uses_predictions(pol))})
     summary = {

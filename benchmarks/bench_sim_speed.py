@@ -19,7 +19,7 @@ import time
 from lenpred.sim.config import ClusterConfig, LengthConfig, PolicyConfig, SimConfig, WorkloadConfig
 from lenpred.sim.engine import Simulator
 from lenpred.sim.metrics import summarize
-from lenpred.sim.sweep import measure_capacity
+from lenpred.sim.sweep import RunSetup, measure_capacity
 from lenpred.sim.workload import build_workload
 
 
@@ -43,7 +43,7 @@ def main() -> None:
     t0 = time.perf_counter()
     wl = build_workload(cfg.workload, seed=0)
     t_build = time.perf_counter() - t0
-    cap = measure_capacity(cfg, wl, PolicyConfig())
+    cap = measure_capacity(RunSetup.of(cfg), wl, PolicyConfig())
     preds = wl.predictions(cfg.prediction, seed=0)
     rate = args.load * cap
     print(f"python {platform.python_version()} on {platform.machine()}; {args.n} requests, "

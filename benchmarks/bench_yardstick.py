@@ -156,7 +156,7 @@ class CellRunner:
     def simulate(self, cfg: Any, rate: float, names: Sequence[str] | None = None) -> tuple[dict[str, Any], float]:
         """The arms (default: every one) on ``cfg``'s workload at ``rate`` req/s -> {arm: SimResult},
         the short threshold (the workload's median output)."""
-        from lenpred.sim.sweep import PredictionCache, run_one
+        from lenpred.sim.sweep import PredictionCache, RunSetup, run_one
 
         wl = build(self.src, cfg, self.tables)
         todo = {k: self.arms[k] for k in (names or self.arms)}
@@ -165,9 +165,10 @@ class CellRunner:
             dest = Path(self.a.work) / "tables" / "sharegpt" / f"samples-s{cfg.seed}-n{wl.n}.parquet"
             samples = samples_table(wl, dest)
         cache = PredictionCache(wl, cfg.seed)
+        setup = RunSetup.of(cfg)
         out = {}
         for name, x in todo.items():
-            out[name] = run_one(cfg, wl, x.config(prediction(x.predictor, self.tables, samples)), rate, cache=cache)
+            out[name] = run_one(setup, wl, x.config(prediction(x.predictor, self.tables, samples)), rate, cache=cache)
             self.n_simulated += out[name].n
         return out, float(np.median(wl.output))
 
@@ -260,7 +261,7 @@ def estimate(a: Any, cell: Any, caps: dict[str, float]) -> tuple[int, int, int]:
 def capacity(a: argparse.Namespace, cluster: str, batch: int, tables: dict[str, str], say: Any) -> float:
     """Saturation throughput of (cluster, batch) on seed 0's workload (WORK/capacity.json caches it)."""
     from lenpred.sim.config import PolicyConfig
-    from lenpred.sim.sweep import measure_capacity
+    from lenpred.sim.sweep import RunSetup, measure_capacity
 
     path = Path(a.work) / "capacity.json"
     caps = json.loads(path.read_text()) if path.is_file() else {}
@@ -268,7 +269,7 @@ def capacity(a: argparse.Namespace, cluster: str, batch: int, tables: dict[str, 
     if key not in caps:
         r = CellRunner(a, Cell("steady", cluster, batch, "1", "poisson", 0), 1.0, tables)
         cfg = r.config(4000)
-        caps[key] = measure_capacity(cfg, build(r.src, cfg, tables), PolicyConfig())
+        caps[key] = measure_capacity(RunSetup.of(cfg), build(r.src, cfg, tables), PolicyConfig())
         path.write_text(json.dumps(caps, indent=2) + "\n")
         say(f"{key}: capacity {caps[key]:.2f} requests/s")
     return float(caps[key])

@@ -38,7 +38,9 @@ LAZY_BY_NAME = {
 # by name)
 PACKAGE_EDGES_TO_REMOVE: set[tuple[str, str]] = set()
 # what the scheduling package may import: the simulator and the router import it, never the reverse
-SCHED_MAY_IMPORT = {"lenpred.errors", "lenpred.registry"}
+# (lenpred.config: the config base its policies' typed parameters use, lenpred.sched.params; it imports only
+# lenpred.errors)
+SCHED_MAY_IMPORT = {"lenpred.config", "lenpred.errors", "lenpred.registry"}
 
 
 def _module_name(path: Path, root: Path) -> str:

@@ -20,7 +20,7 @@ def test_arms_differ_only_in_the_rules() -> None:
     tables = {"outlets": "o.parquet", "mlp": "m.parquet"}
     for a in bk.ARMS:
         cfg = a.config(tables)  # every arm is a valid PolicyConfig: FCFS, round robin
-        assert (cfg.queue, cfg.dispatch, cfg.victim, cfg.admission) == ("fcfs", "round-robin", a.victim, a.admission)
+        assert (cfg.policy.queue.name, cfg.policy.dispatch, cfg.policy.victim, cfg.policy.admission) == ("fcfs", "round-robin", a.victim, a.admission)
     assert bk.OUTLETS_ARMS == ["victim outlets", "admit outlets", "both outlets", "horizon outlets",
                                "victim+horizon outlets"]
 

@@ -15,6 +15,7 @@ from lenpred.sim.engine import Simulator, simulate
 from lenpred.sim.instances import DecodeInstance
 from lenpred.sim.kvstats import preemption_stats
 from lenpred.sim.metrics import summarize
+from lenpred.sim.preemption import DecodeSetup
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import NEED_RECOMPUTE, Request
 
@@ -22,10 +23,8 @@ MakeRequests = Callable[..., list[Request]]
 
 
 def _instance(profile: LatencyProfile, victim: str, cap: int = 1000) -> DecodeInstance:
-    d = DecodeInstance(0, profile, make_queue_policy("fcfs"), cap, colocated=True, swap=False, watermark=0.0,
-                       link_bw=1e9, link_latency=0.0, swap_bw=1e9)
-    d.set_kv_rules(victim, "fits-now")
-    return d
+    setup = DecodeSetup(colocated=True, link_bw=1e9, swap_bw=1e9, victim=victim)
+    return DecodeInstance(0, profile, make_queue_policy("fcfs"), cap, setup)
 
 
 def _running(d: DecodeInstance) -> list[Request]:

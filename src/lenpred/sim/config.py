@@ -7,19 +7,18 @@ list the valid ones)::
      "cluster":    {mode, n_prefill, n_decode, n_instances, profile, kv_capacity_tokens, ...},
      "workload":   {"n_requests": ..., "arrival": {process, rate, cv}, "lengths": {source, ...}},
      "prediction": {model, rel_mae, mae, repredict_every, path},     # default for every arm
-     "policies":   [{name, queue, dispatch, prefill_queue, prefill_dispatch, aging, prediction}],
+     "policies":   [{name, queue, dispatch, prefill_queue, prefill_dispatch, aging, ..., prediction}],
      "sweep":      {loads, load_unit, baseline, probe_requests},
      "metrics":    {short_threshold, slo_ttft_s, slo_tpot_s}}
 
-Every section is a :class:`lenpred.config.Config` (pydantic v2: frozen, unknown keys refused,
-one-line errors naming the field, ``json_schema()``). Validation only: nothing here reads files or
-looks inside registries beyond their names.
+An arm (a ``policies`` entry, and the ``prediction`` sections) is :mod:`lenpred.sim.arm`'s. Every section is
+a :class:`lenpred.config.Config` (pydantic v2: frozen, unknown keys refused, one-line errors naming the field,
+``json_schema()``). Validation only: nothing here reads files or looks inside registries beyond their names.
 """
 
 from __future__ import annotations
 
 import math
-from functools import cached_property
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
@@ -27,8 +26,18 @@ from pydantic import Field, field_validator, model_validator
 from lenpred.checks import check_limit
 from lenpred.config import Config
 from lenpred.errors import ConfigError
-from lenpred.sched.queue import QUEUE_POLICIES, QueuePolicy, make_queue_policy
-from lenpred.sched.recommended import RECOMMENDED
+from lenpred.sim.arm import (
+    ADMISSIONS,
+    POLICY_PARAMS,
+    TABLE_MODELS,
+    VICTIMS,
+    ArmPolicy,
+    PolicyConfig,
+    PredictionConfig,
+    policies_for,
+    prediction_models,
+    recommended_policy,
+)
 
 MODES = ("disaggregated", "colocated")
 PREEMPTION = ("recompute", "swap")
@@ -41,22 +50,6 @@ MAX_CAPACITY_LOAD = 4.0
 LENGTH_SOURCES = ("synthetic", "sharegpt", "rundir", "trace")
 SPLIT_ROLES = ("train", "val", "test")  # lenpred.data.split.ROLES (not imported: config reads no data)
 LOAD_UNITS = ("req/s", "capacity")
-# KV preemption victim and decode admission rules (lenpred.sim.preemption)
-VICTIMS = ("policy", "latest", "predicted-remaining", "true-remaining")
-ADMISSIONS = ("fits-now", "predicted-peak", "true-peak", "predicted-horizon", "true-horizon")
-# the per-policy parameters of an arm, in PolicyConfig's field order: together the keys of every queue
-# policy's PARAMS (lenpred.sched.queue / boost; tests/sim/test_sim_arm.py holds them equal)
-POLICY_PARAMS = ("quantum", "join_ratio", "beta", "alpha", "preempt_fraction", "tokens_per_s", "gamma",
-                 "s_per_token", "boost_s", "short_threshold")
-# prediction models that are not synthetic predictors: a predictions table, a trace's own column
-TABLE_MODELS = ("table", "input")
-
-
-def prediction_models() -> list[str]:
-    """Every valid ``prediction.model``: the synthetic predictors plus ``table`` and ``input``."""
-    from lenpred.sim.noise import SYNTHETIC
-
-    return sorted([*SYNTHETIC.names(), *TABLE_MODELS])
 
 
 def _positive(where: str, **values: float | None) -> None:
@@ -101,134 +94,6 @@ class ClusterConfig(Config):
         if not (math.isfinite(self.link_latency_s) and self.link_latency_s >= 0):
             raise ConfigError(f"{w}.link_latency_s must be >= 0, got {self.link_latency_s}")
         return self
-
-
-class PredictionConfig(Config):
-    """Where a policy arm's predicted lengths come from.
-
-    A synthetic predictor (:mod:`lenpred.sim.noise`: oracle, lognormal, additive,
-    constant, prompt-median), a predictions table (``table`` with ``path``: a Parquet file written
-    by ``lenpred predict`` or :meth:`lenpred.predictions.Predictions.write`), or ``input`` (a
-    request table's own ``predicted_tokens`` column). Every one becomes a predictions table joined
-    to the workload by ``(prompt_id, sample_idx)``; a request without a prediction is an error.
-    """
-
-    model: str = Field("lognormal", description="synthetic predictor, 'table' (with path) or 'input'")
-    rel_mae: float | None = Field(0.30, description="lognormal/additive: MAE / mean true length")
-    mae: float | None = Field(None, description="additive: absolute MAE in tokens (wins over rel_mae)")
-    repredict_every: int | None = Field(None, description="re-predict the remaining length every k tokens")
-    path: str | None = Field(None, description="model 'table': the predictions Parquet file")
-
-    @model_validator(mode="after")
-    def _check(self) -> PredictionConfig:
-        valid = prediction_models()
-        if self.model not in valid:
-            raise ConfigError(f"unknown prediction model {self.model!r}", f"use one of: {', '.join(valid)}")
-        if self.rel_mae is not None and not (math.isfinite(self.rel_mae) and self.rel_mae >= 0):
-            raise ConfigError(f"prediction.rel_mae must be >= 0, got {self.rel_mae}")
-        if self.mae is not None and not (math.isfinite(self.mae) and self.mae >= 0):
-            raise ConfigError(f"prediction.mae must be >= 0, got {self.mae}")
-        if self.model in ("lognormal", "additive") and self.rel_mae is None and self.mae is None:
-            raise ConfigError(f"prediction model {self.model!r} needs rel_mae or mae")
-        if self.model == "lognormal" and self.mae is not None:
-            raise ConfigError("prediction model 'lognormal' takes rel_mae (multiplicative), not mae",
-                              "use model 'additive' for an absolute MAE")
-        if self.repredict_every is not None and self.repredict_every < 1:
-            raise ConfigError(f"prediction.repredict_every must be an integer >= 1, got {self.repredict_every!r}")
-        if self.model == "table" and not self.path:
-            raise ConfigError("prediction model 'table' needs a path",
-                              "set prediction.path to a predictions .parquet file (or pass --predictions FILE)")
-        if self.path is not None and self.model != "table":
-            raise ConfigError(f"prediction.path is only read by model 'table', not {self.model!r}",
-                              "set model to 'table', or drop path")
-        return self
-
-
-class PolicyConfig(Config):
-    """One arm of an experiment: queue order + dispatch (+ its own predictions if given)."""
-
-    name: str = Field("fcfs-rr", description="arm name (unique)")
-    queue: str = Field("fcfs", description="queue order at decode (and colocated) instances")
-    dispatch: str = Field("round-robin", description="dispatch to decode (and colocated) instances")
-    prefill_queue: str | None = Field(None, description="default: same as queue")
-    prefill_dispatch: str | None = Field(None, description="default: same as dispatch")
-    aging: float = Field(0.0, description="tokens per second of waiting (size-based queues)")
-    quantile_z: float = Field(0.0, description="sjf orders by pred + z * spread")
-    preempt: bool | None = Field(None, description="policy-driven preemption at decode (default: the policy's own; "
-                                 "las, mlfq, trail and gittins preempt)")
-    quantum: float | None = Field(None, description="las: tokens per quantum (32); mlfq: the top level's quantum (8)")
-    join_ratio: float | None = Field(None, description="mlfq skip-join: prompt tokens per attained-service token (780)")
-    beta: float | None = Field(None, description="risk: weight of CVaR_alpha (0.3)")
-    alpha: float | None = Field(None, description="risk: CVaR level in (0, 1) (0.9)")
-    preempt_fraction: float | None = Field(None, description="trail: preemptible while generated < this x predicted (0.5)")
-    tokens_per_s: float | None = Field(None, description="hrrn: decode rate that turns tokens into seconds (50)")
-    gamma: float | None = Field(None, description="gboost/uniboost: decay rate, 1/s (default: solved from the "
-                                "measured rate, lenpred.sched.boost.solve_gamma)")
-    s_per_token: float | None = Field(None, description="gboost/uniboost: server seconds per token (default: the "
-                                      "profile's full-batch step / batch)")
-    boost_s: float | None = Field(None, description="boost2: seconds a short-labelled request is boosted (10)")
-    short_threshold: float | None = Field(None, description="boost2: predicted total tokens under which a "
-                                          "request is short (200)")
-    victim: str = Field("policy", description="KV preemption victim: policy (the queue key's largest), latest "
-                        "(the latest arrival, vLLM's), predicted-remaining or true-remaining (the most tokens left)")
-    admission: str = Field("fits-now", description="decode admission: fits-now (the current KV fits, less the "
-                           "watermark), predicted-peak (also the sum of predicted peak KV fits, S3), true-peak, "
-                           "predicted-horizon (also the batch's most future KV, requests leaving at their predicted "
-                           "ends, fits) or true-horizon")
-    prediction: PredictionConfig | None = Field(None, description="default: the config's top-level prediction")
-
-    @model_validator(mode="after")
-    def _check(self) -> PolicyConfig:
-        from lenpred.errors import LenpredError
-
-        if not self.name:
-            raise ConfigError("every policy needs a non-empty name")
-        for key, valid in (("victim", VICTIMS), ("admission", ADMISSIONS)):
-            if getattr(self, key) not in valid:
-                raise ConfigError(f"policy {self.name!r}: unknown {key} {getattr(self, key)!r}",
-                                  f"use one of: {', '.join(valid)}")
-        if not (math.isfinite(self.aging) and self.aging >= 0):
-            raise ConfigError(f"policy {self.name!r}: aging must be >= 0")
-        try:  # a name, a parameter or a range no policy accepts fails here, before any run
-            self.queue_policies  # noqa: B018 - built (and kept) for the check
-        except LenpredError as e:
-            raise ConfigError(f"policy {self.name!r}: {e.problem}", e.fix) from None
-        return self
-
-    @cached_property
-    def queue_policies(self) -> tuple[QueuePolicy, QueuePolicy]:
-        """The arm's decode and prefill queue policies, built once (by the validator) and kept for what
-        a run does not change: names, ``needs_dist``, parameters. Not for running: a boost policy's
-        ``calibrate`` rewrites its gamma, seconds per token and caches per run, so each
-        :class:`~lenpred.sim.engine.Simulator` builds its own pair (:func:`policies_for`)."""
-        return policies_for(self)
-
-    @property
-    def needs_dist(self) -> bool:
-        """Whether the arm's queue policies read a predictive distribution."""
-        return any(p.needs_dist for p in self.queue_policies)
-
-
-def policies_for(cfg: PolicyConfig) -> tuple[QueuePolicy, QueuePolicy]:
-    """A new pair of decode and prefill queue policies of a :class:`PolicyConfig` (the parameters go to
-    the prefill queue only when it runs the same policy): one per run, since a run calibrates its boost
-    policies in place (``cfg.queue_policies`` is the pair kept for questions that do not run them)."""
-    params = policy_params(cfg)
-    dec = make_queue_policy(cfg.queue, cfg.aging, cfg.quantile_z, cfg.preempt, **params)
-    pq = cfg.prefill_queue or cfg.queue
-    pre_aging = cfg.aging if QUEUE_POLICIES.get(pq).takes_aging else 0.0  # an fcfs/las prefill queue does not age
-    pre = make_queue_policy(pq, pre_aging, cfg.quantile_z, **(params if pq == cfg.queue else {}))
-    return dec, pre
-
-
-def policy_params(cfg: PolicyConfig) -> dict[str, float]:
-    """The policy parameters a :class:`PolicyConfig` sets (those not None)."""
-    return {k: v for k in POLICY_PARAMS if (v := getattr(cfg, k)) is not None}
-
-
-def recommended_policy() -> PolicyConfig:
-    """The recommended policy's arm (:data:`lenpred.sched.recommended.RECOMMENDED`)."""
-    return PolicyConfig(**RECOMMENDED)
 
 
 class ArrivalConfig(Config):
@@ -454,7 +319,7 @@ class SimConfig(Config):
 
 
 __all__ = [
-    "ArrivalConfig", "ClusterConfig", "LengthConfig", "MetricsConfig", "PolicyConfig", "PredictionConfig",
-    "SimConfig", "SweepConfig", "WorkloadConfig", "parse_loads", "policies_for", "policy_params", "prediction_models",
-    "recommended_policy",
+    "ADMISSIONS", "POLICY_PARAMS", "TABLE_MODELS", "VICTIMS", "ArmPolicy", "ArrivalConfig", "ClusterConfig",
+    "LengthConfig", "MetricsConfig", "PolicyConfig", "PredictionConfig", "SimConfig", "SweepConfig", "WorkloadConfig",
+    "parse_loads", "policies_for", "prediction_models", "recommended_policy",
 ]

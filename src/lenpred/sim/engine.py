@@ -41,6 +41,7 @@ from lenpred.sim.events import (
     Event,
 )
 from lenpred.sim.instances import DecodeInstance, PrefillInstance
+from lenpred.sim.preemption import DecodeSetup
 from lenpred.sim.profiles import LatencyProfile, get_profile
 from lenpred.sim.request import NEED_PREFILL, NEED_TRANSFER, Request
 
@@ -158,9 +159,10 @@ class Simulator:
         d_rng, p_rng = rng.spawn(2)
         cap = self.profile.kv_capacity_tokens
         self.colocated = cluster.mode == "colocated"
-        self.decode_dispatch = make_dispatcher(policy.dispatch, d_rng)
-        self.prefill_dispatch = make_dispatcher(policy.prefill_dispatch or policy.dispatch, p_rng)
-        qpol, ppol = policies_for(policy)  # this run's own pair: calibrate_boosts below changes boosts
+        arm = policy.policy
+        self.decode_dispatch = make_dispatcher(arm.dispatch, d_rng)
+        self.prefill_dispatch = make_dispatcher(arm.prefill_dispatch or arm.dispatch, p_rng)
+        qpol, ppol = policies_for(arm)  # this run's own pair: calibrate_boosts below changes boosts
         for pol in (qpol, ppol):
             if pol.needs_dist:
                 missing = next((r.rid for r in self.requests if r.dist0 is None), None)
@@ -171,17 +173,10 @@ class Simulator:
                         "predict with a head that writes quantiles (lenpred predict), or pick a point policy")
         n_dec = cluster.n_instances if self.colocated else cluster.n_decode
         calibrate_boosts((qpol, ppol), self.requests, self.profile, n_dec)
-        self.decode = [
-            DecodeInstance(
-                i, self.profile, qpol, cap, colocated=self.colocated,
-                swap=cluster.preemption == "swap", watermark=cluster.watermark,
-                link_bw=cluster.link_gbps * 1e9, link_latency=cluster.link_latency_s,
-                swap_bw=cluster.swap_gbps * 1e9, check=check_invariants,
-            )
-            for i in range(n_dec)
-        ]
-        for d in self.decode:
-            d.set_kv_rules(policy.victim, policy.admission)
+        setup = DecodeSetup(colocated=self.colocated, swap=cluster.preemption == "swap", watermark=cluster.watermark,
+                            link_bw=cluster.link_gbps * 1e9, link_latency=cluster.link_latency_s,
+                            swap_bw=cluster.swap_gbps * 1e9, victim=arm.victim, admission=arm.admission)
+        self.decode = [DecodeInstance(i, self.profile, qpol, cap, setup, check=check_invariants) for i in range(n_dec)]
         self.prefill = [] if self.colocated else [
             PrefillInstance(i, self.profile, ppol, cap) for i in range(cluster.n_prefill)
         ]

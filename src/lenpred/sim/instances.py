@@ -39,7 +39,7 @@ import math
 
 from lenpred.sched.queue import REFRESH_S, QueuePolicy
 from lenpred.sim.events import KICK, PREFILL_DONE, PRIO, STEP_DONE, TRANSFER_DONE, Event, finished, handoff
-from lenpred.sim.preemption import Preemption, kv_need
+from lenpred.sim.preemption import DecodeSetup, Preemption, kv_need
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import (
     NAN,
@@ -170,22 +170,22 @@ class PrefillInstance(_Instance):
 class DecodeInstance(_Instance, Preemption):
     """Continuous batching under a KV budget; in colocated mode it also prefills new requests."""
 
-    def __init__(self, index: int, profile: LatencyProfile, policy: QueuePolicy,
-                 kv_capacity: int, *, colocated: bool, swap: bool, watermark: float, link_bw: float,
-                 link_latency: float, swap_bw: float, check: bool = False) -> None:
+    def __init__(self, index: int, profile: LatencyProfile, policy: QueuePolicy, kv_capacity: int,
+                 setup: DecodeSetup, *, check: bool = False) -> None:
         self.index = index
         self.profile = profile
         self.policy = policy
         self.cap = kv_capacity  # KV slots (tokens)
-        self.cap_eff = kv_capacity * (1.0 - watermark)  # admission leaves this much headroom
+        self.cap_eff = kv_capacity * (1.0 - setup.watermark)  # admission leaves this much headroom
         self.max_batch = profile.max_batch
         self.max_prefill_tokens = profile.max_prefill_tokens
-        self.colocated = colocated
-        self.swap = swap
+        self.colocated = setup.colocated
+        self.swap = setup.swap
         self.kvb = profile.kv_bytes_per_token
-        self.link_bw = link_bw  # bytes/s
-        self.link_latency = link_latency  # s
-        self.swap_bw = swap_bw  # bytes/s
+        self.link_bw = setup.link_bw  # bytes/s
+        self.link_latency = setup.link_latency  # s
+        self.swap_bw = setup.swap_bw  # bytes/s
+        self.set_kv_rules(setup.victim, setup.admission)
         self.check = check
         # state
         self.step = 0  # decode steps completed

@@ -3,7 +3,7 @@ request whose key beats a running one's), both costed as the cluster says (recom
 re-prefills prompt + generated tokens later; swap: its KV goes to host memory and back); and the
 rule that admits queued requests into the batch.
 
-The KV victim and the admission rule are the arm's (``PolicyConfig.victim`` / ``admission``):
+The KV victim and the admission rule are the arm's (``ArmPolicy.victim`` / ``admission``):
 
 * victim ``policy``: the running request with the largest queue key (under FCFS the latest arrival);
   ``latest``: the latest arrival (vLLM's default); ``predicted-remaining``: the most predicted tokens
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,24 @@ import numpy as np
 from lenpred.sched.queue import NEVER
 from lenpred.sim.request import NEED_RECOMPUTE, NEED_SWAP_IN, Request
 
-__all__ = ["Preemption", "kv_need"]
+__all__ = ["DecodeSetup", "Preemption", "kv_need"]
+
+
+@dataclass(frozen=True)
+class DecodeSetup:
+    """What a decode instance takes of its cluster and arm: colocated mode (it also prefills), KV
+    preemption by swap (else recompute), the share of KV kept free at admission, the KV links (ingress
+    and swap bandwidth in bytes/s, a transfer's fixed latency in s), and the arm's KV victim and
+    admission rules."""
+
+    colocated: bool = False
+    swap: bool = False
+    watermark: float = 0.0
+    link_bw: float = 25e9
+    link_latency: float = 0.0
+    swap_bw: float = 25e9
+    victim: str = "policy"
+    admission: str = "fits-now"
 
 
 def kv_need(r: Request) -> int:
@@ -62,7 +80,7 @@ class Preemption:
     admission_rule: str = "fits-now"
 
     def set_kv_rules(self, victim: str, admission: str) -> None:
-        """The KV victim and admission rules (values of ``PolicyConfig.victim`` / ``admission``)."""
+        """The KV victim and admission rules (values of ``ArmPolicy.victim`` / ``admission``)."""
         self.victim_rule = victim
         self.admission_rule = admission
 

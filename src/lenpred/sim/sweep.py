@@ -18,7 +18,7 @@ import numpy as np
 
 from lenpred.errors import DataError
 from lenpred.predictions import Predictions
-from lenpred.sim.config import PolicyConfig, PredictionConfig, SimConfig
+from lenpred.sim.config import ClusterConfig, PolicyConfig, PredictionConfig, SimConfig
 from lenpred.sim.engine import SimResult, Simulator
 from lenpred.sim.metrics import latency_arrays, steady_throughput, summarize
 from lenpred.sim.profiles import get_profile
@@ -123,13 +123,29 @@ class PredictionCache:
         return self._tables[prediction]
 
 
-def run_one(cfg: SimConfig, workload: Workload, policy: PolicyConfig, rate: float | None,
+@dataclass(frozen=True)
+class RunSetup:
+    """What a run reads of a config beside its workload and arm: the cluster, the seed, the default
+    prediction of an arm without its own, and the saturation probe's size (:func:`measure_capacity`)."""
+
+    cluster: ClusterConfig
+    seed: int = 0
+    prediction: PredictionConfig = field(default_factory=PredictionConfig)
+    probe_requests: int = 4000
+
+    @classmethod
+    def of(cls, cfg: SimConfig) -> RunSetup:
+        return cls(cfg.cluster, cfg.seed, cfg.prediction, cfg.sweep.probe_requests)
+
+
+def run_one(setup: RunSetup, workload: Workload, policy: PolicyConfig, rate: float | None,
             prediction: PredictionConfig | None = None, cache: PredictionCache | None = None) -> SimResult:
-    """One simulation of ``workload`` at ``rate`` requests/s under ``policy``."""
-    pc = prediction or cfg.prediction_for(policy)
-    preds = cache.get(pc) if cache is not None else workload.predictions(pc, cfg.seed)
+    """One simulation of ``workload`` at ``rate`` requests/s under ``policy`` (predictions: ``prediction``,
+    else the arm's own, else the setup's)."""
+    pc = prediction or policy.prediction or setup.prediction
+    preds = cache.get(pc) if cache is not None else workload.predictions(pc, setup.seed)
     reqs = workload.requests(rate, preds, with_dist=needs_dist(policy))
-    return Simulator(reqs, cfg.cluster, policy, seed=cfg.seed).run()
+    return Simulator(reqs, setup.cluster, policy, seed=setup.seed).run()
 
 
 def needs_dist(policy: PolicyConfig) -> bool:
@@ -147,14 +163,14 @@ def check_dist(policy: PolicyConfig, preds: Predictions) -> None:
                or ("dist_tokens" in f and f["dist_tokens"].map(len).gt(0).any()))
     if not has:
         raise DataError(
-            f"policy {policy.queue!r} (arm {policy.name!r}) needs a predictive distribution, and the predictions "
+            f"policy {policy.policy.queue.name!r} (arm {policy.name!r}) needs a predictive distribution, and the predictions "
             f"table made by {preds.made_by} has no spread, q10/q50/q90 or dist_tokens column",
             "use a table a trained head wrote (lenpred predict and lenpred outlets predict write spread and "
             "q10/q50/q90), or the prompt's other samples as dist_tokens; point predictors (synthetic noise "
             "models, a request table's predicted_tokens) suit sjf, srpt, hrrn or trail")
 
 
-def measure_capacity(cfg: SimConfig, workload: Workload, policy: PolicyConfig) -> float:
+def measure_capacity(setup: RunSetup, workload: Workload, policy: PolicyConfig) -> float:
     """Saturation throughput (requests/s) of the cluster on this workload's lengths.
 
     Sends ``n`` requests at t = 0 (the workload's lengths, repeated if needed) and counts
@@ -162,13 +178,14 @@ def measure_capacity(cfg: SimConfig, workload: Workload, policy: PolicyConfig) -
     decode pool has batch slots (after that the pool is draining, not saturated); ``n`` is at
     least 5x those slots so that window is long.
     """
-    prof = get_profile(cfg.cluster.profile).with_overrides(max_batch=cfg.cluster.max_batch)
-    n_dec = cfg.cluster.n_instances if cfg.cluster.mode == "colocated" else cfg.cluster.n_decode
+    cluster = setup.cluster
+    prof = get_profile(cluster.profile).with_overrides(max_batch=cluster.max_batch)
+    n_dec = cluster.n_instances if cluster.mode == "colocated" else cluster.n_decode
     slots = n_dec * prof.max_batch
-    n = max(cfg.sweep.probe_requests, 5 * slots)
+    n = max(setup.probe_requests, 5 * slots)
     probe = Workload.from_lengths(np.resize(workload.prompt, n), np.resize(workload.output, n), np.zeros(n),
                                   source="probe")
-    res = run_one(cfg, probe, policy, None, PredictionConfig(model="oracle"))
+    res = run_one(setup, probe, policy, None, PredictionConfig(model="oracle"))
     return steady_throughput(res, lo=0.1, hi=1.0 - slots / n)
 
 
@@ -212,6 +229,7 @@ def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Worklo
     say = progress or (lambda _msg: None)
     wl = workload if workload is not None else build_workload(cfg.workload, cfg.seed)
     cache = PredictionCache(wl, cfg.seed)
+    setup = RunSetup.of(cfg)
     for pol in cfg.policies:  # every arm's predictions first: a bad table fails before any run
         check_dist(pol, cache.get(cfg.prediction_for(pol)))
     thr = cfg.metrics.short_threshold
@@ -221,7 +239,7 @@ def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Worklo
     capacity = None
     loads: list[float | None]
     if cfg.sweep.load_unit == "capacity":
-        capacity = measure_capacity(cfg, wl, base_policy)
+        capacity = measure_capacity(setup, wl, base_policy)
         say(f"saturation throughput: {capacity:.2f} requests/s (burst probe, {baseline})")
         loads = list(cfg.sweep.loads) or [1.0]
     elif cfg.sweep.loads:
@@ -243,7 +261,7 @@ def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Worklo
         where = (f"load {load:g} ({rate:.1f} req/s)" if load is not None else
                  "arrivals as given" + (f" ({shown:.1f} req/s on average)" if shown else ""))
         for pol in cfg.policies:
-            res = run_one(cfg, wl, pol, rate, cache=cache)
+            res = run_one(setup, wl, pol, rate, cache=cache)
             summ = summarize(res, short_threshold=thr, slo_ttft_s=cfg.metrics.slo_ttft_s,
                              slo_tpot_s=cfg.metrics.slo_tpot_s)
             lat = latency_arrays(res)
