@@ -75,6 +75,8 @@ def summarize(rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]
             if place[0] == "steady":
                 entry["n"] = sorted(r["n"] for r in rs)
                 entry["converged"] = sum(bool(r["converged"]) for r in rs)
+                # seeds where this arm's P99 grew >= 1.5x at two doublings of N: an unstable queue, no steady value
+                entry["diverging"] = sum(any(k.startswith(f"{arm} ") for k in r.get("diverging", [])) for r in rs)
             else:  # seeds whose burst backlog outlasted the tail (arrivals had stopped before it drained)
                 entry["not_drained"] = sum(not r["arms"].get(arm, {}).get("drained", True) for r in rs)
             out.append(entry)
@@ -127,7 +129,8 @@ def _table(entries: list[dict[str, Any]]) -> list[str]:
                  _r(e["p99_s vs base"], "{:.3f}"), _r(e["short_p50_s"]), _r(e["short_p50_s vs base"], "{:.3f}"), att,
                  delta]
         if regime == "steady":
-            cells += [",".join(str(n) for n in sorted(set(e["n"]))), f"{e['converged']}/{len(e['n'])}"]
+            cells += [",".join(str(n) for n in sorted(set(e["n"]))), f"{e['converged']}/{len(e['n'])}"
+                      + (f" ({e['diverging']} diverging)" if e.get("diverging") else "")]
         else:
             cells += [_r(e["drain_s"], "{:.0f}") + (f" ({e['not_drained']} past the tail)" if e["not_drained"] else "")]
         lines.append("| " + " | ".join(cells) + " |")
@@ -141,7 +144,9 @@ def markdown(summary: list[dict[str, Any]], goodput: list[dict[str, Any]], rows:
            f"{len(rows)} cells, seeds {', '.join(map(str, seeds))}. Every figure is min–max over seeds; "
            f"`x base` is the ratio to {baseline} in the same cell and seed (min–max over seeds), `Δ` its "
            "attainment difference in points. Steady: figures over the arrivals between the 10% and 90% points "
-           "at the N where every arm's short and overall P99 moved < 5% (or the cap: see `converged`). "
+           "at the N where every arm's short and overall P99 moved < 5% (or the cap: see `converged`; an arm whose "
+           "P99 grew >= 1.5x at two successive doublings is `diverging`, an unstable queue, and left out of the "
+           "rule). "
            "Episodes: base 0.7x, burst 1.3x / 1.5x for 30 / 120 s after 60 s of warm-up, then 0.7x until the "
            "episode ends (2x the drain time of the excess work, >= 60 s); figures over every request arriving "
            "from the burst's start; `drain s`: until every request that arrived by the burst's end finished. "
