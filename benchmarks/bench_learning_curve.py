@@ -157,7 +157,7 @@ def run_cell(cell: Cell, run: Any, features: str | None, split_path: Path, work:
                           prompts=TrainPrompts(split=split_path))
     preds, _ = predict_run(head_dir, run.path, features if needs_features else None, roles=["test"], split=split_path)
     preds.write(pred_file)
-    from lenpred.fileio import atomic_write_json
+    from lenpred.io.fileio import atomic_write_json
 
     info = {"key": key, "train": {"seconds": rep.seconds, "n_train": rep.n_train, "n_train_samples": rep.n_train_samples,
                                   "n_val": rep.n_val, "val_mae": rep.val_mae,
@@ -344,7 +344,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 
 
 def write(result: dict[str, Any], out: Path, plots: bool = True) -> list[Path]:
-    from lenpred.fileio import atomic_write_bytes, atomic_write_json
+    from lenpred.io.fileio import atomic_write_bytes, atomic_write_json
 
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "learning_curve.json", out / "learning_curve.md"]

@@ -437,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     from lenpred.errors import ConfigError, LenpredError
-    from lenpred.fileio import atomic_write_json
+    from lenpred.io.fileio import atomic_write_json
 
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     out = Path(a.out)

@@ -226,7 +226,7 @@ res = {"bench": "teacher_forcing", "cpu": cpu_model(), "bf16_hardware": bf16, "t
            f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
            for k, v in vars(args).items() if v is not None and k != "out")}
 if args.out:
-    from lenpred.fileio import atomic_write_json
+    from lenpred.io.fileio import atomic_write_json
 
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(Path(args.out), res)

@@ -28,10 +28,10 @@ _EXPORTS: dict[str, str] = {
     # configs, artifacts, registries
     "Config": "lenpred.config",
     "Registry": "lenpred.registry",
-    "Artifact": "lenpred.artifacts",
-    "write_artifact": "lenpred.artifacts",
-    "load_artifact": "lenpred.artifacts",
-    "check_card": "lenpred.artifacts",
+    "Artifact": "lenpred.io.artifacts",
+    "write_artifact": "lenpred.io.artifacts",
+    "load_artifact": "lenpred.io.artifacts",
+    "check_card": "lenpred.io.artifacts",
     # data: run directories, lengths, the split
     "RunDir": "lenpred.data.rundir",
     "card_hash": "lenpred.data.rundir",

@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 
 from lenpred import __version__
 from lenpred.errors import CardMismatchError, DataError
-from lenpred.fileio import atomic_write_table
+from lenpred.io.fileio import atomic_write_table
 
 __all__ = ["Predictions", "read_predictions", "PREDICTIONS_SCHEMA", "ALL_SAMPLES"]
 
@@ -105,7 +105,7 @@ class Predictions:
             "created_at": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         if card is not None:
-            from lenpred.artifacts import card_fields
+            from lenpred.io.artifacts import card_fields
 
             meta["card_hash"] = card_fields(card, "run")["card_hash"]
         meta.update(extra or {})
@@ -147,7 +147,7 @@ class Predictions:
         return p
 
     def check_card(self, card: Mapping[str, Any], what: str = "predictions") -> None:
-        from lenpred.artifacts import card_fields
+        from lenpred.io.artifacts import card_fields
 
         want = card_fields(card, "run")["card_hash"]
         if self.card_hash is None:

@@ -93,7 +93,7 @@ def _out_is_file(tmp: Path) -> dict[str, Path]:
 
 
 def _length_head(path: Path, spec: dict[str, Any]) -> Path:
-    from lenpred.artifacts import ArtifactHeader, write_artifact
+    from lenpred.io.artifacts import ArtifactHeader, write_artifact
 
     write_artifact(path, ArtifactHeader(kind="head", schema_version=1, meta={"predictor": "outlets", "feature_spec": spec}),
                    json_files={"state.json": {}})

@@ -1,5 +1,5 @@
 """Bad outputs of every writer (rows for tests/test_bad_input.py): the overwrite rule
-(lenpred.artifacts.check_out) refuses, before any work, an output over another kind of artifact,
+(lenpred.io.artifacts.check_out) refuses, before any work, an output over another kind of artifact,
 another run's output, a user's file, a path inside a run directory or inside the command's own
 input; and output paths that cannot be written (read-only, under a file, a directory where a file
 belongs) end in one line, not a traceback. Every file the setup made stays byte-identical.

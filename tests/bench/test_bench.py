@@ -86,8 +86,8 @@ def test_point_metrics_perfect_and_kendall():
 
 
 def test_cli_writes_report_artifact(tmp_path, capsys):
-    from lenpred.artifacts import load_artifact
     from lenpred.cli import main
+    from lenpred.io.artifacts import load_artifact
 
     rd = _run(tmp_path)
     _const(rd, 45, q10=15.0, q50=45.0, q90=95.0).write(tmp_path / "c.parquet")

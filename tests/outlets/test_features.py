@@ -13,7 +13,7 @@ from lenpred.draft.io import load_draft
 from lenpred.draft.speculative import teacher_forced_draft_states
 from lenpred.draft.target import Target
 from lenpred.errors import ConfigError, DataError
-from lenpred.fileio import file_sha256
+from lenpred.io.fileio import file_sha256
 from lenpred.outlets.extract import TrajectoryRequest, compute_trajectory, parse_roles
 from lenpred.outlets.features import TrajectoryConfig, fixed_positions, positions, sample_rows, state_position
 from lenpred.outlets.store import Trajectory, load_trajectory, merge_trajectories

@@ -10,11 +10,11 @@ import pytest
 import torch
 from traj_helpers import make_run, save_head, tiny_llama
 
-from lenpred.artifacts import ArtifactHeader, write_artifact
 from lenpred.draft.io import load_draft
 from lenpred.draft.speculative import SpeculativeDecoder
 from lenpred.draft.target import Target
 from lenpred.errors import CardMismatchError, DataError
+from lenpred.io.artifacts import ArtifactHeader, write_artifact
 from lenpred.outlets.extract import TrajectoryRequest, compute_trajectory, draft_identity
 from lenpred.outlets.features import TrajectoryConfig, positions, sample_rows
 from lenpred.outlets.online import (

@@ -188,7 +188,7 @@ def test_refuses_a_result_of_another_kind(tmp_path: Path, inputs: Inputs, capsys
 def _copy(src: Path, dst: Path, meta: dict[str, Any] | None = None, edit: Callable[[Path], None] | None = None) -> Path:
     """A copy of an artifact with ``meta`` merged into its meta.json and ``edit`` applied to the folder
     (the sha256 records of the files it changed are renewed, so only the intended change is seen)."""
-    from lenpred.fileio import file_sha256
+    from lenpred.io.fileio import file_sha256
 
     shutil.copytree(src, dst)
     if edit is not None:

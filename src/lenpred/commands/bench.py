@@ -34,11 +34,11 @@ def _named(items: list[str]) -> list[tuple[str | None, str]]:
 
 
 def run(a: argparse.Namespace) -> int:
-    from lenpred.artifacts import ArtifactHeader, check_out, write_artifact
     from lenpred.bench import Bootstrap, evaluate
     from lenpred.checks import check_limit, check_threads
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import load_split
+    from lenpred.io.artifacts import ArtifactHeader, check_out, write_artifact
     from lenpred.predictions import read_predictions
     from lenpred.report.bench import render_console, render_markdown, write_plots
 

@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_out(src: Path, out: Path) -> None:
     """The overwrite rule before the analysis: a run's bound may replace only that run's bound."""
-    from lenpred.artifacts import check_out
     from lenpred.data.rundir import CARD, RunDir
+    from lenpred.io.artifacts import check_out
     from lenpred.stats.artifact import KIND
 
     card = RunDir.open(src).card if (src / CARD).is_file() else None

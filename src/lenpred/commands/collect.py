@@ -103,8 +103,8 @@ def collect_config(a: argparse.Namespace) -> CollectConfig:
 
 
 def run(a: argparse.Namespace) -> int:
-    from lenpred.artifacts import check_out
     from lenpred.data.rundir import check_run_target
+    from lenpred.io.artifacts import check_out
     from lenpred.report.collect import summary_line
 
     cfg = collect_config(a)

@@ -23,10 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from lenpred.artifacts import check_out
     from lenpred.checks import parse_roles
     from lenpred.data.rundir import RunDir
     from lenpred.errors import ConfigError
+    from lenpred.io.artifacts import check_out
     from lenpred.predictors.pipeline import predict_run
 
     roles = parse_roles(a.roles, "--roles") if a.roles is not None else None

@@ -1,5 +1,5 @@
 """What the model-side verbs check before any work: their outputs (the overwrite rule,
-:func:`lenpred.artifacts.check_out`), torch devices, thread counts and the limits of values that
+:func:`lenpred.io.artifacts.check_out`), torch devices, thread counts and the limits of values that
 would run away. One call at the top of ``draft``, ``outlets`` and ``generate``; the table below
 says, per verb and action, what each output is and which inputs it may never land on.
 """
@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lenpred.artifacts import check_out
 from lenpred.checks import check_device, check_limit, check_threads, parse_roles
 from lenpred.errors import ConfigError
+from lenpred.io.artifacts import check_out
 
 __all__ = ["preflight"]
 

@@ -76,8 +76,8 @@ def build_config(args: argparse.Namespace) -> Any:
 def _fit(args: argparse.Namespace) -> int:
     import json
 
-    from lenpred.artifacts import check_out
-    from lenpred.fileio import atomic_write_bytes
+    from lenpred.io.artifacts import check_out
+    from lenpred.io.fileio import atomic_write_bytes
     from lenpred.report.sim import profile_lines
     from lenpred.sim.profiles import fit_profile, read_timings
 
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return _list()
     if args.fit_profile:
         return _fit(args)
-    from lenpred.artifacts import check_out
+    from lenpred.io.artifacts import check_out
     from lenpred.report.sim import KIND, print_table, result_lines, write_sim
     from lenpred.sim.sweep import replay_config, run_sweep
 

@@ -17,9 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from lenpred.artifacts import check_out
     from lenpred.data.rundir import RunDir
     from lenpred.errors import DataError
+    from lenpred.io.artifacts import check_out
 
     cfg = from_arguments(SplitConfig, a)
     rd = RunDir.open(a.run)

@@ -27,9 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from lenpred.artifacts import check_out
     from lenpred.checks import parse_roles
     from lenpred.data.rundir import RunDir
+    from lenpred.io.artifacts import check_out
     from lenpred.predictors.pipeline import TrainPrompts, parse_params, train_on_run
 
     roles = list(parse_roles(a.roles))

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from lenpred.errors import DataError
-from lenpred.paths import home
+from lenpred.io.paths import home
 
 VERSION = "0.6.6"
 SDIST = f"alpaca_eval-{VERSION}.tar.gz"

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from lenpred import __version__
 from lenpred.errors import CardMismatchError, DataError
-from lenpred.fileio import atomic_write_bytes, atomic_write_json, atomic_write_table, canonical_json
+from lenpred.io.fileio import atomic_write_bytes, atomic_write_json, atomic_write_table, canonical_json
 
 __all__ = [
     "CorruptShardError",

@@ -18,8 +18,8 @@ import pandas as pd
 import pyarrow as pa
 
 from lenpred.errors import DataError
-from lenpred.fileio import atomic_write_table, file_sha256
-from lenpred.paths import home
+from lenpred.io.fileio import atomic_write_table, file_sha256
+from lenpred.io.paths import home
 
 
 def sharegpt_file() -> Path:

@@ -34,7 +34,7 @@ from lenpred.config import Config
 from lenpred.data.alpaca_eval import load_alpaca_eval
 from lenpred.data.sharegpt import _first_exchange, load_sharegpt
 from lenpred.errors import ConfigError, DataError, FieldError
-from lenpred.fileio import file_sha256
+from lenpred.io.fileio import file_sha256
 from lenpred.registry import Registry
 
 __all__ = ["SOURCES", "PromptConfig", "build_prompt_table", "encode_prompt", "load_raw", "read_records", "render",

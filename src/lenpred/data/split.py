@@ -29,7 +29,7 @@ from lenpred import __version__
 from lenpred.config import Config
 from lenpred.data.rundir import RunDir
 from lenpred.errors import DataError
-from lenpred.fileio import atomic_write_json
+from lenpred.io.fileio import atomic_write_json
 
 __all__ = ["SplitConfig", "Split", "build_split", "load_split", "write_split", "SPLIT_FILE", "ROLES"]
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from lenpred.draft.train_config import DraftTrainConfig
-from lenpred.fileio import canonical_json
+from lenpred.io.fileio import canonical_json
 
 __all__ = ["checkpoint_key", "latest_checkpoint", "resume", "save_checkpoint"]
 
@@ -28,7 +28,7 @@ def checkpoint_key(cfg: DraftTrainConfig, card_hash: str, fingerprint: str, laye
                    ) -> tuple[dict[str, Any], Path]:
     """(what determines the weights, the checkpoint directory: ``ckpt_dir`` or one under
     ``$LENPRED_HOME/draft-train`` named by that key's hash)."""
-    from lenpred.paths import home
+    from lenpred.io.paths import home
 
     key = {"config": cfg.identity(), "card_hash": card_hash, "fingerprint": fingerprint, "layers": list(layers),
            "train": train_sha256, "n_train": n_train}

@@ -109,7 +109,7 @@ def load_draft(path: str | Path, *, dtype: torch.dtype = torch.float32) -> Draft
     sd, name = read_state_dict(p)
     dropped = _check_keys(sd, cfg, f"{p / name}")
     check_vocab_maps(sd["d2t"], sd["t2d"], cfg.vocab_size, what=f"draft head {p}")
-    from lenpred.artifacts import check_finite
+    from lenpred.io.artifacts import check_finite
 
     check_finite(sd, what=f"draft head {p / name}")
     sd = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in sd.items() if k not in dropped}
@@ -118,7 +118,7 @@ def load_draft(path: str | Path, *, dtype: torch.dtype = torch.float32) -> Draft
     model.eval()
     meta = None
     if (p / "meta.json").is_file():
-        from lenpred.artifacts import load_artifact
+        from lenpred.io.artifacts import load_artifact
 
         meta = load_artifact(p, kind=KIND, schema_versions=(SCHEMA_VERSION,), what="draft head").meta
     return DraftHead(model=model, config=cfg, path=p, weights_file=name, meta=meta, dropped=dropped)
@@ -133,7 +133,7 @@ def state_dict_for_save(model: Eagle3Draft, dtype: torch.dtype) -> dict[str, tor
 def save_draft(model: Eagle3Draft, out: str | Path, *, fmt: str = "safetensors", dtype: str = "float16",
                card: dict[str, Any] | None = None, config: Any = None, meta: dict[str, Any] | None = None) -> Path:
     """Write a head directory atomically: config.json, the weights, lenpred's meta.json."""
-    from lenpred.artifacts import ArtifactHeader, write_artifact
+    from lenpred.io.artifacts import ArtifactHeader, write_artifact
 
     if fmt not in ("safetensors", "bin"):
         raise ModelError(f"unknown weight format {fmt!r}", "use safetensors or bin")

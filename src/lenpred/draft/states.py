@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from lenpred.errors import DataError
-from lenpred.fileio import atomic_write_json
+from lenpred.io.fileio import atomic_write_json
 
 __all__ = ["SampleStates", "StateCache", "default_cache_dir"]
 
@@ -51,7 +51,7 @@ SCHEMA = "lenpred.draft-states/1"
 
 
 def default_cache_dir(card_hash: str, fingerprint: str, layers: tuple[int, ...], topk: int) -> Path:
-    from lenpred.paths import home
+    from lenpred.io.paths import home
 
     fp = fingerprint.split(":")[-1][:12]
     return home() / "draft-states" / f"{card_hash}-{fp}-L{'-'.join(map(str, layers))}-k{topk}"

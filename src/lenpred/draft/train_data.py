@@ -26,7 +26,7 @@ from lenpred.data.split import Split, load_split
 from lenpred.draft.states import StateCache
 from lenpred.draft.train_config import DraftTrainConfig
 from lenpred.errors import CardMismatchError, DataError, ModelError
-from lenpred.fileio import canonical_json
+from lenpred.io.fileio import canonical_json
 from lenpred.progress import Progress
 
 __all__ = ["DraftSource", "RunTarget", "TrainingData", "batch_at", "cache_location", "epoch_batches", "fill_state_cache",

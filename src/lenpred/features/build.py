@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lenpred.artifacts import check_out
 from lenpred.checks import check_device
 from lenpred.errors import CardMismatchError, DataError
 from lenpred.features.prefill import (
@@ -32,6 +31,7 @@ from lenpred.features.prefill import (
 from lenpred.features.shards import prompts_sha256, shard_label, shard_slice
 from lenpred.features.store import KIND, Features, save_features, spec_key
 from lenpred.features.work import WorkDir, work_path
+from lenpred.io.artifacts import check_out
 from lenpred.progress import Progress
 
 __all__ = ["compute_features", "FeatureRun"]
@@ -92,8 +92,8 @@ def _resolve_model(card: dict[str, Any], model: str | None) -> tuple[Any, Path]:
 
 def _existing_rows(out: Path, identity: dict[str, Any]) -> tuple[dict[str, tuple[dict[str, np.ndarray], np.ndarray]], str | None]:
     """Rows of a features artifact already at ``out`` made under ``identity`` (reused as done), and its prompt hash."""
-    from lenpred.artifacts import is_artifact, load_artifact
     from lenpred.features.store import load_features
+    from lenpred.io.artifacts import is_artifact, load_artifact
 
     if not is_artifact(out):
         return {}, None

@@ -62,9 +62,9 @@ def prompts_sha256(prompt_ids: Sequence[str]) -> str:
 
 def merge_features(out: str | os.PathLike[str], shards: Sequence[str | os.PathLike[str]]) -> Any:
     """Merge shard artifacts of one run and spec into one features artifact at ``out`` (run order)."""
-    from lenpred.artifacts import check_out
     from lenpred.features.store import load_features
     from lenpred.features.work import open_shards
+    from lenpred.io.artifacts import check_out
 
     out_p = Path(out)
     arts = open_shards(out_p, shards, kind=KIND, schema_version=SCHEMA_VERSION, what="features")

@@ -1,6 +1,6 @@
 """The features artifact: per-prompt arrays keyed by prompt_id, with the spec that made them.
 
-Layout (a :mod:`lenpred.artifacts` directory, kind ``features``, card scope ``run``)::
+Layout (a :mod:`lenpred.io.artifacts` directory, kind ``features``, card scope ``run``)::
 
     FEATS/
       meta.json            + "feature_spec": {model fingerprint, layers, pools, side_names, ...}
@@ -127,7 +127,7 @@ def save_features(path: str | os.PathLike[str], feats: Features, card: Mapping[s
     recorded in the spec; ``side`` always stays float32 (token counts need the integer range).
     ``positions`` (each row's ``idx`` in the run) go into the index table when given.
     """
-    from lenpred.artifacts import ArtifactHeader, write_artifact
+    from lenpred.io.artifacts import ArtifactHeader, write_artifact
 
     dtype = dtype or str(feats.spec.get("dtype", "float32"))
     if dtype not in STORE_DTYPES:
@@ -153,7 +153,7 @@ def save_features(path: str | os.PathLike[str], feats: Features, card: Mapping[s
 
 def load_features(path: str | os.PathLike[str], card: Mapping[str, Any] | None = None) -> Features:
     """Load a features artifact (strict); with ``card``, refuse features of another run."""
-    from lenpred.artifacts import load_artifact
+    from lenpred.io.artifacts import load_artifact
 
     art = load_artifact(path, kind=KIND, schema_versions=(SCHEMA_VERSION,), card=card, what="features")
     t = {k: v.astype(np.float32, copy=False) for k, v in art.tensors().items()}  # float16 on disk -> float32

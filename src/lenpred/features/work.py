@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from lenpred.errors import CardMismatchError, ConfigError, DataError
-from lenpred.fileio import atomic_write_bytes, atomic_write_json, canonical_json
+from lenpred.io.fileio import atomic_write_bytes, atomic_write_json, canonical_json
 
 __all__ = ["WorkDir", "work_path", "open_shards"]
 
@@ -45,8 +45,8 @@ def open_shards(out: str | Path, shards: Sequence[str | Path], *, kind: str, sch
                 what: str) -> list[Any]:
     """The shard artifacts of a ``--merge`` into ``out``, checked: at least one, ``out`` not among them,
     each loadable as ``kind``, all of one run (card hash). The caller checks ``out`` itself
-    (:func:`lenpred.artifacts.check_out`, with the run card these shards give)."""
-    from lenpred.artifacts import load_artifact
+    (:func:`lenpred.io.artifacts.check_out`, with the run card these shards give)."""
+    from lenpred.io.artifacts import load_artifact
 
     out_p = Path(out)
     if not shards:

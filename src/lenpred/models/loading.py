@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from lenpred.errors import ModelError
-from lenpred.fileio import file_sha256
-from lenpred.paths import home
+from lenpred.io.fileio import file_sha256
+from lenpred.io.paths import home
 
 EMBEDDED = "smollm2-135m"
 _EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

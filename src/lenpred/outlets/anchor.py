@@ -200,8 +200,8 @@ def fit_anchor_files(traj_path: str, run: str, head_path: str, prefill: str, out
                      bands: Sequence[int] = BANDS, split: str | None = None) -> PrefillAnchor:
     """Fit the anchor on the validation prompts' rows of ``traj_path`` and write it to ``out``
     (an ``outlets-anchor`` artifact: ``anchor.json``)."""
-    from lenpred.artifacts import ArtifactHeader, check_out, write_artifact
     from lenpred.data.rundir import RunDir
+    from lenpred.io.artifacts import ArtifactHeader, check_out, write_artifact
     from lenpred.outlets.spec import row_weights
     from lenpred.outlets.store import role_rows
     from lenpred.predictors.pipeline import run_cap
@@ -229,7 +229,7 @@ def fit_anchor_files(traj_path: str, run: str, head_path: str, prefill: str, out
 
 
 def load_anchor(path: str, card: Mapping[str, Any] | None = None) -> PrefillAnchor:
-    from lenpred.artifacts import load_artifact
+    from lenpred.io.artifacts import load_artifact
 
     art = load_artifact(path, kind="outlets-anchor", card=card)
     return PrefillAnchor.from_dict(art.read_json("anchor.json"), where=f"{path}/anchor.json")

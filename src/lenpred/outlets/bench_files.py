@@ -100,7 +100,7 @@ def anchored_method(name: str | None, path: str, methods: Sequence[Any], traj: A
     head = next((m for m in methods if m.source == head_path), None) or head_method(head_path, traj, card)
     want = a.head.get("sha256")
     if want:
-        from lenpred.artifacts import load_artifact
+        from lenpred.io.artifacts import load_artifact
 
         have = (load_artifact(head_path, verify=False).meta.get("files") or {}).get("weights.safetensors")
         if have != want:

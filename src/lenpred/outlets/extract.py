@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lenpred.artifacts import check_out
 from lenpred.errors import CardMismatchError, ConfigError, DataError
 from lenpred.features.work import WorkDir, work_path
-from lenpred.fileio import canonical_json, file_sha256
+from lenpred.io.artifacts import check_out
+from lenpred.io.fileio import canonical_json, file_sha256
 from lenpred.outlets.features import TrajectoryConfig, block_names, make_spec, positions, sample_rows
 from lenpred.outlets.inputs import CACHE_MAX_SEQ, Prompt, keys_sha, open_cache, select_prompts, shard_prompts
 from lenpred.outlets.store import KIND, Trajectory, load_trajectory, save_trajectory
@@ -338,7 +338,7 @@ def _compute_all(job: _Job, todo: list[Prompt], done: dict[Any, Any], work: Work
 
 
 def _up_to_date(out: Path, identity: dict[str, Any], selection: dict[str, Any]) -> bool:
-    from lenpred.artifacts import is_artifact, load_artifact
+    from lenpred.io.artifacts import is_artifact, load_artifact
 
     if not is_artifact(out):
         return False

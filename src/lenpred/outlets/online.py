@@ -148,7 +148,7 @@ class OnlineLengthHead:
 # ---------------------------------------------------------------------------------------- compatibility
 def read_head_spec(path: str | Path) -> dict[str, Any]:
     """The trajectory spec a length head was trained on (its meta.json ``feature_spec``), without loading it."""
-    from lenpred.artifacts import load_artifact
+    from lenpred.io.artifacts import load_artifact
 
     art = load_artifact(path, kind="head", what="length head")
     spec = art.meta.get("feature_spec")

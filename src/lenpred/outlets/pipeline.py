@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lenpred.artifacts import Rerun, check_out
 from lenpred.errors import ConfigError, DataError
+from lenpred.io.artifacts import Rerun, check_out
 
 if TYPE_CHECKING:
     from lenpred.outlets.bench_files import BenchRequest
@@ -42,7 +42,7 @@ def default_trajectory_out(run: str, draft: str, roles: str, shard: str | None) 
     """Where ``lenpred outlets features`` writes without ``--out``: under ``$LENPRED_HOME/trajectories``,
     named by the run, the draft head, the roles and the shard."""
     from lenpred.features.shards import parse_shard
-    from lenpred.paths import home
+    from lenpred.io.paths import home
 
     i_sh, n_sh = parse_shard(shard)
     tail = f"-shard-{i_sh}-of-{n_sh}" if n_sh > 1 else ""

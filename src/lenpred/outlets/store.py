@@ -1,6 +1,6 @@
 """The trajectory-features artifact: one row per (sample, decoding position t) of a run.
 
-Layout (a :mod:`lenpred.artifacts` directory, kind ``trajectory``, card scope ``run``)::
+Layout (a :mod:`lenpred.io.artifacts` directory, kind ``trajectory``, card scope ``run``)::
 
     TRAJ/
       meta.json            + "trajectory_spec": {target fingerprint, draft head (path, sha256 of its
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from lenpred.errors import DataError
-from lenpred.fileio import canonical_json
+from lenpred.io.fileio import canonical_json
 
 __all__ = ["KIND", "SCHEMA_VERSION", "INDEX_COLUMNS", "Trajectory", "save_trajectory", "load_trajectory", "role_rows",
            "merge_trajectories"]
@@ -106,7 +106,7 @@ class Trajectory:
 def save_trajectory(path: str | os.PathLike[str], traj: Trajectory, card: Mapping[str, Any],
                     config: Any = None, meta: Mapping[str, Any] | None = None, *, dtype: str = "float16") -> Any:
     """Write ``traj`` as a trajectory artifact of ``card``'s run (atomically)."""
-    from lenpred.artifacts import ArtifactHeader, write_artifact
+    from lenpred.io.artifacts import ArtifactHeader, write_artifact
 
     if dtype not in ("float16", "float32"):
         raise DataError(f"trajectory features cannot be stored as {dtype!r}", "use float16 or float32")
@@ -132,7 +132,7 @@ def save_trajectory(path: str | os.PathLike[str], traj: Trajectory, card: Mappin
 
 def load_trajectory(path: str | os.PathLike[str], card: Mapping[str, Any] | None = None) -> Trajectory:
     """Load a trajectory artifact (strict); with ``card``, refuse one of another run."""
-    from lenpred.artifacts import load_artifact
+    from lenpred.io.artifacts import load_artifact
 
     art = load_artifact(path, kind=KIND, schema_versions=(SCHEMA_VERSION,), card=card, what="trajectory features")
     blocks = {k: v.astype(np.float32, copy=False) for k, v in art.tensors().items()}
@@ -142,8 +142,8 @@ def load_trajectory(path: str | os.PathLike[str], card: Mapping[str, Any] | None
 
 def merge_trajectories(out: str | Path, shards: Sequence[str | Path]) -> Trajectory:
     """Join the shard artifacts of one ``--shard I/N`` partition into one artifact at ``out``."""
-    from lenpred.artifacts import check_out
     from lenpred.features.work import open_shards
+    from lenpred.io.artifacts import check_out
 
     out_p = Path(out)
     arts = open_shards(out_p, shards, kind=KIND, schema_version=SCHEMA_VERSION, what="trajectory")

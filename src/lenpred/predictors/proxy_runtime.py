@@ -10,7 +10,7 @@ in fp32 by torch (``runtime="torch"``). A router may run the same encoder faster
 * ``onnx-int8``: that ONNX file with its weights quantized to int8 by
   :func:`onnxruntime.quantization.quantize_dynamic`.
 
-The ONNX files are made on first use (a few seconds) under ``lenpred.paths.home()/onnx/``, named by
+The ONNX files are made on first use (a few seconds) under ``lenpred.io.paths.home()/onnx/``, named by
 the encoder's weights hash and the exporter versions, and reused. Every variant changes the numbers
 the head reads, so :func:`check_variant` compares its predictions with the fp32 head's on a check set
 and refuses a variant that moves any prediction by more than a stated tolerance.
@@ -74,7 +74,7 @@ def onnx_file(int8: bool) -> Path:
     """The exported (and, with ``int8``, quantized) encoder, made on first use."""
     import torch
 
-    from lenpred.paths import home
+    from lenpred.io.paths import home
     from lenpred.predictors.proxy import _load, embedder_spec
 
     ort = _need_ort()

@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from lenpred.artifacts import Artifact
 from lenpred.config import Config
 from lenpred.errors import FieldError
+from lenpred.io.artifacts import Artifact
 from lenpred.report.table import Column, Table, fmt, fmt_ci
 from lenpred.stats.analysis import BoundAnalysis
 from lenpred.stats.artifact import BOUND_JSON, PER_PROMPT_CSV, SUMMARY_MD

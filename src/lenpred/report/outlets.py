@@ -211,7 +211,7 @@ def write_bench(run: Any, out: str | Path, plots: bool = True) -> tuple[Any, str
     returns (the artifact, its Markdown)."""
     import tempfile
 
-    from lenpred.artifacts import ArtifactHeader, write_artifact
+    from lenpred.io.artifacts import ArtifactHeader, write_artifact
 
     res = run.result
     md = render_markdown(res)

@@ -57,7 +57,7 @@ def write_sim(res: Any, md: str, out: Path) -> Any:
     """results.json, config.json, table.md and the plots, as one artifact written atomically."""
     import tempfile
 
-    from lenpred.artifacts import ArtifactHeader, write_artifact
+    from lenpred.io.artifacts import ArtifactHeader, write_artifact
 
     with tempfile.TemporaryDirectory() as tmp:
         res.write(tmp)

@@ -2,7 +2,7 @@
 
 * ``synthetic``: lognormal prompt and output lengths, clipped to the configured limits;
 * ``sharegpt``: token counts of ShareGPT's first prompts and reference answers (cached as Parquet
-  under ``lenpred.paths.home()/sim``), filtered as vLLM's serving benchmark does;
+  under ``lenpred.io.paths.home()/sim``), filtered as vLLM's serving benchmark does;
 * ``rundir``: the sampled response lengths of a lenpred run directory, one row per sample (read
   through :func:`lenpred.data.lengths.sample_lengths`, the one run-reading path);
 * ``trace``: a request table (CSV, Parquet or JSONL), see :func:`read_trace`.
@@ -41,7 +41,7 @@ def sharegpt_token_table(tokenizer: str = "smollm2-135m", batch: int = 512) -> p
     """Token counts of every ShareGPT record's first prompt and reference answer (raw text, no chat
     template, as vLLM's serving benchmark counts them). Cached as Parquet under ``home()/sim``."""
     from lenpred.data.sharegpt import load_sharegpt
-    from lenpred.paths import home
+    from lenpred.io.paths import home
 
     df = load_sharegpt()
     digest = hashlib.sha256(("\n".join(df["id"].astype(str))).encode()).hexdigest()[:12]

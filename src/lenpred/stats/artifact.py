@@ -1,6 +1,6 @@
 """Bound results on disk: an artifact directory (kind ``bound``) and reading it back, typed.
 
-``lenpred bound`` writes ``OUT/`` atomically through :func:`lenpred.artifacts.write_artifact`::
+``lenpred bound`` writes ``OUT/`` atomically through :func:`lenpred.io.artifacts.write_artifact`::
 
     OUT/meta.json        kind "bound", schema version, config, card hash (scope "run"), source
     OUT/bound.json       every figure (:class:`~lenpred.stats.results.BoundSummary`)
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from lenpred.artifacts import Artifact, ArtifactHeader, load_artifact, write_artifact
+from lenpred.io.artifacts import Artifact, ArtifactHeader, load_artifact, write_artifact
 from lenpred.stats.results import BoundSummary
 
 if TYPE_CHECKING:

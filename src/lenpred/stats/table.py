@@ -183,7 +183,7 @@ def _read(path: Path) -> tuple[pd.DataFrame, str, _Rows]:
 
 
 def _sha256(path: Path) -> str:
-    from lenpred.fileio import file_sha256
+    from lenpred.io.fileio import file_sha256
 
     return file_sha256(path)
 

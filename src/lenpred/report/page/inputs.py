@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from lenpred.artifacts import Artifact, load_artifact
 from lenpred.bench.evaluate import BenchResult
 from lenpred.data.rundir import RunDir
 from lenpred.errors import CardMismatchError, DataError
+from lenpred.io.artifacts import Artifact, load_artifact
 from lenpred.outlets.evaluate import OutletsBench
 from lenpred.sim.sweep import SweepResult
 from lenpred.stats.artifact import BOUND_JSON

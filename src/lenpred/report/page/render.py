@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lenpred import __version__
 from lenpred.errors import ConfigError, DataError
-from lenpred.fileio import atomic_write_bytes
+from lenpred.io.fileio import atomic_write_bytes
 from lenpred.report.page.inputs import Loaded, ReportInputs, load_inputs
 from lenpred.report.page.model import Section
 from lenpred.report.page.sections import TITLES, bench_section, bound_section, run_section, transfer_section
@@ -89,9 +89,9 @@ def is_report(path: Path) -> bool:
 
 def check_out(out: Path, inputs: ReportInputs) -> None:
     """Refuse an output path before any work: not .html, or a file that is not a lenpred report; the
-    rest of lenpred's overwrite rule (:func:`lenpred.outputs.check_out`) for a new path: not one of
+    rest of lenpred's overwrite rule (:func:`lenpred.io.outputs.check_out`) for a new path: not one of
     the inputs, not inside a run directory or an artifact, in a folder that can be written."""
-    from lenpred.outputs import check_out as overwrite_rule
+    from lenpred.io.outputs import check_out as overwrite_rule
 
     if out.suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"--out {out} is not an .html file", "pass e.g. --out report.html")

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from lenpred.artifacts import Artifact
 from lenpred.data.rundir import RunDir
 from lenpred.errors import LenpredError
+from lenpred.io.artifacts import Artifact
 from lenpred.report import bench as bench_report
 from lenpred.report import bound as bound_report
 from lenpred.report.page.inputs import LoadedBench, bench_command, bound_command, command_line

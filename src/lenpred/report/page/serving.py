@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from lenpred.artifacts import Artifact
+from lenpred.io.artifacts import Artifact
 from lenpred.outlets.evaluate import OutletsBench
 from lenpred.report.page.inputs import LoadedSim, outlets_command
 from lenpred.report.page.model import Figure, Section, figure_from_pyplot, figures_from_writer

@@ -45,8 +45,8 @@ import numpy as np
 
 from lenpred import __version__
 from lenpred.errors import CardMismatchError, DataError
-from lenpred.fileio import atomic_write_json, file_sha256
-from lenpred.outputs import Rerun, check_out  # the overwrite rule, one function for every writer
+from lenpred.io.fileio import atomic_write_json, file_sha256
+from lenpred.io.outputs import Rerun, check_out  # the overwrite rule, one function for every writer
 
 __all__ = [
     "Artifact", "ArtifactHeader", "CARD_SCOPES", "card_fields", "check_card", "check_finite", "check_out",

@@ -1,4 +1,4 @@
-"""The overwrite rule (lenpred.artifacts.check_out): where a writer may put its output.
+"""The overwrite rule (lenpred.io.artifacts.check_out): where a writer may put its output.
 
 Allowed: a new path, an empty directory or file, an earlier output of the same kind made from the
 same run (a rerun). Refused, naming what is there: another kind, another run, a foreign file or
@@ -15,10 +15,10 @@ import subprocess
 import pandas as pd
 import pytest
 
-from lenpred.artifacts import ArtifactHeader, Rerun, check_out, write_artifact
 from lenpred.data.rundir import RunDir
 from lenpred.errors import DataError
-from lenpred.outputs import what_is
+from lenpred.io.artifacts import ArtifactHeader, Rerun, check_out, write_artifact
+from lenpred.io.outputs import what_is
 from lenpred.predictions import Predictions
 
 CARD = {"model": {"id": "m"}, "prompts": {}, "sampling": {"max_new_tokens": 8}, "engine": {"name": "fake"}}

@@ -1,6 +1,6 @@
 """The overwrite rule: where a command may write its output (part of the artifact layer).
 
-Every writer calls :func:`check_out` on its ``--out`` (``lenpred.artifacts.check_out``) before any
+Every writer calls :func:`check_out` on its ``--out`` (``lenpred.io.artifacts.check_out``) before any
 work. The output may be
 
 * a new path (its parent directories are made), or an empty directory / empty file;
@@ -27,7 +27,7 @@ from lenpred.errors import DataError
 
 __all__ = ["Rerun", "check_out", "what_is", "FILE_KINDS"]
 
-_META = "meta.json"  # lenpred.artifacts.META (not imported: artifacts imports this module)
+_META = "meta.json"  # lenpred.io.artifacts.META (not imported: artifacts imports this module)
 _CARD = "card.json"  # lenpred.data.rundir.CARD
 _NEW = "pass a new path, or the earlier output of the same command on the same inputs (a rerun)"
 _FILE_NAMES = {"predictions": "predictions.parquet", "split": "split.json", "events": "events.jsonl",

@@ -1,4 +1,4 @@
-"""lenpred.artifacts: atomic directories, strict loading, the card compatibility rule."""
+"""lenpred.io.artifacts: atomic directories, strict loading, the card compatibility rule."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from lenpred.artifacts import ArtifactHeader, card_fields, check_finite, load_artifact, write_artifact
 from lenpred.errors import CardMismatchError, DataError
+from lenpred.io.artifacts import ArtifactHeader, card_fields, check_finite, load_artifact, write_artifact
 
 CARD = {
     "schema": "lenpred.run/1",
