@@ -22,7 +22,6 @@ per-sample seeds make the same samples.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -36,6 +35,7 @@ import pyarrow.parquet as pq
 
 from lenpred import __version__
 from lenpred.errors import CardMismatchError, DataError
+from lenpred.io.card import IDENTITY_KEYS, card_hash
 from lenpred.io.fileio import atomic_write_bytes, atomic_write_json, atomic_write_table, canonical_json
 
 __all__ = [
@@ -54,7 +54,6 @@ CARD = "card.json"
 PROMPTS = "prompts.parquet"
 SAMPLES = "samples.parquet"
 # The parts of a card that define the distribution of the samples; everything else is bookkeeping.
-IDENTITY_KEYS = ("schema", "model", "prompts", "sampling", "engine")
 STOP_REASONS = ("eos", "length")
 
 SAMPLES_SCHEMA = pa.schema(
@@ -102,12 +101,6 @@ def check_run_target(path: str | os.PathLike[str]) -> None:
             f"{p} is a non-empty directory that is not a lenpred run (no {CARD})",
             "pass a new or empty directory, or the directory of an existing run",
         )
-
-
-def card_hash(card: dict[str, Any]) -> str:
-    """Hash of the identity part of a card (16 hex chars). Bookkeeping fields do not change it."""
-    ident = {k: card.get(k) for k in IDENTITY_KEYS}
-    return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:16]
 
 
 class RunDir:

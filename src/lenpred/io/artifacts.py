@@ -87,7 +87,7 @@ def card_fields(card: Mapping[str, Any], scope: str) -> dict[str, Any]:
     if scope not in CARD_SCOPES:
         raise ValueError(f"unknown card scope {scope!r}; use one of {sorted(CARD_SCOPES)}")
     if scope == "run":
-        from lenpred.data.rundir import card_hash
+        from lenpred.io.card import card_hash
 
         return {"card_hash": card.get("card_hash") or card_hash(dict(card))}
     return {k: _get(card, k) for k in CARD_SCOPES[scope]}

@@ -153,7 +153,7 @@ def _writable(p: Path, flag: str) -> None:
 def _card_hash(card: Mapping[str, Any] | None) -> str | None:
     if card is None or "card_hash" in card:
         return None if card is None else card.get("card_hash")
-    from lenpred.data.rundir import card_hash
+    from lenpred.io.card import card_hash
 
     return card_hash(dict(card))
 
