@@ -204,6 +204,14 @@ def test_gboost_priority_is_gamma_boost_of_the_prediction():
     # only if the spread adds long outcomes, so just check it is a finite number of seconds ahead of arrival
     k = m.key(100, 80.0, now=5.0)
     assert 0.0 < 5.0 - k < 5.0
+    # the same boost as the simulator's gboost on from_spread's distribution, and nothing kept per request
+    from lenpred.sched.boost import boost
+    from lenpred.sched.dists import from_spread
+
+    assert k == pytest.approx(5.0 - boost(from_spread(100, 80.0, None).x * 0.01, 1.0), abs=1e-12)
+    for i in range(50):
+        m.key(100 + i, 80.0, now=5.0)
+    assert m.policy._cache == {}  # a long-lived router must not cache one distribution per request
 
 
 def test_osl_hint_keeps_what_the_client_sent():

@@ -25,7 +25,6 @@ from __future__ import annotations
 import time
 
 from lenpred.route.config import TIME_KEYED_QUEUES, PriorityConfig
-from lenpred.sched.dists import from_spread
 from lenpred.sched.job import Arrived
 from lenpred.sched.queue import QUEUE_POLICIES, make_queue_policy
 
@@ -50,7 +49,6 @@ class PriorityMapper:
         aging = cfg.aging if cls.takes_aging else 0.0  # the default aging is for sjf
         quantile_z = cfg.quantile_z if cfg.queue == "sjf" else 0.0
         self.policy = make_queue_policy(cfg.queue, aging=aging, quantile_z=quantile_z, **_params(cfg))
-        self.needs_dist = cls.needs_dist
         self.ms = cfg.queue in TIME_KEYED_QUEUES
 
     def key(self, tokens: float | None, spread: float | None, now: float | None = None) -> float:
@@ -58,8 +56,7 @@ class PriorityMapper:
         for a time-keyed queue, tokens for sjf."""
         now = time.monotonic() if now is None else now
         pred = self.default_tokens if tokens is None else tokens
-        dist = from_spread(pred, spread, None) if self.needs_dist and spread else None
-        return self.policy.key(Arrived(arrival=now - self.t0, pred=pred, spread=spread, dist=dist), 0)
+        return self.policy.key(Arrived(arrival=now - self.t0, pred=pred, spread=spread), 0)
 
     def value(self, key: float) -> int:
         """The integer sent in the backend's priority field."""

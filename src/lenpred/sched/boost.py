@@ -53,7 +53,7 @@ import numpy as np
 from scipy import optimize
 
 from lenpred.errors import ConfigError, DataError
-from lenpred.sched.dists import levels
+from lenpred.sched.dists import levels, normal_points
 from lenpred.sched.job import Job
 from lenpred.sched.queue import QUEUE_POLICIES, QueuePolicy
 
@@ -208,7 +208,9 @@ class BoostPolicy(QueuePolicy):
 class GammaBoost(BoostPolicy):
     """gamma-Boost on the request's predictive distribution of its remaining length (the latest
     re-prediction's), conditioned on the ``gen`` tokens generated. A request without a distribution
-    (the router's, with a point prediction only) is taken as a point mass at its predicted remaining."""
+    (the router's) is taken as a normal of its predicted remaining and spread (the points of
+    :func:`~lenpred.sched.dists.from_spread`, not cached: each is one request's), or a point mass
+    without a spread."""
 
     name = "gboost"
     needs_dist = True
@@ -227,7 +229,9 @@ class GammaBoost(BoostPolicy):
     def boost_of(self, req: Job, gen: int) -> float:
         d = req.dist
         if d is None:
-            return boost(np.array([max(req.pred_remaining(gen), 1.0)]) * self.s_per_token, self.gamma)
+            r = req.pred_remaining(gen)
+            pts = normal_points(r, req.spread) if req.spread else np.array([max(r, 1.0)])
+            return boost(pts * self.s_per_token, self.gamma)
         k = (id(d), gen)
         hit = self._cache.get(k)
         if hit is not None and hit[0] is d:

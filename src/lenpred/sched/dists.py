@@ -141,8 +141,13 @@ def from_quantiles(q10: float, q50: float, q90: float, cap: float | None, n: int
 
 def from_spread(mean: float, spread: float, cap: float | None, n: int = GRID) -> LengthDist:
     """A normal N(mean, spread) read the same way (a table with a spread and no quantiles)."""
+    return LengthDist(normal_points(mean, spread, cap, n), cap)
+
+
+def normal_points(mean: float, spread: float, cap: float | None = None, n: int = GRID) -> np.ndarray:
+    """The (n,) support points of :func:`from_spread`'s distribution, without building it."""
     sd = max(spread, 0.0)
-    return LengthDist(_two_piece(mean, sd, sd, cap, n), cap)
+    return _two_piece(mean, sd, sd, cap, n)
 
 
 def _two_piece(mid: float, lo: float, hi: float, cap: float | None, n: int) -> np.ndarray:
