@@ -9,7 +9,10 @@ one-line :class:`~lenpred.errors.LenpredError`, so ``lenpred report`` writes all
   other runs collected under the same model and sampling card (transfer between prompt sets);
 * ``--outlets``  a ``lenpred outlets bench`` artifact (kind ``outlets-bench``) of this run;
 * ``--sim``      ``lenpred simulate`` artifacts (kind ``sim``: ``results.json`` + ``config.json``);
-* ``--policies`` a JSON list of rows ``{policy, predictor, load, short_p99_s, ...}``.
+* ``--policies`` a JSON list of rows ``{policy, predictor, load, short_p99_s, ...}`` (named as the full table);
+* ``--yardstick`` the scheduling yardstick's cells files (``*cells.jsonl``, or folders holding them);
+  without the flag, the committed ``docs/yardstick/*-cells.jsonl`` (none found: the section says what
+  to run); the flag with no path leaves the yardstick out.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +37,10 @@ from lenpred.stats.artifact import KIND as BOUND_KIND
 from lenpred.stats.artifact import SCHEMA_VERSION as BOUND_SCHEMA
 from lenpred.stats.results import BoundSummary
 
-__all__ = ["ReportInputs", "Loaded", "LoadedBench", "load_inputs", "command_line"]
+if TYPE_CHECKING:
+    from lenpred.report.yardstick import Group
+
+__all__ = ["ReportInputs", "Loaded", "LoadedBench", "LoadedYardstick", "load_inputs", "command_line"]
 
 BENCH_SCHEMA = 1
 OUTLETS_SCHEMA = 1
@@ -52,6 +58,7 @@ class ReportInputs:
     outlets: Path | None = None
     sim: tuple[Path, ...] = ()
     policies: Path | None = None
+    yardstick: tuple[Path, ...] | None = None  # None: the committed docs/yardstick cells; (): none
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,13 @@ class Loaded:
     outlets: tuple[Artifact, OutletsBench] | None = None
     sims: list[LoadedSim] = field(default_factory=list)
     policies: tuple[list[dict[str, Any]], str | None] | None = None  # rows, the command that made them
+    yardstick: LoadedYardstick | None = None  # None: left out (--yardstick with no path)
+
+
+@dataclass(frozen=True)
+class LoadedYardstick:
+    groups: list[Group]  # empty: no results found at the default path
+    paths: list[str]
 
 
 def command_line(argv: Sequence[Any]) -> str:
@@ -222,6 +236,15 @@ def _load_policies(path: Path) -> tuple[list[dict[str, Any]], str | None]:
     return rows, (str(cmd) if cmd else None)
 
 
+def _load_yardstick(paths: tuple[Path, ...] | None) -> LoadedYardstick | None:
+    from lenpred.report.yardstick import default_paths, load_cells, summarize
+
+    if paths == ():
+        return None
+    found = default_paths() if paths is None else list(paths)
+    return LoadedYardstick(summarize(load_cells(found)) if found else [], [str(p) for p in found])
+
+
 def load_inputs(inputs: ReportInputs) -> Loaded:
     """Open and check every input; raises a :class:`LenpredError` naming the first bad one."""
     rd = RunDir.open(inputs.run)
@@ -234,6 +257,7 @@ def load_inputs(inputs: ReportInputs) -> Loaded:
     out.sims = [_load_sim(p, rd) for p in inputs.sim]
     if inputs.policies is not None:
         out.policies = _load_policies(inputs.policies)
+    out.yardstick = _load_yardstick(inputs.yardstick)
     return out
 
 

@@ -28,7 +28,7 @@ GENERATOR = "lenpred report"
 MARKER = f'<meta name="generator" content="{GENERATOR}'.encode()
 # what to pass for a section that is missing (shown at the top of the page)
 FLAGS = {"bound": "--bound", "bench": "--bench", "transfer": "--bench of another run", "outlets": "--outlets",
-         "value": "--sim or --policies"}
+         "value": "--sim, --policies or --yardstick"}
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ def build_sections(loaded: Loaded) -> list[Section]:
             secs.append(transfer_section(loaded.bench, loaded.transfer))
     if loaded.outlets is not None:
         secs.append(outlets_section(*loaded.outlets))
-    if loaded.sims or loaded.policies is not None:
+    if loaded.sims or loaded.policies is not None or loaded.yardstick is not None:
         pol = None if loaded.inputs.policies is None else str(loaded.inputs.policies)
-        secs.append(value_section(loaded.sims, loaded.policies, pol))
+        secs.append(value_section(loaded.sims, loaded.policies, pol, loaded.yardstick))
     return secs
 
 
@@ -102,7 +102,7 @@ def check_out(out: Path, inputs: ReportInputs) -> None:
                         "pass a new path, or move that file away")
     overwrite_rule(out, kind="report", inputs={
         "--run": inputs.run, "--bound": inputs.bound, "--bench": inputs.bench, "--outlets": inputs.outlets,
-        "--sim": inputs.sim, "--policies": inputs.policies})
+        "--sim": inputs.sim, "--policies": inputs.policies, "--yardstick": inputs.yardstick or ()})
 
 
 def write_report(inputs: ReportInputs, out: str | os.PathLike[str]) -> ReportResult:

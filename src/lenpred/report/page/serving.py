@@ -1,21 +1,20 @@
 """Sections of the report page about serving: OUTLETS along the answer, and what the predictions are
-worth to a scheduler (P99 latency against load, per policy).
+worth to a scheduler: the scheduling yardstick's five arms per regime group
+(:mod:`lenpred.report.page.schedule`), and P99 latency against load of ``lenpred simulate`` outputs.
 
 OUTLETS figures come from :mod:`lenpred.report.outlets` (the plots ``lenpred outlets bench`` draws),
-the simulator's from :mod:`lenpred.report.sim_plots`; the policies table (rows from the policy
-study) is drawn here, one line per policy and predictor.
+the simulator's from :mod:`lenpred.report.sim_plots`. The policy study's rows (``--policies``) are no
+longer drawn: the page names them as the full table (docs/policies/).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from lenpred.io.artifacts import Artifact
 from lenpred.outlets.evaluate import OutletsBench
-from lenpred.report.page.inputs import LoadedSim, outlets_command
-from lenpred.report.page.model import Figure, Section, figure_from_pyplot, figures_from_writer
+from lenpred.report.page.inputs import LoadedSim, LoadedYardstick, outlets_command
+from lenpred.report.page.model import Figure, Section, figures_from_writer
 from lenpred.report.page.sections import TITLES
 from lenpred.report.table import Column, Table
 
@@ -94,58 +93,31 @@ def _sim_figures(sim: LoadedSim) -> list[Figure]:
                                {"p99_vs_load.png": caption})
 
 
-def _policy_groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[float, list[float]]]]:
-    """scenario (arrival, workload) -> arm (policy, predictor) -> load -> short P99 per seed."""
-    out: dict[str, dict[str, dict[float, list[float]]]] = {}
-    for r in rows:
-        scen = " / ".join(str(r[k]) for k in ("workload", "arrival") if r.get(k) is not None) or "all"
-        pred = r.get("predictor")
-        arm = str(r["policy"]) + (f" ({pred})" if pred not in (None, "", "-") else "")
-        if r["short_p99_s"] is None:
-            continue
-        out.setdefault(scen, {}).setdefault(arm, {}).setdefault(float(r["load"]), []).append(float(r["short_p99_s"]))
-    return out
-
-
-def _policies_parts(rows: list[dict[str, Any]]) -> tuple[list[Table], list[Figure]]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups = _policy_groups(rows)
-    tables = []
-    cols = min(3, len(groups))
-    nrows = -(-len(groups) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 4.2 * nrows), squeeze=False)
-    for ax in axes.flat[len(groups):]:
-        ax.axis("off")
-    for ax, (scen, arms) in zip(axes.flat, groups.items(), strict=False):
-        loads = sorted({x for a in arms.values() for x in a})
-        trows = []
-        for arm, by_load in arms.items():
-            med = [float(np.median(by_load[x])) if x in by_load else np.nan for x in loads]
-            ax.plot(loads, med, marker="o", ms=3, label=arm)
-            trows.append((arm, *["-" if np.isnan(m) else f"{m:.3f}" for m in med]))
-        ax.set_yscale("log")
-        ax.set_xlabel("load")
-        ax.set_ylabel("short-request P99 latency (s), median over seeds")
-        ax.set_title(scen, fontsize=10)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6, ncol=1 + len(arms) // 8)
-        tables.append(Table(f"{scen}: short-request P99 (s), median over seeds", (Column("policy (predictor)", "left"),
-                            *[Column(f"load {x:g}") for x in loads]), tuple(trows)))
-    return tables, [figure_from_pyplot(fig, "policies.png", "Short-request P99 latency against load per policy")]
-
-
 def value_section(sims: list[LoadedSim], policies: tuple[list[dict[str, Any]], str | None] | None,
-                  policies_path: str | None) -> Section:
+                  policies_path: str | None, yardstick: LoadedYardstick | None = None) -> Section:
+    from lenpred.report.page.schedule import yardstick_paragraphs, yardstick_parts
+
     sec = Section("value", TITLES["value"])
     sec.paragraphs = [
         "A scheduler that runs short requests first and balances decode instances by predicted tokens cuts the "
         "tail latency of short requests, if the predictions rank requests well enough. Simulated prefill/decode "
-        "serving; P99 end-to-end latency of short requests against load.",
+        "serving.",
     ]
+    if yardstick is not None:
+        sec.sources += yardstick.paths
+        sec.paragraphs += yardstick_paragraphs(yardstick.groups, yardstick.paths)
+        tables, figs = yardstick_parts(yardstick.groups)
+        sec.tables += tables
+        sec.figures += figs
+    if policies is not None:
+        rows, cmd = policies
+        if cmd:
+            sec.commands.append(cmd)
+        if policies_path:
+            sec.sources.append(policies_path)
+        sec.paragraphs.append(f"The policy study's {len(rows)} rows ({policies_path or 'policies table'}: short-request "
+                              "P99 against load per policy, predictor and seed) are the full table behind it; "
+                              "docs/policies/README.md reads them.")
     for sim in sims:
         res = sim.result
         sec.commands.append(sim.command)
@@ -155,16 +127,8 @@ def value_section(sims: list[LoadedSim], policies: tuple[list[dict[str, Any]], s
             f"{res.config.name}: {res.config.cluster.n_prefill} prefill + {res.config.cluster.n_decode} decode "
             f"instances ({res.config.cluster.profile}), workload {res.config.workload.lengths.source}"
             f"{' ' + res.config.workload.lengths.path if res.config.workload.lengths.path else ''}, "
-            f"{res.config.workload.n_requests} requests, baseline {res.baseline}{cap}.")
+            f"{res.config.workload.n_requests} requests, baseline {res.baseline}{cap}: P99 end-to-end latency of "
+            "short requests against load.")
         sec.tables.append(_sim_table(sim))
         sec.figures += _sim_figures(sim)
-    if policies is not None:
-        rows, cmd = policies
-        if cmd:
-            sec.commands.append(cmd)
-        if policies_path:
-            sec.sources.append(policies_path)
-        tables, figs = _policies_parts(rows)
-        sec.tables += tables
-        sec.figures += figs
     return sec

@@ -1,0 +1,311 @@
+"""The scheduling yardstick read at a glance (issue 30): per regime group, five arms on a Pareto plane.
+
+The rows are the yardstick's cells (``benchmarks/bench_yardstick.py`` writes one JSON line per cell
+and seed: ``docs/yardstick/episodes-cells.jsonl``, ``docs/yardstick/steady-cells.jsonl``), each with
+every arm's short-request and overall P99 (and short P50, SLO attainment). A *group* is a regime, a
+cluster and a batch limit (steady loads 0.90-0.99 at batch 16; overload episodes of 1 + 2 at batch
+256; ...); its *pairs* are its (load or episode, arrival, seed) cells. Every figure is a ratio to
+FCFS + round robin (``fcfs+rr/-``) in the same pair; an arm's figure is the median over the group's
+pairs, with the min and max.
+
+The five arms of a group (:func:`choose`):
+
+* ``fcfs+rr/-``, the baseline;
+* the default: the router's default (:data:`lenpred.sched.recommended.RECOMMENDED`) where the
+  yardstick ran it, else gamma-Boost on the prefill head (``gboost/mlp``), which the yardstick's
+  README recommends and the router carries as ``priority.queue`` ``gboost``;
+* the best real-predictor arm (predictor ``mlp``, ``samples`` or ``outlets``; not the default): the
+  smallest median short-P99 ratio among arms whose overall P99 is at most 1.05x FCFS's in every pair;
+* the prediction-free arm: ``uniboost`` or ``mlfq``, whichever does not diverge (steady: named in a
+  cell's ``diverging``; episode: its backlog outlived the tail, ``drained`` false) in any pair;
+* the true-length ceiling: the best ``/true`` arm under the same overall constraint.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from lenpred.errors import DataError
+from lenpred.sched.recommended import RECOMMENDED
+
+__all__ = ["BASELINE", "MAX_OVERALL", "MAKE_COMMAND", "ROLES", "ArmStats", "Group", "Pick", "Span", "choose",
+           "default_paths", "load_cells", "summarize"]
+
+BASELINE = "fcfs+rr/-"
+MAX_OVERALL = 1.05  # an arm's overall P99 at most this x FCFS + round robin's, in every pair
+REAL_PREDICTORS = ("mlp", "samples", "outlets")
+FREE_POLICIES = ("uniboost", "mlfq")
+STAND_IN_DEFAULT = "gboost/mlp"
+ROLES = ("baseline", "default", "best real predictor", "prediction-free", "true-length ceiling")
+CELL_FILES = ("steady-cells.jsonl", "episodes-cells.jsonl")
+MAKE_COMMAND = ("python benchmarks/bench_yardstick.py --regimes steady --clusters 1+2 --batches 16,256 --arms \"$ARMS\" "
+                "--work out/yardstick-steady --out docs/yardstick/steady (and --regimes episode: docs/yardstick/README.md "
+                "gives $ARMS and both runs), then pass --yardstick out/yardstick-steady")
+
+
+# ------------------------------------------------------------------------------------------ rows
+class _Figures(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    short_p99_s: float | None
+    p99_s: float | None
+    short_p50_s: float | None = None
+    attain_all: float | None = None
+    drained: bool = True
+
+
+class _Cell(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    regime: str
+    cluster: str
+    batch: int
+    where: str
+    arrival: str = "-"
+    seed: int
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    cell: _Cell
+    arms: dict[str, _Figures]
+    diverging: list[str] = []
+
+
+def _parse(line: str, where: str) -> _Row | None:
+    """One line of a cells file; ``None`` for a goodput row (no per-arm P99 to read)."""
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where} is not JSON ({e.msg})",
+                        "re-create the file with benchmarks/bench_yardstick.py") from None
+    if not isinstance(d, dict):
+        raise DataError(f"{where} is not a JSON object", "each line is one cell row of benchmarks/bench_yardstick.py")
+    if isinstance(d.get("cell"), dict) and d["cell"].get("regime") == "goodput":
+        return None
+    try:
+        row = _Row.model_validate(d)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise DataError(f"{where}: {loc}: {err['msg']}",
+                        "each line is one cell row of benchmarks/bench_yardstick.py {cell, arms, ...}") from None
+    base = row.arms.get(BASELINE)
+    if base is None or not base.short_p99_s or not base.p99_s:
+        raise DataError(f"{where} has no {BASELINE} arm with a positive short_p99_s and p99_s",
+                        f"every ratio is to {BASELINE}: run the yardstick with it in --arms")
+    return row
+
+
+def load_cells(paths: Sequence[Path]) -> list[_Row]:
+    """The rows of these cells files (``.jsonl``, one cell per line), or of a folder's
+    ``*cells.jsonl``; a cell (regime, cluster, batch, where, arrival, seed) read twice counts once."""
+    rows: dict[tuple[Any, ...], _Row] = {}
+    for path in paths:
+        files = sorted(path.glob("*cells.jsonl")) if path.is_dir() else [path]
+        if not files or not all(f.is_file() for f in files):
+            raise DataError(f"--yardstick {path}: no yardstick cells file there",
+                            f"pass a cells .jsonl or a folder holding *cells.jsonl; make one with {MAKE_COMMAND}")
+        for f in files:
+            for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+                row = _parse(line, f"{f} line {i}") if line.strip() else None
+                if row is not None:
+                    c = row.cell
+                    rows.setdefault((c.regime, c.cluster, c.batch, c.where, c.arrival, c.seed), row)
+    return list(rows.values())
+
+
+def default_paths(roots: Iterable[Path] | None = None) -> list[Path]:
+    """The committed cells files under ``docs/yardstick`` of the source tree (else of the working
+    folder), in :data:`CELL_FILES` order; empty when there are none."""
+    if roots is None:
+        roots = (Path(__file__).resolve().parents[3], Path.cwd())
+    for root in roots:
+        found = [root / "docs" / "yardstick" / name for name in CELL_FILES]
+        found = [p for p in found if p.is_file()]
+        if found:
+            return found
+    return []
+
+
+# ------------------------------------------------------------------------------------------ figures
+@dataclass(frozen=True)
+class Span:
+    median: float
+    lo: float
+    hi: float
+    n: int
+
+    @staticmethod
+    def of(xs: Sequence[float]) -> Span | None:
+        return Span(statistics.median(xs), min(xs), max(xs), len(xs)) if xs else None
+
+
+@dataclass(frozen=True)
+class ArmStats:
+    """One arm over a group's pairs: ratios to FCFS + round robin (attainment as it is, a share)."""
+
+    arm: str
+    short_p99: Span
+    overall_p99: Span
+    short_p50: Span | None
+    attain: Span | None
+    pairs: int
+    diverging: int  # pairs where the arm diverged (steady) or did not drain (episode)
+    n_within: int  # pairs where its overall P99 <= MAX_OVERALL x FCFS's
+
+    @property
+    def within(self) -> bool:
+        """Overall P99 within the constraint in every pair."""
+        return self.n_within == self.pairs
+
+    @property
+    def policy(self) -> str:
+        return self.arm.rsplit("/", 1)[0]
+
+    @property
+    def predictor(self) -> str:
+        return self.arm.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Pick:
+    role: str  # one of ROLES
+    stats: ArmStats
+    strict: bool = True  # False: no arm met the overall constraint in every pair; this one does in the most
+
+
+@dataclass(frozen=True)
+class Group:
+    regime: str
+    cluster: str
+    batch: int
+    places: tuple[str, ...]  # the loads or episodes (with the arrival process)
+    seeds: int
+    pairs: int
+    picks: tuple[Pick, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        what = "steady loads" if self.regime == "steady" else "overload episodes" if self.regime == "episode" \
+            else self.regime
+        return f"{what}, {self.cluster} cluster, batch {self.batch}"
+
+    @property
+    def slug(self) -> str:
+        return f"{self.regime}_{self.cluster.replace('+', 'p')}_b{self.batch}"
+
+
+def _ratio(x: float | None, base: float | None) -> float | None:
+    return None if x is None or not base else x / base
+
+
+def arm_stats(rows: Sequence[_Row]) -> dict[str, ArmStats]:
+    """Every arm of these rows (one group) over its pairs."""
+    per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    div: dict[str, int] = defaultdict(int)
+    for row in rows:
+        base = row.arms[BASELINE]
+        named = {d.rsplit(" ", 1)[0] for d in row.diverging}
+        for arm, f in row.arms.items():
+            p = per[arm]
+            p["n"].append(1.0)
+            for key, x, b in (("short", f.short_p99_s, base.short_p99_s), ("overall", f.p99_s, base.p99_s),
+                              ("p50", f.short_p50_s, base.short_p50_s)):
+                r = _ratio(x, b)
+                if r is not None:
+                    p[key].append(r)
+            p["over"].append(float(f.p99_s is None or f.p99_s > MAX_OVERALL * base.p99_s))  # type: ignore[operator]
+            if f.attain_all is not None:
+                p["attain"].append(f.attain_all)
+            div[arm] += int(arm in named or not f.drained)
+    out = {}
+    for arm, p in per.items():
+        short, overall = Span.of(p["short"]), Span.of(p["overall"])
+        if short is None or overall is None:
+            continue  # no short or overall P99 in any pair: nothing to place
+        out[arm] = ArmStats(arm, short, overall, Span.of(p["p50"]), Span.of(p["attain"]), len(p["n"]), div[arm],
+                            len(p["over"]) - int(sum(p["over"])))
+    return out
+
+
+def _best(cands: Iterable[ArmStats]) -> ArmStats | None:
+    ok = sorted(cands, key=lambda s: (s.short_p99.median, s.overall_p99.median, s.arm))
+    return ok[0] if ok else None
+
+
+def _constrained(role: str, cands: Sequence[ArmStats], what: str, notes: list[str]) -> Pick | None:
+    """The best of ``cands`` within the overall constraint in every pair; where none is, the one within
+    it in the most pairs (then the best), marked not strict and noted."""
+    best = _best(s for s in cands if s.within)
+    if best is not None:
+        return Pick(role, best)
+    most = max((s.n_within for s in cands), default=0)
+    if most == 0:
+        notes.append(f"no {what} keeps its overall P99 within {MAX_OVERALL:g}x FCFS + RR in any pair")
+        return None
+    best = _best(s for s in cands if s.n_within == most)
+    assert best is not None
+    notes.append(f"no {what} keeps its overall P99 within {MAX_OVERALL:g}x FCFS + RR in every pair: shown, "
+                 f"{best.arm}, the best of those within it in the most pairs ({most} of {best.pairs})")
+    return Pick(role, best, strict=False)
+
+
+def default_arm(arms: Iterable[str]) -> tuple[str, bool]:
+    """The default arm and whether it is the router's own (:data:`RECOMMENDED`) rather than the stand-in."""
+    mine = f"{RECOMMENDED['name']}/mlp"
+    return (mine, True) if mine in set(arms) else (STAND_IN_DEFAULT, False)
+
+
+def choose(stats: dict[str, ArmStats]) -> tuple[list[Pick], list[str]]:
+    """The five arms of one group (fewer where none qualifies, with a note saying which and why)."""
+    picks, notes = [], []
+    if BASELINE in stats:
+        picks.append(Pick("baseline", stats[BASELINE]))
+    default, own = default_arm(stats)
+    if default in stats:
+        picks.append(Pick("default", stats[default]))
+    else:
+        notes.append(f"the default {default} was not run here")
+    real = _constrained("best real predictor", [s for s in stats.values() if s.predictor in REAL_PREDICTORS
+                                                and s.arm != default], "real-predictor arm", notes)
+    free = [s for s in stats.values() if s.predictor == "-" and s.policy in FREE_POLICIES]
+    for s in free:
+        if s.diverging:
+            notes.append(f"{s.arm} diverges (its queue is not stable, or its backlog outlived the episode) in "
+                         f"{s.diverging} of {s.pairs} pairs: not shown as the prediction-free arm")
+    pf = _best(s for s in free if not s.diverging)
+    steady = None if pf is None else Pick("prediction-free", pf)
+    if pf is None and free:
+        notes.append("every prediction-free arm diverges here")
+    true = _constrained("true-length ceiling", [s for s in stats.values() if s.predictor == "true"], "/true arm",
+                        notes)
+    picks += [p for p in (real, steady, true) if p is not None]
+    order = {r: i for i, r in enumerate(ROLES)}
+    return sorted(picks, key=lambda p: order[p.role]), notes
+
+
+def summarize(rows: Sequence[_Row]) -> list[Group]:
+    """One :class:`Group` per (regime, cluster, batch): steady first, then the episodes."""
+    by: dict[tuple[str, str, int], list[_Row]] = defaultdict(list)
+    for row in rows:
+        by[row.cell.regime, row.cell.cluster, row.cell.batch].append(row)
+    order = {"steady": 0, "episode": 1}
+    out = []
+    for (regime, cluster, batch), rs in sorted(by.items(), key=lambda kv: (order.get(kv[0][0], 2), kv[0])):
+        picks, notes = choose(arm_stats(rs))
+        places = tuple(dict.fromkeys(f"{r.cell.where} {r.cell.arrival}" for r in
+                                     sorted(rs, key=lambda r: (r.cell.where, r.cell.arrival))))
+        out.append(Group(regime, cluster, batch, places, len({r.cell.seed for r in rs}), len(rs), tuple(picks),
+                         tuple(notes)))
+    return out
