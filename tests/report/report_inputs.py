@@ -2,8 +2,9 @@
 
 The reference run (data/runs/smollm2-sharegpt) and the AlpacaEval run under the same card are
 committed, and so is an OUTLETS bench of the reference run (docs/outlets_real). The bound, the two
-benches (two hand-made predictors whose figures a test can check), a small simulation and a policy
-table are made here, with few bootstrap replicates to stay fast.
+benches (two hand-made predictors whose figures a test can check), a small simulation, a policy
+table and a hand-made yardstick cells file (known best arms) are made here, with few bootstrap
+replicates to stay fast.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Inputs:
     outlets: Path
     sim: Path
     policies: Path
+    yardstick: Path
 
 
 def _verb(*argv: object) -> None:
@@ -88,6 +90,42 @@ def _policies(path: Path) -> Path:
     return path
 
 
+# the hand-made yardstick group (steady, 1+2, batch 16): arm -> per seed (short P99, overall P99), the
+# baseline's being (10, 20); ratios: gboost/mlp 0.8 / 0.95; sjf aging100/mlp 0.6 / 1.03 (the best real
+# predictor within 1.05x); boost2 B=10/mlp 0.4 / 1.10 (better, but over 1.05x); gboost/outlets 0.5 with
+# 1.00 and 1.06 (over in one seed); mlfq diverges; the ceiling is boost2 B=10/true (0.3 / 1.025), sjf/true
+# (0.2 / 1.5) is over
+YARDSTICK_ARMS = {
+    "fcfs+rr/-": ((10.0, 20.0), (10.0, 20.0)),
+    "uniboost/-": ((10.0, 20.0), (10.0, 20.0)),
+    "mlfq/-": ((3.0, 400.0), (3.0, 500.0)),
+    "gboost/mlp": ((8.0, 19.0), (8.0, 19.0)),
+    "sjf aging100/mlp": ((6.0, 20.6), (6.0, 20.6)),
+    "boost2 boost_s10 short_threshold224/mlp": ((4.0, 22.0), (4.0, 22.0)),
+    "gboost/outlets": ((5.0, 20.0), (5.0, 21.2)),
+    "sjf/true": ((2.0, 30.0), (2.0, 30.0)),
+    "boost2 boost_s10 short_threshold224/true": ((3.0, 20.5), (3.0, 20.5)),
+}
+
+
+def yardstick_row(arms: dict[str, tuple[float, float]], *, seed: int = 0, regime: str = "steady",
+                  cluster: str = "1+2", batch: int = 16, where: str = "0.95", **extra: object) -> dict[str, object]:
+    """One cell row as benchmarks/bench_yardstick.py writes it: arm -> (short P99, overall P99); the short
+    P50 is half the short P99, the SLO attainment 0.9."""
+    figs = {a: {"short_p99_s": s, "p99_s": o, "short_p50_s": s / 2, "attain_all": 0.9, "n_window": 100}
+            for a, (s, o) in arms.items()}
+    return {"key": f"{regime}|{cluster}|b{batch}|{where}|poisson|s{seed}",
+            "cell": {"regime": regime, "cluster": cluster, "batch": batch, "where": where, "arrival": "poisson",
+                     "seed": seed}, "arms": figs, **extra}
+
+
+def _yardstick(path: Path) -> Path:
+    rows = [yardstick_row({a: v[seed] for a, v in YARDSTICK_ARMS.items()}, seed=seed, diverging=["mlfq/- p99_s"])
+            for seed in (0, 1)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
 def make_inputs(d: Path) -> Inputs:
     _verb("bound", REFERENCE, "--out", d / "bound", "--n-boot", 50, "--n-boot-robust", 10, "--n-imputations", 2,
           "--n-normal-reference", 2, "--grid", 4)
@@ -97,11 +135,12 @@ def make_inputs(d: Path) -> Inputs:
           "--out", d / "bench-alpaca")
     _verb("simulate", "--config", _sim_config(d / "tiny.json"), "--out", d / "sim", "--quiet")
     return Inputs(REFERENCE, d / "bound", d / "bench", d / "bench-alpaca", OUTLETS, d / "sim",
-                  _policies(d / "policies.json"))
+                  _policies(d / "policies.json"), _yardstick(d / "steady-cells.jsonl"))
 
 
 def make_page(inputs: Inputs, out: Path) -> Path:
     """The page with every section."""
     _verb("report", "--run", inputs.run, "--bound", inputs.bound, "--bench", inputs.bench, inputs.transfer,
-          "--outlets", inputs.outlets, "--sim", inputs.sim, "--policies", inputs.policies, "--out", out)
+          "--outlets", inputs.outlets, "--sim", inputs.sim, "--policies", inputs.policies,
+          "--yardstick", inputs.yardstick, "--out", out)
     return out

@@ -97,7 +97,7 @@ def test_every_section_in_order_and_self_contained(full_page: Path) -> None:
     assert page.sections == list(TITLES)
     assert page.headings == list(TITLES.values())
     # 4 bound plots, 3 bench plots (coverage: prompt-mean has an interval; pred vs true: both tables are
-    # readable), transfer, 3 OUTLETS, sim, policies
+    # readable), transfer, 3 OUTLETS, the yardstick's one group, sim
     assert len(page.images) == 4 + 3 + 1 + 3 + 1 + 1
     assert all(src.startswith("data:image/png;base64,") for src in page.images)
     assert not page.tags & {"script", "link", "iframe", "object", "embed"}
@@ -151,16 +151,53 @@ def test_bound_verdicts_and_commands(full_page: Path, inputs: Inputs) -> None:
     assert "python benchmarks/policies.py --tiny" in text  # the command the policies file records
 
 
-def test_policies_median_over_seeds(full_page: Path) -> None:
+def test_yardstick_section_known_answers(full_page: Path, inputs: Inputs) -> None:
+    """The hand-made yardstick group (report_inputs.YARDSTICK_ARMS): five arms, the known best ones."""
     page = parse(full_page)
-    # rows of the hand-made table: fcfs (ridge) at load 1.0 is 2.0 * 1.0 + 0.01 * seed, seeds 0 and 1
-    assert _row(page, "test / poisson", "fcfs (ridge)")[1:] == ["1.805", "2.005", "2.205"]
-    assert _row(page, "test / poisson", "sjf (oracle)")[1:] == [f"{1.5 * x * 0.7 + 0.005:.3f}" for x in (0.9, 1.0, 1.1)]
-    assert _row(page, "test / poisson", "las")[1:] == ["0.900", "1.000", "1.100"]  # predictor "-": none
+    title = next(t for t in page.tables if t.startswith("Yardstick, steady loads, 1+2 cluster, batch 16"))
+    rows = page.tables[title]
+    assert rows[0] == ["arm", "policy/predictor", "short P99 / FCFS", "overall P99 / FCFS", "short P50 / FCFS",
+                       "SLO attainment %", "pairs (seeds)"]
+    assert [r[:2] for r in rows[1:]] == [
+        ["baseline", "fcfs+rr/-"], ["default", "gboost/mlp"], ["best real predictor", "sjf aging100/mlp"],
+        ["prediction-free", "uniboost/-"], ["true-length ceiling", "boost2 boost_s10 short_threshold224/true"]]
+    assert rows[3][2:] == ["0.60 (0.60-0.60)", "1.03 (1.03-1.03)", "0.60 (0.60-0.60)", "90.0 (90.0-90.0)", "2 (2)"]
+    assert rows[5][2:4] == ["0.30 (0.30-0.30)", "1.02 (1.02-1.02)"]
+    text = full_page.read_text()
+    assert "mlfq/- diverges" in text and "docs/yardstick/yardstick.md" in text and "docs/policies/README.md" in text
+    assert "stands in for it" in text  # the router's default (fcfs + least-predicted-tokens) is no yardstick arm
+    assert str(inputs.yardstick) in text and "python benchmarks/policies.py --tiny" in text
+    assert "Yardstick, steady loads, 1+2 cluster, batch 16: short-request against overall P99" in text  # the figure
+
+
+def test_the_committed_yardstick_by_default(tmp_path: Path, inputs: Inputs) -> None:
+    """Without --yardstick the page reads docs/yardstick/*-cells.jsonl: a figure and a table per group."""
+    from lenpred.report.yardstick import default_paths
+
+    assert [p.name for p in default_paths()] == ["steady-cells.jsonl", "episodes-cells.jsonl"]
+    res = write_report(ReportInputs(inputs.run), tmp_path / "r.html")
+    assert res.sections == ("run", "value")
+    page = parse(res.path)
+    titles = [t for t in page.tables if t.startswith("Yardstick, ")]
+    # steady 1+2 at batch 16 and 256; episodes 1+2 at 16 and 256, 4+8 at 16
+    assert len(page.images) == len(titles) == 5
+    for t in titles:
+        assert [r[0] for r in page.tables[t][1:3]] == ["baseline", "default"]
+
+
+def test_no_yardstick_results_say_what_to_run(tmp_path: Path, inputs: Inputs, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lenpred.report.yardstick as ys
+
+    monkeypatch.setattr(ys, "default_paths", lambda: [])
+    res = write_report(ReportInputs(inputs.run), tmp_path / "r.html")
+    assert res.sections == ("run", "value")
+    text = res.path.read_text()
+    assert "No scheduling yardstick results were found" in text and "benchmarks/bench_yardstick.py" in text
+    assert not parse(res.path).images
 
 
 def test_only_the_run_gives_one_section_and_names_the_rest(tmp_path: Path, inputs: Inputs) -> None:
-    res = write_report(ReportInputs(inputs.run), tmp_path / "r.html")
+    res = write_report(ReportInputs(inputs.run, yardstick=()), tmp_path / "r.html")
     assert res.sections == ("run",)
     page = parse(res.path)
     assert page.sections == ["run"]
@@ -248,6 +285,15 @@ def test_refuses_bad_policy_rows_and_missing_paths(tmp_path: Path, inputs: Input
     assert "not a lenpred run directory" in _bad(tmp_path, "--run", tmp_path / "nope", capsys=capsys)
 
 
+def test_refuses_bad_yardstick_rows_and_missing_paths(tmp_path: Path, inputs: Inputs,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    err = _bad(tmp_path, "--run", inputs.run, "--yardstick", tmp_path / "nope.jsonl", capsys=capsys)
+    assert "nope.jsonl: no yardstick cells file there" in err and "bench_yardstick.py" in err
+    bad = tmp_path / "cells.jsonl"
+    bad.write_text(inputs.yardstick.read_text().splitlines()[0] + "\n{not json\n")
+    assert f"{bad} line 2 is not JSON" in _bad(tmp_path, "--run", inputs.run, "--yardstick", tmp_path, capsys=capsys)
+
+
 def test_refuses_to_overwrite_a_file_that_is_not_a_report(tmp_path: Path, inputs: Inputs,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     mine = tmp_path / "notes.html"
@@ -269,7 +315,7 @@ def test_refuses_to_overwrite_a_file_that_is_not_a_report(tmp_path: Path, inputs
 def test_replaces_its_own_report(tmp_path: Path, inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.html"
     assert main(["report", "--run", str(inputs.run), "--out", str(out)]) == 0
-    assert main(["report", "--run", str(inputs.run), "--bound", str(inputs.bound), "--out", str(out)]) == 0
+    assert main(["report", "--run", str(inputs.run), "--bound", str(inputs.bound), "--yardstick", "--out", str(out)]) == 0
     assert parse(out).sections == ["run", "bound"]
     assert f"report: {out}" in capsys.readouterr().out
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary file left behind"

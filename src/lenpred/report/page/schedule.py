@@ -52,7 +52,7 @@ def pareto_figure(group: Group) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.0, 4.8))
+    fig, ax = plt.subplots(figsize=(7.0, 5.6))
     xs = [MAX_OVERALL]
     for p in group.picks:
         marker, color, size, prefix = STYLE[p.role]
@@ -71,7 +71,7 @@ def pareto_figure(group: Group) -> Any:
     ax.set_ylabel("short-request P99 / FCFS + RR")
     ax.set_title(f"{group.label}: {group.pairs} cell-seed pairs", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     return fig
 
 
