@@ -289,9 +289,11 @@ def test_refuses_bad_yardstick_rows_and_missing_paths(tmp_path: Path, inputs: In
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     err = _bad(tmp_path, "--run", inputs.run, "--yardstick", tmp_path / "nope.jsonl", capsys=capsys)
     assert "nope.jsonl: no yardstick cells file there" in err and "bench_yardstick.py" in err
-    bad = tmp_path / "cells.jsonl"
+    (tmp_path / "ys").mkdir()
+    bad = tmp_path / "ys" / "cells.jsonl"  # a folder's *cells.jsonl
     bad.write_text(inputs.yardstick.read_text().splitlines()[0] + "\n{not json\n")
-    assert f"{bad} line 2 is not JSON" in _bad(tmp_path, "--run", inputs.run, "--yardstick", tmp_path, capsys=capsys)
+    assert f"{bad} line 2 is not JSON" in _bad(tmp_path, "--run", inputs.run, "--yardstick", bad.parent,
+                                               capsys=capsys)
 
 
 def test_refuses_to_overwrite_a_file_that_is_not_a_report(tmp_path: Path, inputs: Inputs,
