@@ -122,7 +122,7 @@ def yardstick_paragraphs(groups: Sequence[Group], paths: Sequence[str]) -> list[
            f"not a yardstick arm, so gamma-Boost on the prefill head, {default} (the router's priority.queue gboost, "
            "which docs/yardstick/README.md recommends), stands in for it")
     return [
-        f"Scheduling on the yardstick (issue 30; read from {', '.join(paths)}): per regime group, five arms, each "
+        "Scheduling on the yardstick (issue 30, docs/yardstick/README.md): per regime group, five arms, each "
         f"at its overall P99 and its short-request P99 as ratios to {BASELINE} in the same cell and seed. The "
         f"baseline {BASELINE}; the default: {why}; the best real-predictor arm (mlp, samples or outlets; "
         f"smallest median short-P99 ratio among arms whose overall P99 stays within {MAX_OVERALL:g}x FCFS + RR in "
