@@ -55,7 +55,7 @@ def main() -> None:
                 PolicyConfig(name="srpt+p2c", queue="srpt", dispatch="power-of-two")):
         t1 = time.perf_counter()
         reqs = wl.requests(rate, preds)
-        res = Simulator(reqs, cfg.cluster, pol).run()
+        res = Simulator(reqs, cfg.cluster, pol.policy).run()
         wall = time.perf_counter() - t1
         s = summarize(res)
         mean_batch = sum(s["decode_imbalance"]["mean_batch"]) / len(s["decode_imbalance"]["mean_batch"])

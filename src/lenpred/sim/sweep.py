@@ -145,7 +145,7 @@ def run_one(setup: RunSetup, workload: Workload, policy: PolicyConfig, rate: flo
     pc = prediction or policy.prediction or setup.prediction
     preds = cache.get(pc) if cache is not None else workload.predictions(pc, setup.seed)
     reqs = workload.requests(rate, preds, with_dist=needs_dist(policy))
-    return Simulator(reqs, setup.cluster, policy, seed=setup.seed).run()
+    return Simulator(reqs, setup.cluster, policy.policy, seed=setup.seed).run()
 
 
 def needs_dist(policy: PolicyConfig) -> bool:
