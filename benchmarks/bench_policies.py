@@ -197,7 +197,7 @@ def cell_metrics(res: Any, thr: float) -> dict[str, Any]:
     """The issue's per-cell figures (seconds): short-request P99 / P50, overall P99, mean E2E, TTFT P99,
     the longest wait (queues + preempted), preemptions per request, starved requests (waited more
     than 10x their own service time, i.e. E2E minus waiting)."""
-    from lenpred.sim.metrics import latency_arrays
+    from lenpred.sim.summary import latency_arrays
 
     lat = latency_arrays(res)
     done = np.isfinite(res.t_finish)

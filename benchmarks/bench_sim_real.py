@@ -158,7 +158,7 @@ def prediction_errors(cfg: Any, workload: Any) -> list[dict[str, Any]]:
     """Per arm: its predictions' MAE on the workload's distinct samples (averaged over prompts, as the
     bench and the bound average), from the same tables the simulation reads, and the structure of its
     queue key (:func:`order_structure`: ``pred``, or ``pred + quantile_z * spread``) on those samples."""
-    from lenpred.bench.metrics import per_prompt_mean
+    from lenpred.bench.scoring import per_prompt_mean
     from lenpred.sim.sweep import PredictionCache
 
     cache = PredictionCache(workload, cfg.seed)
@@ -253,7 +253,7 @@ def tail_anatomy(res: Any, prompt_ids: np.ndarray, threshold: float, q: float = 
     waited in queues, and how many later arrivals started decoding before them (``overtakers``,
     counted for at most ``max_tail`` of them) and how many of those were short themselves.
     ``ranked=False``: the arm does not use its predictions (no prediction percentile)."""
-    from lenpred.sim.metrics import latency_arrays
+    from lenpred.sim.summary import latency_arrays
 
     lat = latency_arrays(res)
     e2e = lat["e2e"]

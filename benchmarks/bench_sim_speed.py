@@ -18,7 +18,7 @@ import time
 
 from lenpred.sim.config import ClusterConfig, LengthConfig, PolicyConfig, SimConfig, WorkloadConfig
 from lenpred.sim.engine import Simulator
-from lenpred.sim.metrics import summarize
+from lenpred.sim.summary import summarize
 from lenpred.sim.sweep import RunSetup, measure_capacity
 from lenpred.sim.workload import build_workload
 

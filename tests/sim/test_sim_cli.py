@@ -13,9 +13,9 @@ from lenpred.errors import ConfigError
 from lenpred.sim.arm import ArmPolicy
 from lenpred.sim.config import ClusterConfig, SimConfig
 from lenpred.sim.engine import simulate
-from lenpred.sim.metrics import summarize
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import Request
+from lenpred.sim.summary import summarize
 from lenpred.sim.sweep import run_sweep
 
 TINY = {

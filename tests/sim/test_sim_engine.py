@@ -11,9 +11,9 @@ from lenpred.errors import ConfigError, DataError, UnknownKeyError
 from lenpred.sim.arm import ArmPolicy
 from lenpred.sim.config import ClusterConfig, PolicyConfig
 from lenpred.sim.engine import Simulator, simulate
-from lenpred.sim.metrics import summarize
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import Request
+from lenpred.sim.summary import summarize
 
 MakeRequests = Callable[..., list[Request]]  # the make_requests fixture (tests/sim/conftest.py)
 

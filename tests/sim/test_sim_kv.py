@@ -15,10 +15,10 @@ from lenpred.sim.config import ClusterConfig, PolicyConfig
 from lenpred.sim.engine import Simulator, simulate
 from lenpred.sim.instances import DecodeInstance
 from lenpred.sim.kvstats import preemption_stats
-from lenpred.sim.metrics import summarize
 from lenpred.sim.preemption import DecodeSetup
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import NEED_RECOMPUTE, Request
+from lenpred.sim.summary import summarize
 
 MakeRequests = Callable[..., list[Request]]
 

@@ -20,8 +20,8 @@ from lenpred.errors import DataError
 from lenpred.predictions import Predictions
 from lenpred.sim.config import ClusterConfig, PolicyConfig, PredictionConfig, SimConfig
 from lenpred.sim.engine import SimResult, Simulator
-from lenpred.sim.metrics import latency_arrays, steady_throughput, summarize
 from lenpred.sim.profiles import get_profile
+from lenpred.sim.summary import latency_arrays, steady_throughput, summarize
 from lenpred.sim.workload import Workload, build_workload
 
 Progress = Callable[[str], None]
