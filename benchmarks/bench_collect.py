@@ -127,7 +127,7 @@ def main() -> None:
             n, tok, dt = _time(eng, jobs)
             eng.close()
         elif name == "openai":
-            from lenpred.collect.openai import OpenAIEngine, OpenAIOptions
+            from lenpred.collect.openai_engine import OpenAIEngine, OpenAIOptions
 
             with tempfile.TemporaryDirectory() as d:
                 proc, url = _server(resolve("smollm2-135m").gguf_path, Path(d) / "server.log")

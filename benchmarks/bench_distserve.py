@@ -113,7 +113,7 @@ def run_ours(prompt: np.ndarray, output: np.ndarray, arrival_s: np.ndarray) -> t
     cluster = ClusterConfig(n_prefill=N_PREFILL, n_decode=N_DECODE, profile="distserve-opt13b",
                             max_prefill_tokens=KV_TOKENS, kv_capacity_tokens=10**9, max_batch=10**7,
                             link_gbps=1e6)
-    res = Simulator(reqs, cluster, PolicyConfig(dispatch="round-robin", prefill_dispatch="least-requests")).run()
+    res = Simulator(reqs, cluster, PolicyConfig(dispatch="round-robin", prefill_dispatch="least-requests").policy).run()
     wall = time.perf_counter() - t0
     return res.t_first - res.arrival, res.t_finish - res.arrival, wall
 

@@ -87,7 +87,7 @@ def episode_row(res: Any, thr: float, mask: np.ndarray) -> dict[str, Any]:
     """cell_row's figures over the requests in ``mask`` (an episode: those arriving from the burst on)."""
     from lenpred.sim.config import MetricsConfig
     from lenpred.sim.kvstats import preemption_stats
-    from lenpred.sim.metrics import latency_arrays, slo_attained
+    from lenpred.sim.summary import latency_arrays, slo_attained
 
     mc = MetricsConfig()
     m = mask & np.isfinite(res.t_finish)
@@ -109,7 +109,7 @@ def episode_row(res: Any, thr: float, mask: np.ndarray) -> dict[str, Any]:
 def cell_row(res: Any, thr: float) -> dict[str, Any]:
     """Preemptions per request (mean, P99, share preempted), overall and short P99 / P50 E2E, SLO
     attainment and goodput (SLO-meeting completions per second) of one run."""
-    from lenpred.sim.metrics import summarize
+    from lenpred.sim.summary import summarize
 
     s = summarize(res, short_threshold=thr)
     lat = s["latency"]

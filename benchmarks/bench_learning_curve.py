@@ -166,29 +166,44 @@ def run_cell(cell: Cell, run: Any, features: str | None, split_path: Path, work:
     return preds, info
 
 
-def learning_curve(run_path: str, features: str | None, out: Path, *, sizes: str = DEFAULT_SIZES,
-                   heads: Sequence[str] = DEFAULT_HEADS, params: dict[str, dict[str, Any]] | None = None,
-                   repeats: int = 1, seed: int = 0, n_boot: int = 1000, split: str | None = None,
-                   say: Any = print) -> dict[str, Any]:
-    """Run every cell and return the result dictionary (also written to ``out``)."""
+@dataclass(frozen=True)
+class CurveConfig:
+    """One learning curve: the run and its features, the output folder (``work/`` keeps finished cells),
+    the training-set sizes, the heads (and their hyperparameters), the draws and the bootstrap."""
+
+    run: str
+    features: str | None
+    out: Path
+    sizes: str = DEFAULT_SIZES
+    heads: Sequence[str] = DEFAULT_HEADS
+    params: dict[str, dict[str, Any]] | None = None
+    repeats: int = 1
+    seed: int = 0
+    n_boot: int = 1000
+    split: str | None = None
+
+
+def learning_curve(cfg: CurveConfig, say: Any = print) -> dict[str, Any]:
+    """Run every cell and return the result dictionary (its cells kept under ``cfg.out / "work"``)."""
     from lenpred.bench import Bootstrap, evaluate
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import load_split, write_split
     from lenpred.errors import ConfigError
     from lenpred.predictors.registry import PREDICTORS
 
+    heads, repeats, seed = cfg.heads, cfg.repeats, cfg.seed
     if repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {repeats}")
     for h in heads:
         PREDICTORS.get(h)  # an unknown name lists the valid ones
-    params = params or {h: {} for h in heads}
-    rd = RunDir.open(run_path)
-    sp = load_split(rd, split, require_complete=False)
+    params = cfg.params or {h: {} for h in heads}
+    rd = RunDir.open(cfg.run)
+    sp = load_split(rd, cfg.split, require_complete=False)
     train_all = sorted(sp.train)
-    size_list, notes = parse_sizes(sizes, len(train_all))
+    size_list, notes = parse_sizes(cfg.sizes, len(train_all))
     for n in notes:
         say(n)
-    work = out / "work"
+    work = cfg.out / "work"
     cells: list[dict[str, Any]] = []
     bound = protocol = None
     oracle: dict[str, Any] | None = None
@@ -205,12 +220,12 @@ def learning_curve(run_path: str, features: str | None, out: Path, *, sizes: str
             for h in heads:
                 cell = Cell(r, n, h, _head_params(h, params.get(h, {}), r), ids)
                 tc = time.perf_counter()
-                p, info = run_cell(cell, rd, features, split_path, work)
+                p, info = run_cell(cell, rd, cfg.features, split_path, work)
                 preds.append(p)
                 infos.append(info)
                 say(f"repeat {r} size {n} {h}: trained in {info['train']['seconds']:.1f} s "
                     f"({time.perf_counter() - tc:.1f} s with prediction)")
-            res = evaluate(rd, preds, names=list(heads), split=sp, boot=Bootstrap(n_boot, seed=seed))
+            res = evaluate(rd, preds, names=list(heads), split=sp, boot=Bootstrap(cfg.n_boot, seed=seed))
             if bound is None:
                 d = res.to_dict()
                 bound, protocol = d["bound"], d["protocol"]
@@ -226,8 +241,8 @@ def learning_curve(run_path: str, features: str | None, out: Path, *, sizes: str
                               "epochs": info["train"]["epochs"], "val_mae": info["train"]["val_mae"]})
     result = {
         "schema": "lenpred.learning_curve/1",
-        "run": str(rd.path), "features": features, "heads": list(heads), "sizes": size_list, "size_notes": notes,
-        "repeats": repeats, "seed": seed, "n_boot": n_boot, "params": params,
+        "run": str(rd.path), "features": cfg.features, "heads": list(heads), "sizes": size_list, "size_notes": notes,
+        "repeats": repeats, "seed": seed, "n_boot": cfg.n_boot, "params": params,
         "split_train_prompts": len(train_all), "split_counts": sp.counts(),
         "protocol": protocol, "bound": bound, "prompt_median_oracle": oracle,
         "cells": cells, "summary": summarise(cells), "wall_s": time.perf_counter() - t0,
@@ -374,9 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     heads = [h.strip() for h in a.heads.split(",") if h.strip()]
     try:
-        res = learning_curve(a.run, a.features, Path(a.out), sizes=a.sizes, heads=heads,
-                             params=parse_head_params(a.param, heads), repeats=a.repeats, seed=a.seed,
-                             n_boot=a.n_boot, split=a.split, say=lambda m: print(m, file=sys.stderr))
+        cfg = CurveConfig(a.run, a.features, Path(a.out), sizes=a.sizes, heads=heads,
+                          params=parse_head_params(a.param, heads), repeats=a.repeats, seed=a.seed,
+                          n_boot=a.n_boot, split=a.split)
+        res = learning_curve(cfg, say=lambda m: print(m, file=sys.stderr))
         paths = write(res, Path(a.out), plots=not a.no_plots)
     except LenpredError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -105,6 +105,15 @@ class Source:
     keys_from: str | None = None  # predictor whose table's samples restrict the workload (outlets)
 
 
+@dataclass(frozen=True)
+class Block:
+    """One (workload, seed, arrival): the cells that share a workload and its tables."""
+
+    src: Source
+    seed: int
+    arrival: str
+
+
 def sim_config(src: Source, n: int, seed: int, arrival: str) -> Any:
     from lenpred.sim.config import (
         ArrivalConfig,
@@ -197,7 +206,7 @@ def cell_metrics(res: Any, thr: float) -> dict[str, Any]:
     """The issue's per-cell figures (seconds): short-request P99 / P50, overall P99, mean E2E, TTFT P99,
     the longest wait (queues + preempted), preemptions per request, starved requests (waited more
     than 10x their own service time, i.e. E2E minus waiting)."""
-    from lenpred.sim.metrics import latency_arrays
+    from lenpred.sim.summary import latency_arrays
 
     lat = latency_arrays(res)
     done = np.isfinite(res.t_finish)
@@ -251,16 +260,17 @@ def run_study(a: argparse.Namespace, say: Any) -> None:
         if not todo:
             continue
         try:
-            run_block(a, srcs[w], seed, arrival, todo, caps, jl, say)
+            run_block(a, Block(srcs[w], seed, arrival), todo, caps, jl, say)
         except LenpredError as e:  # one workload's inputs failing must not cost the others' cells
             say(f"{w} s{seed} {arrival}: skipped: {e}")
 
 
-def run_block(a: argparse.Namespace, src: Source, seed: int, arrival: str, todo: list[tuple[Arm, float]],
-              caps: dict[str, float], jl: Path, say: Any) -> None:
+def run_block(a: argparse.Namespace, block: Block, todo: list[tuple[Arm, float]], caps: dict[str, float], jl: Path,
+              say: Any) -> None:
     """The cells of one (workload, seed, arrival): one workload, its tables, then every arm and load."""
     from lenpred.sim.sweep import PredictionCache, RunSetup, measure_capacity, run_one
 
+    src, seed, arrival = block.src, block.seed, block.arrival
     w, work = src.name, Path(a.work)
     tables = make_tables(src, work, a.outlets, a.outlets_head, a.traj, say)
     cfg = sim_config(src, a.n_requests, seed, arrival)

@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +84,19 @@ def _named(items: Sequence[str], what: str) -> list[tuple[str, str]]:
     return out
 
 
-def build_config(config: str | Path, run: str, tables: Sequence[tuple[str, str]], *, split: str | None = None,
-                 loads: Sequence[float] | None = None, n_requests: int | None = None, seed: int | None = None,
-                 plots: bool | None = None) -> Any:
+@dataclass(frozen=True)
+class SimOverrides:
+    """What the command line changes in the experiment config; ``None`` keeps the config's own."""
+
+    split: str | None = None
+    loads: Sequence[float] | None = None
+    n_requests: int | None = None
+    seed: int | None = None
+    plots: bool | None = None
+
+
+def build_config(config: str | Path, run: str, tables: Sequence[tuple[str, str]],
+                 over: SimOverrides = SimOverrides()) -> Any:
     """The experiment config on ``run`` with one ``sjf+lpt NAME`` arm per predictions table (after the baseline)."""
     from lenpred.errors import ConfigError
     from lenpred.sim.config import PolicyConfig, PredictionConfig, SimConfig
@@ -95,14 +106,15 @@ def build_config(config: str | Path, run: str, tables: Sequence[tuple[str, str]]
     if lc.source != "rundir":
         raise ConfigError(f"{config}: workload.lengths.source must be 'rundir', got {lc.source!r}",
                           "use experiments/sim/real_predictions.json or a copy of it")
-    lc = lc.replace(path=str(run), **({"split": split} if split is not None else {}))
-    cfg = cfg.replace(workload=cfg.workload.replace(lengths=lc, **({"n_requests": n_requests} if n_requests else {})))
-    if loads is not None:
-        cfg = cfg.nested("sweep", loads=tuple(loads))
-    if seed is not None:
-        cfg = cfg.replace(seed=seed)
-    if plots is not None:
-        cfg = cfg.replace(plots=plots)
+    lc = lc.replace(path=str(run), **({"split": over.split} if over.split is not None else {}))
+    sized = {"n_requests": over.n_requests} if over.n_requests else {}
+    cfg = cfg.replace(workload=cfg.workload.replace(lengths=lc, **sized))
+    if over.loads is not None:
+        cfg = cfg.nested("sweep", loads=tuple(over.loads))
+    if over.seed is not None:
+        cfg = cfg.replace(seed=over.seed)
+    if over.plots is not None:
+        cfg = cfg.replace(plots=over.plots)
     arms = [PolicyConfig(name=f"sjf+lpt {name}", queue=QUEUE, dispatch=DISPATCH,
                          prediction=PredictionConfig(model="table", path=str(path))) for name, path in tables]
     pols = list(cfg.policies)
@@ -158,7 +170,7 @@ def prediction_errors(cfg: Any, workload: Any) -> list[dict[str, Any]]:
     """Per arm: its predictions' MAE on the workload's distinct samples (averaged over prompts, as the
     bench and the bound average), from the same tables the simulation reads, and the structure of its
     queue key (:func:`order_structure`: ``pred``, or ``pred + quantile_z * spread``) on those samples."""
-    from lenpred.bench.metrics import per_prompt_mean
+    from lenpred.bench.scoring import per_prompt_mean
     from lenpred.sim.sweep import PredictionCache
 
     cache = PredictionCache(workload, cfg.seed)
@@ -253,7 +265,7 @@ def tail_anatomy(res: Any, prompt_ids: np.ndarray, threshold: float, q: float = 
     waited in queues, and how many later arrivals started decoding before them (``overtakers``,
     counted for at most ``max_tail`` of them) and how many of those were short themselves.
     ``ranked=False``: the arm does not use its predictions (no prediction percentile)."""
-    from lenpred.sim.metrics import latency_arrays
+    from lenpred.sim.summary import latency_arrays
 
     lat = latency_arrays(res)
     e2e = lat["e2e"]
@@ -457,11 +469,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 loads = [float(x) for x in a.loads.split(",") if x.strip()]
             except ValueError:
                 raise ConfigError(f"--loads must be comma-separated numbers, got {a.loads!r}") from None
-        build_config(a.config, a.run, tables, split=a.split)  # a bad config or run fails before any prediction
+        build_config(a.config, a.run, tables, SimOverrides(split=a.split))  # a bad config or run fails before any prediction
         if heads:
             tables += heads_to_tables(heads, a.run, a.features, a.split, out)
-        cfg = build_config(a.config, a.run, tables, split=a.split, loads=loads, n_requests=a.n_requests, seed=a.seed,
-                           plots=False if a.no_plots else None)
+        over = SimOverrides(split=a.split, loads=loads, n_requests=a.n_requests, seed=a.seed,
+                            plots=False if a.no_plots else None)
+        cfg = build_config(a.config, a.run, tables, over)
         res, summary = run_experiment(cfg, say=say, matched_noise=not a.no_matched_noise, aging=aging,
                                       extra=not a.no_extra_arms, anatomy=not a.no_anatomy,
                                       names={str(p): n for n, p in tables})

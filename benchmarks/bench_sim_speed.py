@@ -18,7 +18,7 @@ import time
 
 from lenpred.sim.config import ClusterConfig, LengthConfig, PolicyConfig, SimConfig, WorkloadConfig
 from lenpred.sim.engine import Simulator
-from lenpred.sim.metrics import summarize
+from lenpred.sim.summary import summarize
 from lenpred.sim.sweep import RunSetup, measure_capacity
 from lenpred.sim.workload import build_workload
 
@@ -55,7 +55,7 @@ def main() -> None:
                 PolicyConfig(name="srpt+p2c", queue="srpt", dispatch="power-of-two")):
         t1 = time.perf_counter()
         reqs = wl.requests(rate, preds)
-        res = Simulator(reqs, cfg.cluster, pol).run()
+        res = Simulator(reqs, cfg.cluster, pol.policy).run()
         wall = time.perf_counter() - t1
         s = summarize(res)
         mean_batch = sum(s["decode_imbalance"]["mean_batch"]) / len(s["decode_imbalance"]["mean_batch"])

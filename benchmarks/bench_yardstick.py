@@ -210,7 +210,7 @@ class CellRunner:
                 "rate_rps": rate, "arms": figs, "short_threshold_tokens": thr}
 
     def goodput(self) -> dict[str, Any]:
-        from lenpred.sim.metrics import attainment_by_class
+        from lenpred.sim.summary import attainment_by_class
         from lenpred.sim.yardstick import goodput_search, steady_mask
 
         n = self.a.goodput_n * self.cell.n_decode

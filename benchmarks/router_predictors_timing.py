@@ -40,7 +40,7 @@ def summary(ms: Sequence[float]) -> dict[str, float | int]:
 
 
 def queries(texts: Sequence[str]) -> list[Any]:
-    from lenpred.route.openai import Query
+    from lenpred.route.bodies import Query
 
     return [Query("chat", "m", False, None, ({"role": "user", "content": t},), None, 1, None) for t in texts]
 

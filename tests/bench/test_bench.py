@@ -103,7 +103,7 @@ def test_cli_writes_report_artifact(tmp_path, capsys):
 
 
 def test_short_label_precision_and_recall_by_hand() -> None:
-    from lenpred.bench.metrics import short_label_metrics
+    from lenpred.bench.scoring import short_label_metrics
 
     # rows at t: true totals t + remaining = 50, 90, 150, 300; threshold 100: truly short = rows 0, 1
     t = np.array([10.0, 40.0, 50.0, 100.0])

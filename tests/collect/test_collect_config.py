@@ -13,7 +13,7 @@ import pytest
 from lenpred.collect.base import ENGINES, EngineSetup, SamplingConfig
 from lenpred.collect.hf import HFEngine, HFOptions
 from lenpred.collect.llamacpp import LlamaCppOptions
-from lenpred.collect.openai import OpenAIEngine, OpenAIOptions
+from lenpred.collect.openai_engine import OpenAIEngine, OpenAIOptions
 from lenpred.collect.runner import CollectConfig, run_card
 from lenpred.commands import collect as collect_cmd
 from lenpred.data.rundir import IDENTITY_KEYS, canonical_json, card_hash

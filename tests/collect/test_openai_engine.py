@@ -20,7 +20,7 @@ from collect_testing import write_prompts
 
 from lenpred.cli import main
 from lenpred.collect.base import Job, SamplingConfig
-from lenpred.collect.openai import OpenAIEngine, OpenAIOptions, server_message
+from lenpred.collect.openai_engine import OpenAIEngine, OpenAIOptions, server_message
 from lenpred.data.rundir import RunDir
 from lenpred.errors import EngineError
 from lenpred.models import resolve

@@ -29,8 +29,8 @@ def run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def curve(run, tmp_path_factory):
     out = tmp_path_factory.mktemp("lc-out")
-    res = lc.learning_curve(str(run["run"]), str(run["features"]), out, sizes="20,80,all,5000",
-                            heads=["constant", "ridge"], n_boot=50, say=lambda m: None)
+    res = lc.learning_curve(lc.CurveConfig(str(run["run"]), str(run["features"]), out, sizes="20,80,all,5000",
+                                           heads=["constant", "ridge"], n_boot=50), say=lambda m: None)
     paths = lc.write(res, out)
     return res, out, paths
 
@@ -97,18 +97,18 @@ def test_rerun_reuses_finished_cells(run, curve, monkeypatch):
         raise AssertionError("a finished cell was retrained")
 
     monkeypatch.setattr(pipeline, "train_on_run", boom)
-    again = lc.learning_curve(str(run["run"]), str(run["features"]), out, sizes="20,80,all,5000",
-                              heads=["constant", "ridge"], n_boot=50, say=lambda m: None)
+    again = lc.learning_curve(lc.CurveConfig(str(run["run"]), str(run["features"]), out, sizes="20,80,all,5000",
+                                             heads=["constant", "ridge"], n_boot=50), say=lambda m: None)
     assert [c["mae"] for c in again["cells"]] == [c["mae"] for c in res["cells"]]
     # another hyperparameter is another cell: it is trained
     with pytest.raises(AssertionError, match="retrained"):
-        lc.learning_curve(str(run["run"]), str(run["features"]), out, sizes="20", heads=["ridge"],
-                          params={"ridge": {"log_target": True}}, n_boot=50, say=lambda m: None)
+        lc.learning_curve(lc.CurveConfig(str(run["run"]), str(run["features"]), out, sizes="20", heads=["ridge"],
+                                         params={"ridge": {"log_target": True}}, n_boot=50), say=lambda m: None)
 
 
 def test_repeats_give_a_spread(run, tmp_path):
-    res = lc.learning_curve(str(run["run"]), str(run["features"]), tmp_path, sizes="20,all", heads=["ridge"],
-                            repeats=2, n_boot=20, say=lambda m: None)
+    res = lc.learning_curve(lc.CurveConfig(str(run["run"]), str(run["features"]), tmp_path, sizes="20,all", heads=["ridge"],
+                                           repeats=2, n_boot=20), say=lambda m: None)
     s = {x["size"]: x for x in res["summary"]}
     assert s[20]["n"] == 2 and s[20]["mae_over_bound_sd"] is not None and s[20]["mae_over_bound_sd"] > 0
     r0, r1 = (load_split(run["run"], tmp_path / "work" / f"r{r}-n20" / "split.json", require_complete=False).train
@@ -119,7 +119,7 @@ def test_repeats_give_a_spread(run, tmp_path):
 
 def test_bad_inputs(run, tmp_path, capsys):
     with pytest.raises(UnknownKeyError, match="ridge"):
-        lc.learning_curve(str(run["run"]), str(run["features"]), tmp_path, heads=["nope"], say=lambda m: None)
+        lc.learning_curve(lc.CurveConfig(str(run["run"]), str(run["features"]), tmp_path, heads=["nope"]), say=lambda m: None)
     with pytest.raises(ConfigError, match="HEAD.KEY=VALUE"):
         lc.parse_head_params(["hidden=3"], ["mlp"])
     assert lc.parse_head_params(["mlp.hidden=3"], ["mlp", "ridge"]) == {"mlp": {"hidden": 3}, "ridge": {}}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lenpred.errors import ConfigError
+from lenpred.route.bodies import Query
 from lenpred.route.config import EstimatorConfig, RouterConfig
 from lenpred.route.estimators import (
     InlineEstimator,
@@ -18,7 +19,6 @@ from lenpred.route.estimators import (
     measure_latency,
     query_text,
 )
-from lenpred.route.openai import Query
 from lenpred.serve.heads import RawPrediction
 
 ROOT = Path(__file__).resolve().parents[2]

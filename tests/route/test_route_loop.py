@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from bench_scripts import load_benchmark
 from lenpred.errors import ConfigError
 from lenpred.route.backends import Backend, Flight, Pool, QueueTimeout
+from lenpred.route.bodies import _TEXT, SSECounter
 from lenpred.route.config import BackendConfig, RouterConfig
-from lenpred.route.metrics import GcTimer
-from lenpred.route.openai import _TEXT, SSECounter
+from lenpred.route.prometheus import GcTimer
 
 report = load_benchmark("router_report")
 

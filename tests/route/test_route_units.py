@@ -12,9 +12,9 @@ import pytest
 
 from lenpred.errors import ConfigError
 from lenpred.route.backends import Flight, Pool, QueueFull, QueueTimeout, expected_remaining
+from lenpred.route.bodies import ApiError, SSECounter, parse_request
 from lenpred.route.config import BackendConfig, PriorityConfig, RouterConfig, normalize_url
 from lenpred.route.estimators import CharsEstimator, EstimateFailed, RemoteEstimator, WithFallback
-from lenpred.route.openai import ApiError, SSECounter, parse_request
 from lenpred.route.priority import PriorityMapper
 from lenpred.sched.queue import make_queue_policy
 
@@ -215,7 +215,7 @@ def test_gboost_priority_is_gamma_boost_of_the_prediction():
 
 
 def test_osl_hint_keeps_what_the_client_sent():
-    from lenpred.route.openai import with_osl
+    from lenpred.route.bodies import with_osl
 
     body = {"model": "m", "messages": []}
     assert with_osl(body, 41.6) == {**body, "nvext": {"agent_hints": {"osl": 42}}} and "nvext" not in body

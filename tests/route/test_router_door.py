@@ -12,7 +12,7 @@ import pytest
 from route_testing import RouterThread, sse_data
 
 from lenpred.route.config import RouterConfig
-from lenpred.serve.openai import MAX_JSON_DEPTH, json_depth, too_deep
+from lenpred.serve.wire import MAX_JSON_DEPTH, json_depth, too_deep
 
 
 @pytest.fixture()

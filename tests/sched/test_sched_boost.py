@@ -175,7 +175,7 @@ def tiny_requests(n: int = 60) -> list[Request]:
 def test_the_simulator_runs_each_boost_end_to_end(queue: str) -> None:
     assert queue in QUEUE_POLICIES.names()
     reqs = tiny_requests()
-    sim = Simulator(reqs, ClusterConfig(n_prefill=1, n_decode=2, max_batch=4), PolicyConfig(queue=queue),
+    sim = Simulator(reqs, ClusterConfig(n_prefill=1, n_decode=2, max_batch=4), PolicyConfig(queue=queue).policy,
                     check_invariants=True)
     res = sim.run()
     assert np.isfinite(res.t_finish).all() and res.n == len(reqs)
@@ -185,7 +185,7 @@ def test_the_simulator_runs_each_boost_end_to_end(queue: str) -> None:
         assert qpol.s_per_token == pytest.approx(sim.profile.decode_time(4, int(4 * (50 + np.mean(
             [r.output for r in reqs]) / 2))) / 4)
     pre = Simulator(tiny_requests(), ClusterConfig(n_prefill=1, n_decode=1, max_batch=4),
-                    PolicyConfig(queue=queue, preempt=True), check_invariants=True).run()
+                    PolicyConfig(queue=queue, preempt=True).policy, check_invariants=True).run()
     assert np.isfinite(pre.t_finish).all()
 
 
@@ -202,7 +202,7 @@ def test_in_the_simulator_a_boosted_short_request_overtakes_a_long_one() -> None
                 Request(1, 0.010, 10, 100, 100.0, dist=LengthDist([100])),
                 Request(2, 0.011, 10, 5, 5.0, dist=LengthDist([5]))]
         sim = Simulator(reqs, ClusterConfig(n_prefill=1, n_decode=1, link_gbps=1e6),
-                        PolicyConfig(queue=queue, **kw), profile=step, check_invariants=True)
+                        PolicyConfig(queue=queue, **kw).policy, profile=step, check_invariants=True)
         res = sim.run()
         return [int(i) for i in res.rid[np.argsort(res.t_finish)]]
 

@@ -66,7 +66,8 @@ def test_bad_loads_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_episode_row_over_every_request_equals_the_summary() -> None:
     # the episode's masked figures, over every request, are the steady cells' figures
-    from lenpred.sim.config import ClusterConfig, PolicyConfig
+    from lenpred.sim.arm import ArmPolicy
+    from lenpred.sim.config import ClusterConfig
     from lenpred.sim.engine import simulate
     from lenpred.sim.profiles import LatencyProfile
     from lenpred.sim.request import Request
@@ -78,7 +79,7 @@ def test_episode_row_over_every_request_equals_the_summary() -> None:
     reqs = [Request(i, t[i], 100, int(o[i]), float(o[i])) for i in range(n)]
     toy = LatencyProfile(name="toy", prefill=(0.1, 0.001, 0.0), decode=(0.01, 1e-5, 0.001), kv_bytes_per_token=1000,
                          kv_capacity_tokens=100_000, max_batch=16, max_prefill_tokens=4096)
-    res = simulate(reqs, ClusterConfig(n_decode=2, kv_capacity_tokens=3000), PolicyConfig(), profile=toy)
+    res = simulate(reqs, ClusterConfig(n_decode=2, kv_capacity_tokens=3000), ArmPolicy(), profile=toy)
     thr = float(np.median(o))
     a, b = bk.cell_row(res, thr), bk.episode_row(res, thr, np.ones(n, dtype=bool))
     assert a["preempt_mean"] > 0

@@ -48,7 +48,7 @@ def test_a_run_calibrates_its_own_pair_and_two_runs_agree(toy_profile, make_requ
         reqs = make_requests(n=200, rate=60.0)
         for r in reqs:
             r.dist0 = LengthDist([max(1.0, r.pred * f) for f in (0.5, 1.0, 2.0)])
-        sim = Simulator(reqs, ClusterConfig(n_decode=2), arm, profile=toy_profile)
+        sim = Simulator(reqs, ClusterConfig(n_decode=2), arm.policy, profile=toy_profile)
         assert sim.decode[0].policy is not kept  # the run's own pair
         assert sim.decode[0].policy.gamma != GAMMA  # calibrated from the measured rate
         return sim.run().t_finish

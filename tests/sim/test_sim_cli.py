@@ -10,11 +10,12 @@ import pytest
 
 from lenpred.cli import main
 from lenpred.errors import ConfigError
-from lenpred.sim.config import ClusterConfig, PolicyConfig, SimConfig
+from lenpred.sim.arm import ArmPolicy
+from lenpred.sim.config import ClusterConfig, SimConfig
 from lenpred.sim.engine import simulate
-from lenpred.sim.metrics import summarize
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import Request
+from lenpred.sim.summary import summarize
 from lenpred.sim.sweep import run_sweep
 
 TINY = {
@@ -42,7 +43,7 @@ def write(tmp_path: Path, cfg: dict) -> Path:
 
 def test_summary_of_the_hand_trace(toy_profile: LatencyProfile) -> None:
     reqs = [Request(0, 0.0, 100, 3, 3), Request(1, 0.0, 200, 2, 2)]
-    res = simulate(reqs, ClusterConfig(mode="colocated"), PolicyConfig(), profile=toy_profile)
+    res = simulate(reqs, ClusterConfig(mode="colocated"), ArmPolicy(), profile=toy_profile)
     s = summarize(res, slo_ttft_s=0.5, slo_tpot_s=0.0135)
     assert s["short_threshold_tokens"] == 2.5 and "median" in s["short_definition"]
     assert s["n_short"] == 1  # the 2-token request
@@ -196,7 +197,7 @@ def test_a_replayed_trace_keeps_its_own_times_unless_a_load_is_asked_for(tmp_pat
     assert run.load is None and run.rate_rps == pytest.approx(2.0)
     assert all("load" not in m and "2.0 req/s on average" in m for m in said)
     # exactly the requests as the file says: the same end-to-end times as simulating them directly
-    direct = simulate(read_requests(reqs), cfg.cluster, cfg.policies[0], seed=cfg.seed)
+    direct = simulate(read_requests(reqs), cfg.cluster, cfg.policies[0].policy, seed=cfg.seed)
     np.testing.assert_array_equal(run.e2e, direct.t_finish - direct.arrival)
     # asked for explicitly, a load rescales the trace to that mean rate (here 4 req/s: twice as dense)
     cfg3, wl3 = replay_config(cfg.nested("sweep", loads=(4.0,)), reqs, loads_given=True)

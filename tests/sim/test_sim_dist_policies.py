@@ -34,7 +34,7 @@ def wide_and_stream(n_stream: int) -> list[Request]:
 
 
 def run(reqs: list[Request], queue: str, **kw: object) -> Simulator:
-    sim = Simulator(reqs, ClusterConfig(n_prefill=1, n_decode=1, link_gbps=1e6), PolicyConfig(queue=queue, **kw),
+    sim = Simulator(reqs, ClusterConfig(n_prefill=1, n_decode=1, link_gbps=1e6), PolicyConfig(queue=queue, **kw).policy,
                     profile=step_profile(), check_invariants=True)
     sim.run()
     return sim
@@ -103,7 +103,7 @@ def test_a_distribution_policy_refuses_a_table_without_a_distribution() -> None:
     assert "lenpred predict" in str(e.value)
     check_dist(PolicyConfig(name="s", queue="sjf"), preds)  # point policies do not care
     with pytest.raises(DataError, match="needs a predictive distribution"):
-        Simulator([Request(0, 0.0, 5, 5, 5.0)], policy=PolicyConfig(queue="risk"))
+        Simulator([Request(0, 0.0, 5, 5, 5.0)], policy=PolicyConfig(queue="risk").policy)
 
 
 def test_repredictions_must_increase_in_tokens_generated() -> None:

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from lenpred.errors import ConfigError, DataError, UnknownKeyError
+from lenpred.sim.arm import ArmPolicy
 from lenpred.sim.config import ClusterConfig, PolicyConfig
 from lenpred.sim.engine import Simulator, simulate
-from lenpred.sim.metrics import summarize
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import Request
+from lenpred.sim.summary import summarize
 
 MakeRequests = Callable[..., list[Request]]  # the make_requests fixture (tests/sim/conftest.py)
 
@@ -34,7 +35,7 @@ POLICIES = [
 def test_conservation_and_kv_budget(cluster: ClusterConfig, policy: PolicyConfig, make_requests: MakeRequests,
                                     toy_profile: LatencyProfile) -> None:
     reqs = make_requests(n=250, rate=80.0)
-    sim = Simulator(reqs, cluster, policy, profile=toy_profile, check_invariants=True)
+    sim = Simulator(reqs, cluster, policy.policy, profile=toy_profile, check_invariants=True)
     res = sim.run()
     # every request finishes exactly once ...
     assert sim.n_done == len(reqs) and not res.rejected.any()
@@ -57,7 +58,7 @@ def test_preemption_happens_and_everything_still_finishes(toy_profile: LatencyPr
     reqs = [Request(i, 0.0, 100, 300, 300) for i in range(6)]
     for mode in ("recompute", "swap"):
         cluster = ClusterConfig(mode="colocated", kv_capacity_tokens=1200, preemption=mode, watermark=0.0)
-        sim = Simulator(reqs, cluster, PolicyConfig(), profile=toy_profile, check_invariants=True)
+        sim = Simulator(reqs, cluster, ArmPolicy(), profile=toy_profile, check_invariants=True)
         res = sim.run()
         assert res.n_preempt.sum() > 0, mode
         assert np.isfinite(res.t_finish).all()
@@ -67,7 +68,7 @@ def test_preemption_happens_and_everything_still_finishes(toy_profile: LatencyPr
         assert res.n_preempt[0] == 0
     # recompute re-prefills prompt + generated tokens on the instance
     rec = simulate(reqs, ClusterConfig(mode="colocated", kv_capacity_tokens=1200, watermark=0.0),
-                   PolicyConfig(), profile=toy_profile)
+                   ArmPolicy(), profile=toy_profile)
     assert rec.instances["decode"][0]["prefill_tokens"] > 6 * 100
 
 
@@ -75,34 +76,34 @@ def test_swap_costs_time(toy_profile: LatencyProfile) -> None:
     reqs = [Request(i, 0.0, 100, 300, 300) for i in range(6)]
     fast = ClusterConfig(mode="colocated", kv_capacity_tokens=1200, preemption="swap", swap_gbps=1e6)
     slow = ClusterConfig(mode="colocated", kv_capacity_tokens=1200, preemption="swap", swap_gbps=0.0001)
-    t_fast = simulate(reqs, fast, PolicyConfig(), profile=toy_profile).t_finish.max()
-    t_slow = simulate(reqs, slow, PolicyConfig(), profile=toy_profile).t_finish.max()
+    t_fast = simulate(reqs, fast, ArmPolicy(), profile=toy_profile).t_finish.max()
+    t_slow = simulate(reqs, slow, ArmPolicy(), profile=toy_profile).t_finish.max()
     assert t_slow > t_fast + 1.0
 
 
 def test_same_seed_same_result(make_requests: MakeRequests, toy_profile: LatencyProfile) -> None:
     cluster = ClusterConfig(n_prefill=2, n_decode=3, kv_capacity_tokens=4000)
     pol = PolicyConfig(queue="srpt", dispatch="power-of-two")
-    a = simulate(make_requests(seed=3), cluster, pol, profile=toy_profile, seed=7)
-    b = simulate(make_requests(seed=3), cluster, pol, profile=toy_profile, seed=7)
+    a = simulate(make_requests(seed=3), cluster, pol.policy, profile=toy_profile, seed=7)
+    b = simulate(make_requests(seed=3), cluster, pol.policy, profile=toy_profile, seed=7)
     np.testing.assert_array_equal(a.t_finish, b.t_finish)
     np.testing.assert_array_equal(a.t_first, b.t_first)
-    c = simulate(make_requests(seed=3), cluster, pol, profile=toy_profile, seed=8)
+    c = simulate(make_requests(seed=3), cluster, pol.policy, profile=toy_profile, seed=8)
     assert not np.array_equal(a.t_finish, c.t_finish)  # power-of-two draws differ
 
 
 def test_rerunning_the_same_request_objects_is_identical(make_requests: MakeRequests,
                                                         toy_profile: LatencyProfile) -> None:
     reqs = make_requests()
-    a = simulate(reqs, ClusterConfig(n_decode=2), PolicyConfig(queue="sjf"), profile=toy_profile)
-    b = simulate(reqs, ClusterConfig(n_decode=2), PolicyConfig(queue="sjf"), profile=toy_profile)
+    a = simulate(reqs, ClusterConfig(n_decode=2), PolicyConfig(queue="sjf").policy, profile=toy_profile)
+    b = simulate(reqs, ClusterConfig(n_decode=2), PolicyConfig(queue="sjf").policy, profile=toy_profile)
     np.testing.assert_array_equal(a.t_finish, b.t_finish)
 
 
 def test_too_big_request_is_rejected_and_counted(toy_profile: LatencyProfile) -> None:
     reqs = [Request(0, 0.0, 100, 50, 50), Request(1, 0.1, 900, 200, 200), Request(2, 0.2, 50, 50, 50)]
     for cluster in (ClusterConfig(kv_capacity_tokens=1000), ClusterConfig(mode="colocated", kv_capacity_tokens=1000)):
-        res = simulate(reqs, cluster, PolicyConfig(), profile=toy_profile)
+        res = simulate(reqs, cluster, ArmPolicy(), profile=toy_profile)
         assert res.rejected.tolist() == [False, True, False]
         assert np.isfinite(res.t_finish[[0, 2]]).all() and np.isnan(res.t_finish[1])
         s = summarize(res)
@@ -113,7 +114,7 @@ def test_request_filling_the_whole_cache_alone_finishes(toy_profile: LatencyProf
     # prompt + output == capacity exactly: admitted despite the watermark, never a hang
     reqs = [Request(0, 0.0, 600, 400, 400), Request(1, 0.0, 10, 10, 10)]
     res = simulate(reqs, ClusterConfig(mode="colocated", kv_capacity_tokens=1000, watermark=0.2),
-                   PolicyConfig(), profile=toy_profile, check_invariants=True)
+                   ArmPolicy(), profile=toy_profile, check_invariants=True)
     assert np.isfinite(res.t_finish).all()
 
 
@@ -142,7 +143,7 @@ def test_unknown_names_list_valid_ones() -> None:
     with pytest.raises(ConfigError, match="fcfs.*gittins.*hrrn.*las.*mlfq.*oracle.*risk.*sjf.*srpt.*trail"):
         PolicyConfig(queue="lifo")  # refused by the config, before any simulator is built
     with pytest.raises(UnknownKeyError, match="least-predicted-tokens"):
-        Simulator(reqs, policy=PolicyConfig(dispatch="random"))
+        Simulator(reqs, policy=PolicyConfig(dispatch="random").policy)
     with pytest.raises(UnknownKeyError, match="distserve-opt13b.*llama8b-h100"):
         Simulator(reqs, ClusterConfig(profile="gpt4-tpu"))
 
@@ -163,7 +164,7 @@ def test_real_profiles_run(make_requests: MakeRequests) -> None:
 
     reqs = make_requests(n=200, rate=2.0)  # sparse: most prompts are prefilled alone, at once
     for prof in ("distserve-opt13b", "llama8b-h100", "llama8b-h100-fp8"):
-        res = simulate(reqs, ClusterConfig(profile=prof, n_prefill=1, n_decode=2), PolicyConfig())
+        res = simulate(reqs, ClusterConfig(profile=prof, n_prefill=1, n_decode=2), ArmPolicy())
         assert np.isfinite(res.t_finish).all()
         ttft = res.t_first - res.arrival
         alone = np.array([get_profile(prof).prefill_time([p]) for p in res.prompt])
@@ -183,7 +184,7 @@ def test_repredictions_keep_the_bookkeeping_exact(mode: str, toy_profile: Latenc
     reqs = wl.requests(40.0, wl.predictions(PredictionConfig(model="lognormal", rel_mae=0.5, repredict_every=16), 5))
     assert sum(len(r.repred) for r in reqs) > 1000
     cluster = ClusterConfig(mode=mode, n_prefill=1, n_decode=2, n_instances=2, kv_capacity_tokens=6000)
-    sim = Simulator(reqs, cluster, PolicyConfig(queue="srpt", dispatch="least-predicted-tokens"),
+    sim = Simulator(reqs, cluster, PolicyConfig(queue="srpt", dispatch="least-predicted-tokens").policy,
                     profile=toy_profile, check_invariants=True)
     res = sim.run()
     assert np.isfinite(res.t_finish).all() and res.n_preempt.sum() > 0

@@ -10,14 +10,15 @@ import pytest
 
 from lenpred.errors import ConfigError
 from lenpred.sched.queue import make_queue_policy
+from lenpred.sim.arm import ArmPolicy
 from lenpred.sim.config import ClusterConfig, PolicyConfig
 from lenpred.sim.engine import Simulator, simulate
 from lenpred.sim.instances import DecodeInstance
 from lenpred.sim.kvstats import preemption_stats
-from lenpred.sim.metrics import summarize
 from lenpred.sim.preemption import DecodeSetup
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import NEED_RECOMPUTE, Request
+from lenpred.sim.summary import summarize
 
 MakeRequests = Callable[..., list[Request]]
 
@@ -97,7 +98,7 @@ def test_first_victim_end_to_end(victim: str, repred: bool, first: int, toy_prof
 
     monkeypatch.setattr(DecodeInstance, "_evict", record)
     cluster = ClusterConfig(mode="colocated", kv_capacity_tokens=130, watermark=0.0)
-    res = Simulator(_three_at_once(repred), cluster, PolicyConfig(victim=victim), profile=toy_profile,
+    res = Simulator(_three_at_once(repred), cluster, PolicyConfig(victim=victim).policy, profile=toy_profile,
                     check_invariants=True).run()
     assert np.isfinite(res.t_finish).all()
     assert seen[0] == (first, 33)
@@ -130,9 +131,9 @@ def test_horizon_admits_what_the_sum_of_peaks_holds_back(pred_b: float, held: bo
     # of peaks, 151, is not). b predicted 80: b leaves last, 56 + 2 x 65 = 186 > 130: held back.
     reqs = [Request(0, 0.0, 10, 50, 100), Request(1, 0.5, 10, 10, pred_b)]
     cluster = ClusterConfig(mode="colocated", kv_capacity_tokens=130, watermark=0.0)
-    hor = simulate(reqs, cluster, PolicyConfig(admission="predicted-horizon"), profile=toy_profile,
+    hor = simulate(reqs, cluster, PolicyConfig(admission="predicted-horizon").policy, profile=toy_profile,
                    check_invariants=True)
-    now = simulate(reqs, cluster, PolicyConfig(), profile=toy_profile)
+    now = simulate(reqs, cluster, ArmPolicy(), profile=toy_profile)
     if held:
         assert hor.t_prefill_start[1] >= hor.t_finish[0]
     else:
@@ -149,7 +150,7 @@ def test_predicted_peak_holds_back_what_fits_now(toy_profile: LatencyProfile) ->
     cluster = ClusterConfig(mode="colocated", kv_capacity_tokens=130, watermark=0.0)
     out = {}
     for rule in ("fits-now", "predicted-peak", "true-peak"):
-        out[rule] = simulate(reqs(), cluster, PolicyConfig(admission=rule), profile=toy_profile,
+        out[rule] = simulate(reqs(), cluster, PolicyConfig(admission=rule).policy, profile=toy_profile,
                              check_invariants=True)
     now, peak, true = out["fits-now"], out["predicted-peak"], out["true-peak"]
     assert now.t_prefill_start[1] < now.t_finish[0]
@@ -164,8 +165,8 @@ def test_true_admission_never_preempts(rule: str, make_requests: MakeRequests, t
     # admitted only while the true peaks (or the true future footprint) fit, a batch never outgrows its KV
     reqs = make_requests(n=200, rate=80.0)
     cluster = ClusterConfig(n_prefill=1, n_decode=2, kv_capacity_tokens=3000)
-    base = simulate(reqs, cluster, PolicyConfig(), profile=toy_profile)
-    peak = Simulator(reqs, cluster, PolicyConfig(admission=rule), profile=toy_profile,
+    base = simulate(reqs, cluster, ArmPolicy(), profile=toy_profile)
+    peak = Simulator(reqs, cluster, PolicyConfig(admission=rule).policy, profile=toy_profile,
                      check_invariants=True).run()
     assert base.n_preempt.sum() > 0 and peak.n_preempt.sum() == 0
     assert np.isfinite(peak.t_finish).all()
@@ -187,11 +188,11 @@ def test_defaults_reproduce_todays_results(cluster: ClusterConfig, make_requests
                                            toy_profile: LatencyProfile) -> None:
     for pol in (PolicyConfig(), PolicyConfig(name="sjf", queue="sjf", dispatch="least-predicted-tokens"),
                 PolicyConfig(name="las", queue="las")):
-        res = simulate(make_requests(n=250, rate=80.0), cluster, pol, profile=toy_profile)
+        res = simulate(make_requests(n=250, rate=80.0), cluster, pol.policy, profile=toy_profile)
         assert (int(res.n_preempt.sum()), float(res.t_finish.sum())) == GOLDEN[(cluster.mode, pol.name)]
     # under FCFS the queue key is the arrival: "policy" and "latest" are the same rule, time for time
-    a = simulate(make_requests(n=250, rate=80.0), cluster, PolicyConfig(), profile=toy_profile)
-    b = simulate(make_requests(n=250, rate=80.0), cluster, PolicyConfig(victim="latest"), profile=toy_profile)
+    a = simulate(make_requests(n=250, rate=80.0), cluster, ArmPolicy(), profile=toy_profile)
+    b = simulate(make_requests(n=250, rate=80.0), cluster, PolicyConfig(victim="latest").policy, profile=toy_profile)
     assert np.array_equal(a.t_finish, b.t_finish) and np.array_equal(a.n_preempt, b.n_preempt)
 
 
@@ -203,7 +204,7 @@ def test_preemption_stats_by_hand() -> None:
 
 def test_summary_carries_preemption_stats(make_requests: MakeRequests, toy_profile: LatencyProfile) -> None:
     res = simulate(make_requests(n=200, rate=80.0), ClusterConfig(kv_capacity_tokens=3000, n_decode=2),
-                   PolicyConfig(), profile=toy_profile)
+                   ArmPolicy(), profile=toy_profile)
     s = summarize(res)["preemption"]
     assert s["total"] == int(res.n_preempt.sum()) > 0
     assert s["share"] == pytest.approx(float((res.n_preempt > 0).mean()))

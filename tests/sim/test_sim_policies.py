@@ -24,7 +24,7 @@ def test_service_order_in_the_engine(policy: str, expected: list[int], toy_profi
     reqs = [blocker] + [Request(r.rid, 0.001 + 0.001 * i, r.prompt, r.output, r.pred)
                         for i, r in enumerate(queue())]
     cluster = ClusterConfig(mode="colocated", max_batch=1)
-    res = simulate(reqs, cluster, PolicyConfig(queue=policy), profile=toy_profile)
+    res = simulate(reqs, cluster, PolicyConfig(queue=policy).policy, profile=toy_profile)
     got = [int(x) for x in res.rid[np.argsort(res.t_first)] if x != 9]
     assert got == expected
 
@@ -34,9 +34,9 @@ def test_least_predicted_tokens_tracks_decode_load(toy_profile: LatencyProfile) 
     # other instance under least-predicted-tokens, alternate under round robin.
     reqs = [Request(0, 0.0, 10, 500, pred=10_000)] + [Request(i, 0.3 + 0.01 * i, 10, 20, pred=20)
                                                       for i in range(1, 4)]
-    lpt = simulate(reqs, ClusterConfig(n_decode=2), PolicyConfig(dispatch="least-predicted-tokens"),
+    lpt = simulate(reqs, ClusterConfig(n_decode=2), PolicyConfig(dispatch="least-predicted-tokens").policy,
                    profile=toy_profile)
-    rr = simulate(reqs, ClusterConfig(n_decode=2), PolicyConfig(dispatch="round-robin"), profile=toy_profile)
+    rr = simulate(reqs, ClusterConfig(n_decode=2), PolicyConfig(dispatch="round-robin").policy, profile=toy_profile)
     # the short requests finish sooner when they avoid the busy instance
     assert lpt.t_finish[1:].max() < rr.t_finish[1:].max()
 

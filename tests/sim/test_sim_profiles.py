@@ -52,14 +52,15 @@ def test_distserve_opt13b_step_times_are_distserves() -> None:
 
 
 def test_one_isolated_request_has_distserves_closed_form_ttft_and_decode_time() -> None:
-    from lenpred.sim.config import ClusterConfig, PolicyConfig
+    from lenpred.sim.arm import ArmPolicy
+    from lenpred.sim.config import ClusterConfig
     from lenpred.sim.engine import simulate
     from lenpred.sim.request import Request
 
     prompt, output = 512, 100  # 1 token from prefill, 99 decode steps
     link = 25e9  # bytes/s: the transfer of 512 tokens x 819,200 B takes 16.78 ms
     res = simulate([Request(0, 1.0, prompt, output, output)], ClusterConfig(profile="distserve-opt13b"),
-                   PolicyConfig())
+                   ArmPolicy())
     ttft = distserve_prefill_ms([prompt]) * 1e-3
     assert res.t_first[0] - 1.0 == pytest.approx(ttft, rel=1e-12)
     assert ttft == pytest.approx(0.07520, abs=1e-5)  # 18.10 + 52.18 + 1.87 + 1 + 2 + 0.05 ms
@@ -161,11 +162,12 @@ def test_profile_json_roundtrip_and_cli_fit(tmp_path: Path) -> None:
     np.testing.assert_allclose(fitted.decode, true.decode, rtol=1e-5)
     np.testing.assert_allclose(fitted.prefill, true.prefill, rtol=1e-5)
     # a fitted profile file plugs into a cluster config
-    from lenpred.sim.config import ClusterConfig, PolicyConfig
+    from lenpred.sim.arm import ArmPolicy
+    from lenpred.sim.config import ClusterConfig
     from lenpred.sim.engine import simulate
     from lenpred.sim.request import Request
 
-    res = simulate([Request(0, 0.0, 10, 5, 5)], ClusterConfig(profile=str(out)), PolicyConfig())
+    res = simulate([Request(0, 0.0, 10, 5, 5)], ClusterConfig(profile=str(out)), ArmPolicy())
     # alone: prefill of 10 tokens, the KV transfer (llama8b-h100's 131,072 B/token at 25 GB/s), then 4
     # decode steps at batch 1 with 11..14 context tokens, all at the fitted (= true) coefficients
     transfer = 10 * 131_072 / 25e9

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lenpred.sim.config import ClusterConfig, PolicyConfig
+from lenpred.sim.arm import ArmPolicy
+from lenpred.sim.config import ClusterConfig
 from lenpred.sim.engine import simulate
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import Request
@@ -16,7 +17,7 @@ def two_requests() -> list[Request]:
 
 
 def test_colocated_two_requests_exact(toy_profile: LatencyProfile) -> None:
-    res = simulate(two_requests(), ClusterConfig(mode="colocated", n_instances=1), PolicyConfig(),
+    res = simulate(two_requests(), ClusterConfig(mode="colocated", n_instances=1), ArmPolicy(),
                    profile=toy_profile, check_invariants=True)
     # step 1: prefill both: 0.1 + 0.001 * (100 + 200) = 0.4 s -> both first tokens at 0.4
     assert res.t_first == pytest.approx([0.4, 0.4])
@@ -31,7 +32,7 @@ def test_colocated_two_requests_exact(toy_profile: LatencyProfile) -> None:
 
 def test_disaggregated_two_requests_exact(toy_profile: LatencyProfile) -> None:
     cluster = ClusterConfig(mode="disaggregated", n_prefill=1, n_decode=1, link_gbps=0.001)  # 1e6 B/s
-    res = simulate(two_requests(), cluster, PolicyConfig(), profile=toy_profile, check_invariants=True)
+    res = simulate(two_requests(), cluster, ArmPolicy(), profile=toy_profile, check_invariants=True)
     # prefill batch of both: 0.4 s; both first tokens at 0.4
     assert res.t_first == pytest.approx([0.4, 0.4])
     # the idle decode instance admits both at 0.4; the link carries A (100 tok * 1000 B / 1e6 B/s =
@@ -46,7 +47,7 @@ def test_disaggregated_two_requests_exact(toy_profile: LatencyProfile) -> None:
 def test_single_token_request_finishes_at_prefill(toy_profile: LatencyProfile) -> None:
     reqs = [Request(0, 0.5, 50, 1, 1)]
     for cluster in (ClusterConfig(mode="colocated"), ClusterConfig(mode="disaggregated")):
-        res = simulate(reqs, cluster, PolicyConfig(), profile=toy_profile)
+        res = simulate(reqs, cluster, ArmPolicy(), profile=toy_profile)
         assert res.t_first[0] == pytest.approx(0.5 + 0.1 + 0.05)
         assert res.t_finish[0] == pytest.approx(res.t_first[0])
 
@@ -54,7 +55,7 @@ def test_single_token_request_finishes_at_prefill(toy_profile: LatencyProfile) -
 def test_later_arrival_waits_for_running_step(toy_profile: LatencyProfile) -> None:
     # A arrives at 0 and is prefilled alone (0.2 s); B arrives at 0.05 and waits for that step.
     reqs = [Request(0, 0.0, 100, 2, 2), Request(1, 0.05, 100, 2, 2)]
-    res = simulate(reqs, ClusterConfig(mode="colocated"), PolicyConfig(), profile=toy_profile)
+    res = simulate(reqs, ClusterConfig(mode="colocated"), ArmPolicy(), profile=toy_profile)
     assert res.t_first[0] == pytest.approx(0.2)
     # at 0.2: B is prefilled while A decodes one step: 0.2 (prefill) + 0.01 + 101e-5 + 0.001
     step2 = 0.2 + 0.01 + 101e-5 + 0.001
@@ -70,7 +71,7 @@ def test_request_handed_to_a_busy_decode_instance_joins_at_the_next_boundary() -
                           max_prefill_tokens=4096)
     reqs = [Request(0, 0.0, 100, 20, 20),  # A: prefilled 0 -> 0.2, lands 0.2001, 19 decode steps
             Request(1, 0.05, 110, 3, 3)]  # B: waits for A's prefill; prefilled 0.2 -> 0.41
-    res = simulate(reqs, ClusterConfig(n_prefill=1, n_decode=1, link_gbps=1.0), PolicyConfig(),
+    res = simulate(reqs, ClusterConfig(n_prefill=1, n_decode=1, link_gbps=1.0), ArmPolicy(),
                    profile=prof, check_invariants=True)
     assert res.t_first == pytest.approx([0.2, 0.41])
     # A decodes alone in 25 ms steps from 0.2001: boundaries 0.4001, 0.4251, ... B is handed over at

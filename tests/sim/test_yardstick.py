@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from lenpred.errors import ConfigError, DataError
+from lenpred.sim.arm import ArmPolicy
 from lenpred.sim.arrivals import unit_arrivals
 from lenpred.sim.config import (
     ArrivalConfig,
     ClusterConfig,
     MetricsConfig,
-    PolicyConfig,
     PredictionConfig,
     SimConfig,
     SweepConfig,
@@ -86,7 +86,7 @@ def test_tiny_episode_runs_to_completion(toy_profile) -> None:
     wl = _tiny_workload(arr, ep.requests_needed(5.0))
     reqs = wl.requests(5.0, wl.predictions(PredictionConfig(model="oracle")))
     assert reqs and max(r.arrival for r in reqs) <= ep.end < wl.arrival_times(5.0)[-1]
-    res = Simulator(reqs, ClusterConfig(), PolicyConfig(), profile=toy_profile).run()
+    res = Simulator(reqs, ClusterConfig(), ArmPolicy(), profile=toy_profile).run()
     assert np.isfinite(res.t_finish).all()
     mask = episode_mask(res, ep)
     assert mask.sum() == (res.arrival >= 5.0).sum() > 0

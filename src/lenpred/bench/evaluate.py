@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from lenpred import __version__
-from lenpred.bench.metrics import PointMetrics, point_metrics
+from lenpred.bench.scoring import PointMetrics, point_metrics
 from lenpred.data.lengths import loo_median, sample_lengths
 from lenpred.data.rundir import RunDir
 from lenpred.data.split import Split, load_split

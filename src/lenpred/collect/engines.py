@@ -6,7 +6,7 @@ Engines with optional dependencies import them lazily, so this module is cheap a
 from lenpred.collect import (
     hf,  # noqa: F401
     llamacpp,  # noqa: F401
-    openai,  # noqa: F401
+    openai_engine,  # noqa: F401
 )
 from lenpred.collect.base import ENGINES
 

@@ -64,7 +64,6 @@ def _cache(args: argparse.Namespace) -> int:
 
     roles = tuple(dict.fromkeys(r.strip() for r in args.roles.split(",") if r.strip()))  # checked by preflight
     cfg = DraftTrainConfig(max_seq_len=args.max_seq_len, topk=args.topk, layers=args.layers)
-    cfg.check()
     rt = open_run_target(args.run, model=args.model, cfg=cfg, device=args.device, threads=args.threads,
                          cache_dir=args.cache)
     cdir, tf, n = fill_state_cache(rt.source, cfg, cache_dir=args.cache, roles=roles, progress=not args.no_progress)
@@ -81,7 +80,6 @@ def _train(args: argparse.Namespace) -> int:
     from lenpred.report.draft import train_lines
 
     cfg = from_arguments(DraftTrainConfig, args, where="draft train")
-    cfg.check()
     out = Path(args.out)  # checked by preflight (the overwrite rule) before anything was read
     rt = open_run_target(args.run, model=args.model, cfg=cfg, device=args.device, threads=args.threads,
                          cache_dir=args.cache, train=True)

@@ -7,7 +7,6 @@ says, per verb and action, what each output is and which inputs it may never lan
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,12 +32,12 @@ def _paths(items: Sequence[str] | None) -> list[str]:
 
 
 def _draft_train(a: argparse.Namespace) -> None:
+    from lenpred.data.rundir import RunDir
+    from lenpred.draft.train_config import check_step_decay
+
     check_device(a.device)
     check_threads(a.threads)
-    if not (a.step_decay > 0 and math.isfinite(a.step_decay)):
-        raise ConfigError(f"--step-decay must be a positive number, got {a.step_decay}",
-                          "the loss weight of unroll step i is step_decay**i: pass e.g. --step-decay 0.8")
-    from lenpred.data.rundir import RunDir
+    check_step_decay(a.step_decay)
 
     card = RunDir.open(a.run).card  # not a run: said first, in the run's words
     check_out(a.out, kind="draft", card=card, inputs={"--run": a.run, "--cache": a.cache, "--ckpt": a.ckpt})
@@ -95,9 +94,7 @@ def _generate(a: argparse.Namespace) -> None:
     if a.tree:
         from lenpred.draft.tree import TreeSpec
 
-        t = TreeSpec.parse(a.tree)
-        for name, v in (("tree depth", t.depth), ("tree top-k", t.topk), ("tree nodes", t.nodes)):
-            check_limit(name, v, "e.g. --tree 5,8,48 (depth, top-k, nodes)")
+        TreeSpec.parse(a.tree).check_limits()
     if a.events:
         check_out(a.events, kind="events", flag="--events",
                   inputs={"--draft": a.draft, "--length-head": a.length_head, "--prompt-file": a.prompt_file})

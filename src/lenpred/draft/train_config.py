@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import Field
@@ -9,7 +10,14 @@ from pydantic import Field
 from lenpred.config import Config
 from lenpred.errors import ConfigError
 
-__all__ = ["DraftTrainConfig"]
+__all__ = ["DraftTrainConfig", "check_step_decay"]
+
+
+def check_step_decay(value: float) -> None:
+    """Refuse a step decay that is not a positive number (checked before the run is read)."""
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"--step-decay must be a positive number, got {value}",
+                          "the loss weight of unroll step i is step_decay**i: pass e.g. --step-decay 0.8")
 
 
 class DraftTrainConfig(Config):

@@ -74,8 +74,11 @@ def open_run_target(run: str | os.PathLike[str], *, model: str | None = None, cf
                     train: bool = False) -> RunTarget:
     """The run (checked for token ids), its split, and its target loaded on ``device`` (under torchrun
     ``cuda`` is this process's ``cuda:LOCAL_RANK``); ``model`` defaults to the run's own and must be it.
-    Before the weights load: ``cfg``'s layers against the target's config, ``cache_dir`` (a directory,
-    if it exists) and, for ``train``, training prompts in the split and a draft vocabulary that fits."""
+    Before the weights load: ``cfg``'s ranges (:meth:`DraftTrainConfig.check`) and layers against the target's
+    config, ``cache_dir`` (a directory, if it exists) and, for ``train``, training prompts in the split and a
+    draft vocabulary that fits."""
+    if cfg is not None:
+        cfg.check()
     layers = cfg.layer_tuple() if cfg is not None else None
     run_dir = RunDir.open(run)
     check_token_ids(run_dir)

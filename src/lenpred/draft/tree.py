@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lenpred.checks import check_limit
 from lenpred.draft.model import DraftKV, Eagle3Draft
 from lenpred.errors import ConfigError
 
@@ -40,6 +41,12 @@ class TreeSpec:
         except ValueError:
             raise ConfigError(f"cannot read the tree {text!r}", "write DEPTH,TOPK,NODES, e.g. --tree 5,8,48") from None
         return cls(d, k, n)
+
+    def check_limits(self) -> TreeSpec:
+        """Refuse a depth, top-k or node count above :data:`lenpred.checks.LIMITS` (it would run for hours)."""
+        for name, v in (("tree depth", self.depth), ("tree top-k", self.topk), ("tree nodes", self.nodes)):
+            check_limit(name, v, "e.g. --tree 5,8,48 (depth, top-k, nodes)")
+        return self
 
 
 @dataclass

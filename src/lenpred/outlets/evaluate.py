@@ -9,7 +9,7 @@ belong to the split's test prompts:
   (the rows at exactly that t, so only samples longer than it: the prompt mix changes along that
   series). Series ``progress`` = t0, f10 ... f75; series ``tokens`` = t0, t32 ... t512.
   Averages are over prompts of the per-prompt mean over its samples (as the prefill bench); 95%
-  intervals resample prompts (:func:`lenpred.bench.metrics.point_metrics`);
+  intervals resample prompts (:func:`lenpred.bench.scoring.point_metrics`);
 * **80% interval coverage** at each point (share of rows inside [q10, q90]) and the pinball loss;
 * **what a scheduler reads**, at each point: Kendall tau-b of the predicted against the true remaining
   length over the rows there (on the tokens series: the requests still running), and the precision and
@@ -304,7 +304,7 @@ def _score_points(index: pd.DataFrame, methods: Sequence[MethodInput], points: S
                   short_threshold: float) -> tuple[list[PointInfo], dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The points present in ``index`` and, per method and point, the metrics, the scheduler's order
     figures (Kendall tau, short precision and recall) and the per-prompt absolute errors."""
-    from lenpred.bench.metrics import point_metrics, short_label_metrics
+    from lenpred.bench.scoring import point_metrics, short_label_metrics
 
     y_all = index["remaining"].to_numpy(dtype=np.float64)
     pid_all = index["prompt_id"].astype(str).to_numpy()
@@ -395,7 +395,7 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
 
 def total_at_start(index: pd.DataFrame, methods: Sequence[MethodInput], bound: BoundInfo | None, *,
                    n_boot: int, ci: float, seed: int) -> TotalAtStart:
-    from lenpred.bench.metrics import point_metrics
+    from lenpred.bench.scoring import point_metrics
 
     rows, _, _ = point_rows(index, PointSpec("t0", "start", 0.0, "t=0"))
     out = []

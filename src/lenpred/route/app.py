@@ -23,9 +23,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from lenpred.route.bodies import ApiError
 from lenpred.route.config import GcConfig, RouterConfig
 from lenpred.route.forward import Drain, error_response
-from lenpred.route.openai import ApiError
 from lenpred.route.router import PATHS, Router
 from lenpred.route.schema import CHAT_REQUEST, COMPLETION_REQUEST, ERROR_RESPONSES, request_body
 

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from lenpred.route.bodies import Query, backend_message
 from lenpred.route.config import EstimatorConfig
-from lenpred.route.openai import Query, backend_message
 from lenpred.sched.dists import Z90
 
 __all__ = [

@@ -21,11 +21,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from yarl import URL
 
 from lenpred.route.backends import Backend, Flight, Pool
+from lenpred.route.bodies import ApiError, Query, SSECounter, backend_message, sse_error_event, with_osl
 from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import Estimate
-from lenpred.route.metrics import RouterMetrics
-from lenpred.route.openai import ApiError, Query, SSECounter, backend_message, sse_error_event, with_osl
 from lenpred.route.priority import PriorityMapper
+from lenpred.route.prometheus import RouterMetrics
 from lenpred.route.upstream import Client, UpstreamError, UpstreamResponse
 
 __all__ = ["Ctx", "Drain", "Forwarder", "RelayStream", "Retry", "close", "error_response"]

@@ -22,12 +22,12 @@ from fastapi.responses import Response
 from yarl import URL
 
 from lenpred.route.backends import Flight, Pool, QueueFull, QueueTimeout
+from lenpred.route.bodies import ApiError, parse_request
 from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import make_estimator
 from lenpred.route.forward import Ctx, Drain, Forwarder, RelayStream, Retry, close, error_response
-from lenpred.route.metrics import GcTimer, RouterMetrics, watch_loop_lag
-from lenpred.route.openai import ApiError, parse_request
 from lenpred.route.priority import PriorityMapper
+from lenpred.route.prometheus import GcTimer, RouterMetrics, watch_loop_lag
 from lenpred.route.upstream import Client, UpstreamError, UpstreamResponse
 
 __all__ = ["PATHS", "Router"]

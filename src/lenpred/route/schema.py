@@ -1,7 +1,7 @@
 """The request bodies the router accepts, and its error body, as JSON schemas: the router's OpenAPI
 document (``/openapi.json``, ``/docs``) shows them, and a fuzzer generates requests from them.
 
-They state what :func:`lenpred.route.openai.parse_request` checks, and no more: a body these schemas
+They state what :func:`lenpred.route.bodies.parse_request` checks, and no more: a body these schemas
 accept is forwarded, one they refuse is answered 400 by the router itself. Every property not named
 here passes through to the backend (``additionalProperties``), as OpenAI's other fields and the
 engines' own extensions do. The handlers read the raw body (the router forwards it as it came), so
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lenpred.route.openai import INT64, INTEGERS, NO_CONTENT_ROLES, NUMBERS
+from lenpred.route.bodies import INT64, INTEGERS, NO_CONTENT_ROLES, NUMBERS
 
 __all__ = ["CHAT_REQUEST", "COMPLETION_REQUEST", "ERROR_RESPONSES", "request_body"]
 

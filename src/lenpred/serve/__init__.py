@@ -4,7 +4,7 @@
 * :mod:`lenpred.serve.service` -- :class:`PredictionService`, usable in process (the router does);
 * :mod:`lenpred.serve.heads` -- what a batch runs: the proxy's text pipeline, or the target's prefill;
 * :mod:`lenpred.serve.app` -- ``create_app(service)``: FastAPI with /v1/predict, /healthz, /metrics;
-* :mod:`lenpred.serve.openai` -- the OpenAI wire format the router shares: error body, message text,
+* :mod:`lenpred.serve.wire` -- the OpenAI wire format the router shares: error body, message text,
   the lone-surrogate check;
 * :mod:`lenpred.serve.config` / :mod:`lenpred.serve.server` -- ``lenpred serve`` under uvicorn (``bind``
   and ``run_app`` start the router too).

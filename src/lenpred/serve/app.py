@@ -9,7 +9,7 @@ Every error is OpenAI's body ``{"error": {"message", "type", "param", "code"}}``
 400 for a request that is not valid JSON or not a valid predict request (FastAPI's default would
 be 422; OpenAI-compatible servers answer 400), 404 / 405 for an unknown route or method, 413 for a
 body over ``max_body_bytes`` (checked before the body is parsed), 400 for a body nested deeper than
-:data:`lenpred.serve.openai.MAX_JSON_DEPTH` levels (checked before it is parsed, as the router does), 503
+:data:`lenpred.serve.wire.MAX_JSON_DEPTH` levels (checked before it is parsed, as the router does), 503
 for a full queue or a stopped service, 504 for a timeout, 500 for anything else -- never a traceback.
 """
 
@@ -31,10 +31,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from lenpred import __version__
 from lenpred.errors import LenpredError
 from lenpred.serve.errors import ServeError
-from lenpred.serve.metrics import CONTENT_TYPE, ServeMetrics
-from lenpred.serve.openai import InvalidText, error_body, too_deep
+from lenpred.serve.prometheus import CONTENT_TYPE, ServeMetrics
 from lenpred.serve.schema import ErrorResponse, HealthResponse, PredictRequest, PredictResponse
 from lenpred.serve.service import PredictionService
+from lenpred.serve.wire import InvalidText, error_body, too_deep
 
 __all__ = ["create_app", "DEFAULT_MAX_BODY_BYTES"]
 
@@ -54,7 +54,7 @@ def _error(status: int, message: str, type_: str, param: str | None = None, code
 
 class BodyLimit:
     """Pure ASGI middleware: a request body over ``limit`` bytes gets 413 before the app reads it, and one
-    nested too deep (:func:`lenpred.serve.openai.too_deep`) gets 400 before it is parsed.
+    nested too deep (:func:`lenpred.serve.wire.too_deep`) gets 400 before it is parsed.
 
     A declared ``Content-Length`` over the limit is refused at once; otherwise the body is read
     (at most ``limit + 1`` bytes are kept) and replayed to the app, so chunked bodies are bounded too.

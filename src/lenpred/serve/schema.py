@@ -5,7 +5,7 @@ router codes against. A request carries either ``prompt`` (a string, treated as 
 or ``messages`` (OpenAI chat messages: ``content`` a string or a list of content parts, of which
 the ``text`` parts are read and any other kind, e.g. ``image_url``, is ignored); exactly one.
 Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``. A request whose text holds
-a lone surrogate is refused (:func:`lenpred.serve.openai.find_lone_surrogate`, the router's door check too).
+a lone surrogate is refused (:func:`lenpred.serve.wire.find_lone_surrogate`, the router's door check too).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from lenpred.serve.openai import content_text, find_lone_surrogate
+from lenpred.serve.wire import content_text, find_lone_surrogate
 
 __all__ = [
     "ContentPart", "ChatMessage", "PredictRequest", "PredictResponse", "ErrorDetail", "ErrorResponse",

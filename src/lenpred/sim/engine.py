@@ -8,7 +8,7 @@ request finished; a prefilled request needs a decode instance) instead of callin
 
 Usage::
 
-    sim = Simulator(requests, ClusterConfig(n_prefill=4, n_decode=8), PolicyConfig(queue="sjf"))
+    sim = Simulator(requests, ClusterConfig(n_prefill=4, n_decode=8), PolicyConfig(queue="sjf").policy)
     result = sim.run()          # a SimResult: per-request times + per-instance statistics
 """
 
@@ -27,7 +27,8 @@ import numpy as np
 from lenpred.errors import DataError, LenpredError
 from lenpred.sched.boost import BoostPolicy, Calibration
 from lenpred.sched.dispatch import make_dispatcher
-from lenpred.sim.config import ClusterConfig, PolicyConfig, policies_for
+from lenpred.sim.arm import ArmPolicy, policies_for
+from lenpred.sim.config import ClusterConfig
 from lenpred.sim.events import (
     ARRIVAL,
     FINISHED,
@@ -125,20 +126,21 @@ def validate_requests(requests: Sequence[Request]) -> None:
 
 
 class Simulator:
-    """Prefill/decode (or colocated) serving of one request list under one policy."""
+    """Prefill/decode (or colocated) serving of one request list under one arm's policy (its queue
+    policies, dispatchers and KV rules; the arm's name and predictions are the sweep's business)."""
 
     def __init__(
         self,
         requests: Sequence[Request],
         cluster: ClusterConfig | None = None,
-        policy: PolicyConfig | None = None,
+        policy: ArmPolicy | None = None,
         *,
         profile: LatencyProfile | None = None,
         seed: int = 0,
         check_invariants: bool = False,
     ) -> None:
         cluster = cluster or ClusterConfig()
-        policy = policy or PolicyConfig()
+        arm = policy or ArmPolicy()
         validate_requests(requests)
         base = profile if profile is not None else get_profile(cluster.profile)
         self.profile = base.with_overrides(
@@ -146,7 +148,7 @@ class Simulator:
             max_prefill_tokens=cluster.max_prefill_tokens,
         )
         self.cluster = cluster
-        self.policy = policy
+        self.policy = arm
         self.requests = sorted(requests, key=lambda r: (r.arrival, r.rid))
         for r in self.requests:
             r.reset()
@@ -159,7 +161,6 @@ class Simulator:
         d_rng, p_rng = rng.spawn(2)
         cap = self.profile.kv_capacity_tokens
         self.colocated = cluster.mode == "colocated"
-        arm = policy.policy
         self.decode_dispatch = make_dispatcher(arm.dispatch, d_rng)
         self.prefill_dispatch = make_dispatcher(arm.prefill_dispatch or arm.dispatch, p_rng)
         qpol, ppol = policies_for(arm)  # this run's own pair: calibrate_boosts below changes boosts
@@ -317,7 +318,7 @@ class Simulator:
 def simulate(
     requests: Sequence[Request],
     cluster: ClusterConfig | None = None,
-    policy: PolicyConfig | None = None,
+    policy: ArmPolicy | None = None,
     **kw: Any,
 ) -> SimResult:
     """Convenience: ``Simulator(requests, cluster, policy, **kw).run()``."""

@@ -20,8 +20,8 @@ from lenpred.errors import DataError
 from lenpred.predictions import Predictions
 from lenpred.sim.config import ClusterConfig, PolicyConfig, PredictionConfig, SimConfig
 from lenpred.sim.engine import SimResult, Simulator
-from lenpred.sim.metrics import latency_arrays, steady_throughput, summarize
 from lenpred.sim.profiles import get_profile
+from lenpred.sim.summary import latency_arrays, steady_throughput, summarize
 from lenpred.sim.workload import Workload, build_workload
 
 Progress = Callable[[str], None]
@@ -145,7 +145,7 @@ def run_one(setup: RunSetup, workload: Workload, policy: PolicyConfig, rate: flo
     pc = prediction or policy.prediction or setup.prediction
     preds = cache.get(pc) if cache is not None else workload.predictions(pc, setup.seed)
     reqs = workload.requests(rate, preds, with_dist=needs_dist(policy))
-    return Simulator(reqs, setup.cluster, policy, seed=setup.seed).run()
+    return Simulator(reqs, setup.cluster, policy.policy, seed=setup.seed).run()
 
 
 def needs_dist(policy: PolicyConfig) -> bool:

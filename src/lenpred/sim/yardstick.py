@@ -32,7 +32,7 @@ from lenpred.errors import ConfigError
 from lenpred.sim.config import ArrivalConfig, MetricsConfig
 from lenpred.sim.engine import SimResult
 from lenpred.sim.episode import Episode
-from lenpred.sim.metrics import attainment_by_class, latency_arrays
+from lenpred.sim.summary import attainment_by_class, latency_arrays
 
 TOL = 0.05  # the convergence rule: every checked P99 moved less than 5% between successive N
 GROW = 1.5  # a figure that grew by >= 1.5x at each of two successive doublings of N diverges (no steady value)

@@ -1,8 +1,8 @@
 """Decode-length statistics and the prefill bound: pure numpy/scipy/pandas computations, typed results.
 
-Entry points (what ``lenpred bound`` calls)::
+Entry points (``lenpred bound`` calls :func:`make_bound`)::
 
-    from lenpred.stats import BoundConfig, analyse_run, analyse_lengths, load_bound
+    from lenpred.stats import BoundConfig, analyse_run, analyse_lengths, load_bound, make_bound
 
     a = analyse_run("data/runs/smollm2-sharegpt", BoundConfig(n_boot=500))
     a.summary.headline_bound.oracle_mae          # tokens; .oracle_mae_ci, .relative_mae, ...
@@ -21,14 +21,15 @@ Modules, in the order the analysis uses them:
   :mod:`~lenpred.stats.segments` the segment-count CV, :mod:`~lenpred.stats.hazard` the stopping hazard.
 - :mod:`~lenpred.stats.verdicts` states which claims hold; :mod:`~lenpred.stats.analysis` runs it
   all; :mod:`~lenpred.stats.results` the typed results (bound.json); :mod:`~lenpred.stats.artifact`
-  reads a written result back.
+  the bound artifact: :func:`make_bound` (analyse a source and write it, what ``lenpred bound`` calls)
+  and reading a written result back.
 - :mod:`~lenpred.stats.synthetic` synthetic runs with exact ground truth (for tests and docs).
 
 Presentation (console tables, summary.md, plots) is :mod:`lenpred.report.bound`.
 """
 
 from lenpred.stats.analysis import BoundAnalysis, analyse, analyse_lengths, analyse_path, analyse_run
-from lenpred.stats.artifact import load_bound, load_per_prompt
+from lenpred.stats.artifact import load_bound, load_per_prompt, make_bound
 from lenpred.stats.config import BoundConfig
 from lenpred.stats.results import BoundSummary, VariantBound, Verdict
 from lenpred.stats.table import read_length_table
@@ -45,5 +46,6 @@ __all__ = [
     "analyse_run",
     "load_bound",
     "load_per_prompt",
+    "make_bound",
     "read_length_table",
 ]

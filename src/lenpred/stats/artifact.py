@@ -1,6 +1,7 @@
 """Bound results on disk: an artifact directory (kind ``bound``) and reading it back, typed.
 
-``lenpred bound`` writes ``OUT/`` atomically through :func:`lenpred.io.artifacts.write_artifact`::
+``lenpred bound`` calls :func:`make_bound`: the overwrite rule, the analysis, then ``OUT/`` written
+atomically through :func:`lenpred.io.artifacts.write_artifact`::
 
     OUT/meta.json        kind "bound", schema version, config, card hash (scope "run"), source
     OUT/bound.json       every figure (:class:`~lenpred.stats.results.BoundSummary`)
@@ -9,23 +10,25 @@
     OUT/*.png            hist_grid, sd_vs_mu, hazard, mae_normal (unless --no-plots)
 
 :func:`write_bound` writes the figures and the per-prompt table; the rendered files (summary.md and the
-plots, :func:`lenpred.report.bound.rendered_files`) are handed to it, so nothing here plots or formats.
+plots) come from the ``render`` given (``lenpred bound`` gives :func:`lenpred.report.bound.rendered_files`),
+so nothing here plots or formats.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
-from lenpred.io.artifacts import Artifact, ArtifactHeader, load_artifact, write_artifact
+from lenpred.io.artifacts import Artifact, ArtifactHeader, check_out, load_artifact, write_artifact
+from lenpred.stats.analysis import BoundAnalysis, analyse_path
+from lenpred.stats.config import BoundConfig
 from lenpred.stats.results import BoundSummary
-
-if TYPE_CHECKING:
-    from lenpred.stats.analysis import BoundAnalysis
 
 KIND = "bound"
 SCHEMA_VERSION = 1
@@ -33,7 +36,22 @@ BOUND_JSON = "bound.json"
 PER_PROMPT_CSV = "per_prompt.csv"
 SUMMARY_MD = "summary.md"
 
-__all__ = ["KIND", "SCHEMA_VERSION", "load_bound", "load_per_prompt", "write_bound"]
+__all__ = ["KIND", "SCHEMA_VERSION", "BoundRun", "default_out", "load_bound", "load_per_prompt", "make_bound",
+           "write_bound"]
+
+Render = Callable[[BoundAnalysis], Mapping[str, bytes]]
+"""What turns an analysis into the files written beside the figures (summary.md, plots), by file name."""
+
+
+@dataclass(frozen=True)
+class BoundRun:
+    """What :func:`make_bound` did: the analysis, the artifact it wrote, where, and how long it took."""
+
+    analysis: BoundAnalysis
+    artifact: Artifact
+    out: Path
+    elapsed_s: float
+
 
 
 def load_bound(path: str | os.PathLike[str], card: Mapping[str, Any] | None = None) -> BoundSummary:
@@ -61,3 +79,37 @@ def write_bound(analysis: BoundAnalysis, out: str | os.PathLike[str], files: Map
         json_files={BOUND_JSON: s.to_json_dict()},
         files={PER_PROMPT_CSV: table.to_csv(index=False, float_format="%.6g").encode(), **(files or {})},
     )
+
+
+def default_out(source: str | os.PathLike[str]) -> Path:
+    """out/bound/<run or table name>: where a bound goes when no ``--out`` is given."""
+    src = Path(source)
+    return Path("out/bound") / (src.stem if src.is_file() else src.resolve().name)
+
+
+def check_bound_out(source: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
+    """The overwrite rule before the analysis: a run's bound may replace only that run's bound."""
+    from lenpred.data.rundir import CARD, RunDir
+
+    src = Path(source)
+    card = RunDir.open(src).card if (src / CARD).is_file() else None
+    check_out(Path(out), kind=KIND, card=card, inputs={"RUN_OR_TABLE": src})
+
+
+def make_bound(
+    source: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    config: BoundConfig | None = None,
+    *,
+    max_new_tokens: int | None = None,
+    render: Render | None = None,
+) -> BoundRun:
+    """The bound of a run directory or a length table, written as an artifact at ``out`` (default
+    :func:`default_out`): the overwrite rule first, then the analysis, then the figures, the
+    per-prompt table and what ``render`` makes of the analysis (nothing when ``None``)."""
+    dest = Path(out) if out is not None else default_out(source)
+    check_bound_out(source, dest)
+    t0 = time.perf_counter()
+    analysis = analyse_path(source, config, max_new_tokens=max_new_tokens)
+    art = write_bound(analysis, dest, render(analysis) if render is not None else None)
+    return BoundRun(analysis, art, dest, time.perf_counter() - t0)

@@ -1,7 +1,7 @@
-"""Metrics of length predictions against sampled lengths, with prompts as the unit.
+"""Scoring length predictions against sampled lengths (MAE, pinball, short labels), prompts as the unit.
 
 Every average here is an average over prompts of a per-prompt mean over that prompt's samples, the
-way the oracle bound is (:mod:`lenpred.stats.bound`): a prompt with 24 samples weighs as much as one
+way the oracle bound is (:mod:`lenpred.stats.oracle`): a prompt with 24 samples weighs as much as one
 with 8, so "MAE / bound" compares like with like. Intervals resample prompts.
 """
 

@@ -4,14 +4,14 @@ The router forwards bodies as they are (plus the priority field), but a body tha
 malformed is refused here with 400, before any backend sees it: a backend may answer such a request with
 500 (llama.cpp does for ``"content": null`` or ``"temperature": "hot"``), which the router would take for
 a failing backend and retry. Checked: the body is a JSON object nested at most
-:data:`lenpred.serve.openai.MAX_JSON_DEPTH` levels; ``model`` is a string; chat requests have ``messages``
+:data:`lenpred.serve.wire.MAX_JSON_DEPTH` levels; ``model`` is a string; chat requests have ``messages``
 (objects with a string ``role`` and a ``content`` that is a string or a list of content parts, null only
 for an assistant or function message; a part is an object with a string ``type``, a ``text`` part has
 a string ``text``), completions a ``prompt`` (a string, a list of strings, or token ids); the common
 fields, when present and not null, have OpenAI's types and ranges (:data:`INTEGERS`, :data:`NUMBERS`,
 ``stream``, ``stop``, ``stream_options``, ``logprobs``, ...). Unknown fields pass through untouched. Text
 that is not Unicode (a lone surrogate) is refused too: no backend can read it. The error body and a
-message's text are the prediction service's (:mod:`lenpred.serve.openai`); :mod:`lenpred.route.schema`
+message's text are the prediction service's (:mod:`lenpred.serve.wire`); :mod:`lenpred.route.schema`
 is the same contract as JSON schemas (the router's OpenAPI document).
 """
 
@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lenpred.serve.openai import content_text, error_body, find_lone_surrogate, may_hold_surrogate, too_deep
+from lenpred.serve.wire import content_text, error_body, find_lone_surrogate, may_hold_surrogate, too_deep
 
 __all__ = ["INT64", "INTEGERS", "NO_CONTENT_ROLES", "NUMBERS", "ApiError", "Query", "SSECounter", "parse_request", "with_osl",
            "sse_error_event"]
