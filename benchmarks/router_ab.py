@@ -283,7 +283,7 @@ def _arms(args: argparse.Namespace, heads: dict[str, str], n: int) -> dict[str, 
     for name in heads:
         if "lpt" in kinds:  # least predicted outstanding tokens, every request sent on at once
             arms[f"lpt-{name}"] = {"policy": "least-predicted-tokens", "head": name}
-        if "recommended" in kinds:  # the router's defaults (FCFS queue, lpt) with its queue in front of the slots
+        if "recommended" in kinds:  # the router's defaults (queue auto: gboost on a head, lpt) in front of the slots
             arms[f"recommended-{name}"] = {"policy": "least-predicted-tokens", "head": name, "slots": args.slots}
     if "lpt" in kinds and (args.chars_arm or not heads):
         arms["lpt-chars"] = {"policy": "least-predicted-tokens", "estimator": {"kind": "chars"}}
@@ -345,8 +345,9 @@ def _router_cfg(plan: Plan, spec: dict[str, Any], servers: list[LlamaServer],
                 serves: dict[str, ServeProcess]) -> dict[str, Any]:
     """One arm's router config over the two servers."""
     est = spec.get("estimator") or {"kind": "remote", "url": serves[spec["head"]].url, "timeout_s": 5.0}
-    # "recommended": the router's own defaults (priority.queue fcfs, no field sent), max_outstanding = the
-    # server's slots, so requests wait in the router's queue and go to whichever server frees first
+    # "recommended": the router's own defaults (priority.queue auto: gboost calibrated online after a head's
+    # prediction, no field sent), max_outstanding = the server's slots, so requests wait in the router's
+    # queue and go to whichever server frees first
     slots = spec.get("slots", 1024)
     prio = json.loads(plan.args.priority_json) if "slots" in spec else {}  # the router's own queue's order
     return {"backends": [{"url": s.url, "name": s.name, "priority": "off", "max_outstanding": slots}

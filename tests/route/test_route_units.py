@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
     ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "head"}}, "estimator.head is required"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"min": 5, "max": 1}}, "priority.min (5) is above"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "fastest"}},
-     "unknown queue policy 'fastest' -- fix: use one of: fcfs, sjf, boost2, gboost"),
+     "unknown queue policy 'fastest' -- fix: use one of: auto, fcfs, sjf, boost2, gboost"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "gittins"}},
      "queue policy 'gittins' cannot order the router's queue"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "sjf", "aging": -1}}, "priority.aging must be >= 0"),
@@ -154,16 +154,17 @@ def test_expected_remaining_is_the_normal_mean_residual_life():
     assert expected_remaining(100, 0, 150) == 1.0  # no spread: floored, never zero while running
 
 
-def test_the_default_is_the_recommended_policy_fcfs_with_no_field_sent():
-    from lenpred.sched.recommended import RECOMMENDED
+def test_the_default_is_the_router_default_with_no_field_sent():
+    from lenpred.sched.recommended import ROUTER_DEFAULT
 
     cfg = RouterConfig.from_dict({"backends": [{"url": "http://a:1"}]})
-    assert (cfg.priority.queue, cfg.policy) == (RECOMMENDED["queue"], RECOMMENDED["dispatch"]) == (
-        "fcfs", "least-predicted-tokens")
-    assert cfg.priority.sends is False  # a backend's own order is arrival order already
+    assert (cfg.priority.queue, cfg.policy) == (ROUTER_DEFAULT["queue"], ROUTER_DEFAULT["dispatch"]) == (
+        "auto", "least-predicted-tokens")
+    assert cfg.queue_policy == "fcfs"  # the default estimator (chars) gives no model's prediction: fcfs
+    assert cfg.priority.sends is False  # auto sends no field (vLLM refuses it without its priority scheduling)
     assert PriorityConfig(queue="sjf").sends and PriorityConfig(enabled=True).sends
-    assert not PriorityConfig(queue="sjf", enabled=False).sends
-    m = PriorityMapper(cfg.priority, default_tokens=256, t0=0.0)
+    assert not PriorityConfig(queue="sjf", enabled=False).sends and not PriorityConfig(queue="fcfs").sends
+    m = PriorityMapper(cfg.priority, default_tokens=256, t0=0.0, queue=cfg.queue_policy)
     # fcfs: arrival order whatever the prediction (no aging, no size)
     assert m.key(5000, 100.0, now=1.0) < m.key(1, None, now=2.0) and m.key(1, None, now=2.0) == 2.0
 
@@ -230,7 +231,7 @@ def test_osl_hint_keeps_what_the_client_sent():
                                        ({"queue": "gboost", "gamma": -1}, "gamma"),
                                        ({"queue": "boost2", "short_threshold": float("nan")}, "short_threshold")])
 def test_bad_boost_parameters_are_one_line(bad, what):
-    with pytest.raises(Exception, match=f"priority.{what} must be a number > 0"):
+    with pytest.raises(Exception, match=f"[pP]riority(Config)?\\.{what}(: {what})? must be (\"auto\" or )?a number > 0"):
         PriorityConfig(**bad)
 
 

@@ -85,6 +85,9 @@ class Backend:
         self.priority_on = cfg.priority != "off"
         self.flights: dict[str, Flight] = {}  # changed only by admit / finish (they keep the total)
         self._tokens = 0.0  # sum of the flights' counted remaining tokens
+        self.clock = time.monotonic  # the clock of busy_area (a test may set its own)
+        self._area = 0.0  # integral of len(flights) over time up to _t_area (request-seconds)
+        self._t_area = self.clock()
         self.fails = 0
         self.oks = 0
         self.last_error: str | None = None
@@ -98,10 +101,22 @@ class Backend:
     def outstanding_tokens(self) -> float:
         return self._tokens
 
+    def busy_area(self, now: float) -> float:
+        """The integral of the number of requests in flight here from its start to ``now`` (request-seconds):
+        the difference of two readings over their time apart is the mean number in flight between them."""
+        return self._area + len(self.flights) * (now - self._t_area)
+
+    def _tick(self) -> None:
+        """Bring :meth:`busy_area`'s integral up to now, before the number in flight changes."""
+        now = self.clock()
+        self._area += len(self.flights) * (now - self._t_area)
+        self._t_area = now
+
     # -- the running total: every change of a flight on this backend goes through one of these
     def admit(self, flight: Flight) -> None:
         """``flight`` runs here from now on (a rid registered twice is counted once, as its latest flight)."""
         self.finish(flight.rid)
+        self._tick()
         flight.counted = flight.remaining()
         self.flights[flight.rid] = flight
         self._tokens += flight.counted
@@ -118,9 +133,10 @@ class Backend:
 
     def finish(self, rid: str) -> bool:
         """The flight ``rid`` ended here (done, failed, or its client gone); False when it was not here."""
-        f = self.flights.pop(rid, None)
-        if f is None:
+        if rid not in self.flights:
             return False
+        self._tick()
+        f = self.flights.pop(rid)
         # the last one out leaves exactly 0 (no rounding left over from the additions)
         self._tokens = self._tokens - f.counted if self.flights else 0.0
         return True

@@ -17,15 +17,15 @@ import math
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from lenpred.config import Config
 from lenpred.errors import ConfigError, FieldError
-from lenpred.sched import DISPATCHERS, QUEUE_POLICIES, RECOMMENDED, RECOMMENDED_BOOST
+from lenpred.sched import DISPATCHERS, QUEUE_POLICIES, RECOMMENDED_BOOST, ROUTER_DEFAULT
 
 __all__ = [
-    "BackendConfig", "EstimatorConfig", "GcConfig", "HealthConfig", "LimitsConfig", "PriorityConfig", "ROUTER_QUEUES",
-    "RouterConfig", "TIME_KEYED_QUEUES", "TimeoutConfig", "HintsConfig", "normalize_url",
+    "BackendConfig", "CalibrateConfig", "EstimatorConfig", "GcConfig", "HealthConfig", "LimitsConfig", "PriorityConfig", "ROUTER_QUEUES",
+    "PREDICTING_ESTIMATORS", "RouterConfig", "TIME_KEYED_QUEUES", "TimeoutConfig", "HintsConfig", "normalize_url",
 ]
 
 
@@ -160,6 +160,43 @@ class EstimatorConfig(Config):
 # key on time (seconds; the field carries milliseconds), sjf on tokens (the field carries key / tokens_per_level)
 ROUTER_QUEUES = ("fcfs", "sjf", "boost2", "gboost")
 TIME_KEYED_QUEUES = ("fcfs", "boost2", "gboost")
+# estimators whose answer is a model's prediction of the output length; chars (a prompt-length guess) and
+# none are not, so the default queue ("auto") orders by gboost after these and by arrival after the others
+PREDICTING_ESTIMATORS = ("inline", "head", "remote")
+_GBOOST_RANGE = {"gamma": "1/s, e.g. 0.07 for two one-slot llama.cpp servers",
+                 "s_per_token": "seconds per generated token of one server at its full batch, e.g. 0.0125"}
+
+
+def _auto_or_positive(name: str, v: object) -> float | str | None:
+    """``"auto"``, None (the library's fixed default) or a finite number > 0, else one line naming it."""
+    if v is None or (isinstance(v, str) and v.strip().lower() == "auto"):
+        return None if v is None else "auto"
+    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+        return float(v)
+    raise FieldError(f"{name} must be \"auto\" or a number > 0 ({_GBOOST_RANGE[name]}), got {v!r}",
+                     f"set priority.{name} to \"auto\" (measured from the router's traffic) or to a number in (0, inf)")
+
+
+class CalibrateConfig(Config):
+    """gboost's online calibration (``gamma`` / ``s_per_token`` "auto"): :mod:`lenpred.route.calibrate`."""
+
+    min_completions: int = Field(16, description="completions measured before the measured values replace the "
+                                                 "defaults (lenpred.sched.boost.GAMMA, S_PER_TOKEN) or pinned ones")
+    every_n: int = Field(32, description="recompute after this many completions since the last time ...")
+    every_s: float = Field(5.0, description="... or this many seconds, whichever comes first (on a completion)")
+    window: int = Field(256, description="completions kept: the median seconds per token, the service samples")
+    rate_window_s: float = Field(60.0, description="seconds of arrivals the arrival rate is measured over")
+
+    @model_validator(mode="after")
+    def _check(self) -> CalibrateConfig:
+        for k in ("min_completions", "every_n", "window"):
+            if getattr(self, k) < 1:
+                raise ConfigError(f"priority.calibrate.{k} must be >= 1, got {getattr(self, k)}")
+        if self.min_completions > self.window:
+            raise ConfigError(f"priority.calibrate.min_completions ({self.min_completions}) is above window "
+                              f"({self.window})", "keep min_completions <= window")
+        _positive("priority.calibrate", every_s=self.every_s, rate_window_s=self.rate_window_s)
+        return self
 
 
 class PriorityConfig(Config):
@@ -167,24 +204,33 @@ class PriorityConfig(Config):
 
     ``queue`` is a queue policy (:mod:`lenpred.sched.queue`) whose key is known at arrival:
 
-    * ``fcfs`` (the recommended default, :data:`lenpred.sched.recommended.RECOMMENDED`): the arrival;
+    * ``auto`` (the default, :data:`lenpred.sched.recommended.ROUTER_DEFAULT`): ``gboost`` when the
+      estimator gives a model's prediction (kinds inline, head, remote), ``fcfs`` when it does not
+      (chars, none): :meth:`RouterConfig.queue_policy`;
+    * ``fcfs``: the arrival;
     * ``boost2``: the arrival minus ``boost_s`` seconds when the predicted output is under
       ``short_threshold`` tokens (a two-class boost);
     * ``gboost``: the arrival minus gamma-Boost's boost of the prediction (a normal of the predicted
       tokens and spread, or a point mass without a spread), with ``gamma`` (1/s) and ``s_per_token``
-      (a backend's seconds per token at a full batch) as given: :mod:`lenpred.sched.boost`;
+      (a backend's seconds per token at a full batch) measured from the router's traffic ("auto", the
+      default: :mod:`lenpred.route.calibrate`) or as given: :mod:`lenpred.sched.boost`;
     * ``sjf``: ``predicted + quantile_z * spread + aging * seconds since the router started`` (a long
       request gains ``aging`` tokens of priority per second it waits).
 
-    The same key orders the router's wait queue and the backend's field: a time key (fcfs, boost2) as
-    milliseconds since the router started, a token key (sjf) as ``round(key / tokens_per_level)``;
-    either clipped to [min, max]. vLLM and SGLang serve the lowest value first.
+    The same key orders the router's wait queue and the backend's field: a time key (fcfs, boost2,
+    gboost) as milliseconds since the router started, a token key (sjf) as ``round(key / tokens_per_level)``;
+    either clipped to [min, max]. vLLM and SGLang serve the lowest value first. The field is sent only
+    when ``enabled`` is true, or when it is null and ``queue`` names a policy other than fcfs (not for
+    ``auto``: a vLLM started without ``--scheduling-policy priority`` refuses a non-zero priority).
     """
 
-    queue: str = Field(RECOMMENDED["queue"], description="queue policy: fcfs (recommended), boost2 or sjf")
-    enabled: bool | None = Field(None, description="send the priority field: true, false, or null = only when the "
-                                                   "queue policy is not fcfs (a backend's own arrival order is "
-                                                   "fcfs already)")
+    queue: str = Field(ROUTER_DEFAULT["queue"], description="queue policy: auto (gboost after a model's "
+                                                            "prediction, fcfs after chars / none), fcfs, "
+                                                            "gboost, boost2 or sjf")
+    enabled: bool | None = Field(None, description="send the priority field: true, false, or null = only when "
+                                                   "queue is set explicitly to a policy other than fcfs (never "
+                                                   "for auto: vLLM refuses the field unless started with "
+                                                   "--scheduling-policy priority)")
     field: str = Field("priority", description="the request field to set (vLLM and SGLang: priority)")
     tokens_per_level: float = Field(1.0, description="predicted tokens per priority step")
     aging: float = Field(1000.0, description="sjf: tokens of priority a request gains per second it has waited "
@@ -194,36 +240,53 @@ class PriorityConfig(Config):
                                                                      "goes ahead of its arrival")
     short_threshold: float = Field(RECOMMENDED_BOOST["short_threshold"], description="boost2: predicted output "
                                                                                      "tokens under which a request is short")
-    gamma: float | None = Field(None, description="gboost: decay rate of the waiting-time tail, 1/s (None: "
-                                                  "lenpred.sched.boost.GAMMA)")
-    s_per_token: float | None = Field(None, description="gboost: a backend's seconds per generated token at a full "
-                                                        "batch (None: lenpred.sched.boost.S_PER_TOKEN, an H100's)")
+    gamma: float | Literal["auto"] | None = Field(
+        "auto", description="gboost: decay rate of the waiting-time tail, 1/s: auto (solved from the measured "
+                            "arrival rate and service times), a number > 0 (pinned), or null "
+                            "(lenpred.sched.boost.GAMMA, fixed)")
+    s_per_token: float | Literal["auto"] | None = Field(
+        "auto", description="gboost: one backend's seconds per generated token at its full batch: auto (measured "
+                            "from the streams), a number > 0 (pinned), or null (lenpred.sched.boost.S_PER_TOKEN, "
+                            "an H100's, fixed)")
+    calibrate: CalibrateConfig = Field(default_factory=CalibrateConfig)
     min: int | None = Field(None, description="lowest value sent (None: unbounded)")
     max: int | None = Field(None, description="highest value sent (None: unbounded)")
 
     @field_validator("queue")
     @classmethod
     def _queue(cls, v: str) -> str:
-        if v in ROUTER_QUEUES:
+        if v in ROUTER_QUEUES or v == "auto":
             return v
         if v in QUEUE_POLICIES:
             raise FieldError(f"queue policy {v!r} cannot order the router's queue: its key changes while a request "
                              "waits or runs (attained service, re-predictions, the time), and the router orders a "
-                             "request once, before it starts", f"use one of: {', '.join(ROUTER_QUEUES)} (the "
+                             "request once, before it starts", f"use one of: auto, {', '.join(ROUTER_QUEUES)} (the "
                              "engine's own scheduler does the rest)")
-        raise FieldError(f"unknown queue policy {v!r}", f"use one of: {', '.join(ROUTER_QUEUES)}")
+        raise FieldError(f"unknown queue policy {v!r}", f"use one of: auto, {', '.join(ROUTER_QUEUES)}")
+
+    @field_validator("gamma", "s_per_token", mode="before")
+    @classmethod
+    def _auto(cls, v: object, info: ValidationInfo) -> float | str | None:
+        return _auto_or_positive(str(info.field_name), v)
+
+    def resolve(self, estimator_kind: str) -> str:
+        """The queue policy run after an estimator of ``estimator_kind`` (``auto`` resolved)."""
+        if self.queue != "auto":
+            return self.queue
+        return ROUTER_DEFAULT["with_prediction" if estimator_kind in PREDICTING_ESTIMATORS else "without_prediction"]
 
     @property
     def sends(self) -> bool:
-        """Whether the priority field is sent (``enabled``, or by default only when the queue is not fcfs)."""
-        return self.queue != "fcfs" if self.enabled is None else self.enabled
+        """Whether the priority field is sent (``enabled``, or by default only for a queue set explicitly to a
+        policy other than fcfs)."""
+        return self.queue not in ("auto", "fcfs") if self.enabled is None else self.enabled
 
     @model_validator(mode="after")
     def _check(self) -> PriorityConfig:
         if not self.field.strip():
             raise ConfigError("priority.field is empty", "use the backend's field name, e.g. priority")
         _positive("priority", tokens_per_level=self.tokens_per_level, boost_s=self.boost_s,
-                  short_threshold=self.short_threshold, gamma=self.gamma, s_per_token=self.s_per_token)
+                  short_threshold=self.short_threshold)
         if not (math.isfinite(self.aging) and self.aging >= 0):
             raise ConfigError(f"priority.aging must be >= 0, got {self.aging!r}")
         if not math.isfinite(self.quantile_z):
@@ -325,7 +388,7 @@ class RouterConfig(Config):
                              "priority, forward to the single backend (a sidecar in front of llm-d or a gateway)")
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8200, description="port to listen on")
-    policy: str = Field(RECOMMENDED["dispatch"], description="dispatch policy (lenpred.sched.dispatch.DISPATCHERS); "
+    policy: str = Field(ROUTER_DEFAULT["dispatch"], description="dispatch policy (lenpred.sched.dispatch.DISPATCHERS); "
                                                               "default: the recommended least-predicted-tokens")
     seed: int = Field(0, description="seed of the random choices (power-of-two)")
     default_tokens: float = Field(256.0, description="load counted for a request without a prediction")
@@ -371,3 +434,9 @@ class RouterConfig(Config):
         if not (math.isfinite(self.prompt_weight) and self.prompt_weight >= 0):
             raise ConfigError(f"prompt_weight must be >= 0, got {self.prompt_weight!r}")
         return self
+
+    @property
+    def queue_policy(self) -> str:
+        """The queue policy the router runs: ``priority.queue``, with ``auto`` resolved by the estimator's kind
+        (gboost after a model's prediction, fcfs after chars / none)."""
+        return self.priority.resolve(self.estimator.kind)

@@ -58,6 +58,11 @@ class Ctx:
     priority: int | None = None
     backend: Backend | None = None
     reasons: list[str] = field(default_factory=list)
+    # gboost's calibration (lenpred.route.calibrate): when the tokens were first timed, how many had come,
+    # and the backend's busy_area then
+    t_first: float = 0.0
+    gen_first: int = 0
+    area_first: float = 0.0
 
 
 class Drain:
@@ -191,6 +196,7 @@ class Forwarder:
     client: Client
     targets: list[dict[str, URL]]  # each backend's endpoints by request kind
     drain: Drain
+    _recal_pending = False  # a recalibration of gboost is scheduled
 
     def _payload(self, ctx: Ctx, b: Backend) -> bytes:
         body = with_osl(ctx.body, ctx.tokens) if self.cfg.hints.osl else ctx.body
@@ -288,6 +294,8 @@ class Forwarder:
                      headers: list[tuple[str, str]]) -> Response | tuple[int, bytes]:
         left = self._remaining(ctx)
         r: UpstreamResponse | None = None
+        ctx.t_first = time.monotonic()  # not streamed: the whole answer is timed (prefill included)
+        ctx.gen_first, ctx.area_first = 0, b.busy_area(ctx.t_first)
         try:
             async with asyncio.timeout(left):  # a non-streamed answer may be silent until it is complete
                 r = await self.client.post(url, headers, content, read_s=None)
@@ -312,6 +320,7 @@ class Forwarder:
                          "garbage") from None
         b.last_progress = time.monotonic()
         produced = (j.get("usage") or {}).get("completion_tokens") if isinstance(j.get("usage"), dict) else None
+        self._measured(ctx, b, produced if isinstance(produced, int) else None)
         self._finish(ctx, b, produced, "ok")
         self.metrics.ttfb.observe(time.monotonic() - ctx.t_in)
         return Response(raw, 200, headers=self._reply_headers(ctx), media_type="application/json")
@@ -355,8 +364,9 @@ class Forwarder:
             close(r)
             raise
         b.progress(ctx.flight, counter.tokens)
-        b.last_progress = time.monotonic()
-        self.metrics.ttfb.observe(time.monotonic() - ctx.t_in)
+        b.last_progress = ctx.t_first = time.monotonic()
+        ctx.gen_first, ctx.area_first = counter.tokens, b.busy_area(ctx.t_first)
+        self.metrics.ttfb.observe(ctx.t_first - ctx.t_in)
         def closing() -> bytes:  # the end of a stream that the drain limit cuts: after a blank line, which ends
             # an event left open (a backend's chunk may end between an event's line and the blank line after it)
             return b"" if counter.done else b"\n\n" + sse_error_event(self.drain.error().message, code="shutting_down")
@@ -396,8 +406,29 @@ class Forwarder:
             raise
         finally:
             r.close()
+            if outcome == "ok":
+                self._measured(ctx, b, counter.tokens)
             self.pool.release(b, ctx.rid)
             self._finish(ctx, b, counter.tokens if outcome == "ok" else None, outcome, err)
+
+    def _measured(self, ctx: Ctx, b: Backend, produced: int | None) -> None:
+        """A completed request's tokens, per-token interval and mean in-flight count on ``b``, for gboost's
+        calibration (O(1); the recomputation, when due, runs in a later event-loop turn)."""
+        cal = self.prio.calib
+        if cal is None or not cal.active or produced is None:
+            return
+        now = time.monotonic()
+        dt = now - ctx.t_first
+        steps = produced - ctx.gen_first
+        per_token = dt / steps if steps >= 1 and dt > 0 and ctx.query.n_sequences == 1 else None
+        inflight = (b.busy_area(now) - ctx.area_first) / dt if dt > 0 else 1.0
+        if cal.completion(produced, per_token, inflight, now) and not self._recal_pending:
+            self._recal_pending = True
+            asyncio.get_running_loop().call_soon(self._recalibrate)
+
+    def _recalibrate(self) -> None:
+        self._recal_pending = False
+        self.prio.recalibrate(time.monotonic(), sum(1 for b in self.pool.backends if b.healthy))
 
     def _finish(self, ctx: Ctx, b: Backend, produced: int | None, outcome: str, err: str | None = None) -> None:
         self.metrics.requests.labels(b.label, outcome).inc()

@@ -3,10 +3,14 @@
 The key is the queue key (:mod:`lenpred.sched.queue`, the simulator's too) of ``priority.queue``, at
 arrival, with ``arrival`` in seconds since the router started:
 
-* ``fcfs`` (the recommended default) orders by arrival;
+* ``auto`` (the default) is ``gboost`` after a model's prediction, ``fcfs`` after chars / none
+  (:meth:`lenpred.route.config.RouterConfig.queue_policy`); the mapper gets the resolved name;
+* ``fcfs`` orders by arrival;
 * ``boost2`` by the arrival minus ``boost_s`` when the prediction is under ``short_threshold`` tokens;
 * ``gboost`` by the arrival minus gamma-Boost's boost of the prediction (a normal of the predicted
-  tokens and spread when the estimator gives a spread, else a point mass);
+  tokens and spread when the estimator gives a spread, else a point mass), with ``gamma`` and
+  ``s_per_token`` measured online where they are "auto" (:attr:`PriorityMapper.calib`,
+  :mod:`lenpred.route.calibrate`: a recalibration changes the keys of later arrivals only);
 * ``sjf`` by ``predicted + quantile_z * spread + aging * arrival`` (tokens). Ordering requests by that
   static key is the same as ordering them by ``predicted - aging * waited`` at any moment, so a long
   request gains ``aging`` tokens of priority per second it has waited and is never starved.
@@ -24,32 +28,62 @@ from __future__ import annotations
 
 import time
 
+from lenpred.route.calibrate import GboostState, OnlineCalibrator
 from lenpred.route.config import TIME_KEYED_QUEUES, PriorityConfig
+from lenpred.sched.boost import GAMMA, S_PER_TOKEN
 from lenpred.sched.job import Arrived
 from lenpred.sched.queue import QUEUE_POLICIES, make_queue_policy
 
 __all__ = ["PriorityMapper"]
 
 
-def _params(cfg: PriorityConfig) -> dict[str, float]:
-    """The queue policy's own parameters from the router's config."""
-    if cfg.queue == "boost2":
+def _params(cfg: PriorityConfig, queue: str) -> dict[str, float]:
+    """The queue policy's own parameters from the router's config (a gboost number "auto" or null is left
+    to the policy's default; "auto" is then calibrated online)."""
+    if queue == "boost2":
         return {"boost_s": cfg.boost_s, "short_threshold": cfg.short_threshold}
-    if cfg.queue == "gboost":
-        return {k: v for k, v in (("gamma", cfg.gamma), ("s_per_token", cfg.s_per_token)) if v is not None}
+    if queue == "gboost":
+        return {k: v for k, v in (("gamma", cfg.gamma), ("s_per_token", cfg.s_per_token)) if isinstance(v, float)}
     return {}
 
 
+def _pin(v: float | str | None, default: float) -> float | None:
+    """A gboost number for the calibrator: None to measure ("auto"), else the number (null: the default)."""
+    return None if v == "auto" else default if v is None else float(v)
+
+
 class PriorityMapper:
-    def __init__(self, cfg: PriorityConfig, default_tokens: float, t0: float | None = None) -> None:
+    """Keys and field values of ``queue`` (the resolved policy; default: ``cfg.queue``, ``auto`` as fcfs).
+    For gboost with an "auto" number, :attr:`calib` measures it (:meth:`recalibrate` applies it)."""
+
+    def __init__(self, cfg: PriorityConfig, default_tokens: float, t0: float | None = None,
+                 queue: str | None = None) -> None:
         self.cfg = cfg
         self.default_tokens = default_tokens
         self.t0 = time.monotonic() if t0 is None else t0
-        cls = QUEUE_POLICIES.get(cfg.queue)
+        self.queue = queue if queue is not None else cfg.resolve("none")
+        cls = QUEUE_POLICIES.get(self.queue)
         aging = cfg.aging if cls.takes_aging else 0.0  # the default aging is for sjf
-        quantile_z = cfg.quantile_z if cfg.queue == "sjf" else 0.0
-        self.policy = make_queue_policy(cfg.queue, aging=aging, quantile_z=quantile_z, **_params(cfg))
-        self.ms = cfg.queue in TIME_KEYED_QUEUES
+        quantile_z = cfg.quantile_z if self.queue == "sjf" else 0.0
+        self.policy = make_queue_policy(self.queue, aging=aging, quantile_z=quantile_z, **_params(cfg, self.queue))
+        self.ms = self.queue in TIME_KEYED_QUEUES
+        self.calib: OnlineCalibrator | None = None
+        if self.queue == "gboost":
+            self.calib = OnlineCalibrator(cfg.calibrate, _pin(cfg.gamma, GAMMA), _pin(cfg.s_per_token, S_PER_TOKEN),
+                                          t0=self.t0)
+
+    @property
+    def gboost(self) -> GboostState | None:
+        """gboost's numbers now (None for another queue)."""
+        return None if self.calib is None else self.calib.state
+
+    def recalibrate(self, now: float, n_servers: int) -> GboostState | None:
+        """Recompute the measured gboost numbers and key later arrivals with them (keys given out keep theirs)."""
+        if self.calib is None:
+            return None
+        st = self.calib.recompute(now, n_servers)
+        self.policy.gamma, self.policy.s_per_token = st.gamma, st.s_per_token  # type: ignore[attr-defined]
+        return st
 
     def key(self, tokens: float | None, spread: float | None, now: float | None = None) -> float:
         """The priority key (smaller first) of a request predicted at ``tokens`` arriving ``now``: seconds

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -45,6 +45,34 @@ class _Backends:
         yield from (up, req, tok, pri, q)
 
 
+class _Gboost:
+    """gboost's numbers now (:class:`lenpred.route.calibrate.GboostState`), read at scrape time."""
+
+    def __init__(self, state: Callable[[], Any]) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        st = self.state()
+        if st is None:
+            return
+        g = GaugeMetricFamily("lenpred_route_gboost_gamma", "gboost's gamma (1/s) and where it comes from "
+                              "(measured, pinned, default)", labels=["source"])
+        g.add_metric([st.gamma_source], st.gamma)
+        s = GaugeMetricFamily("lenpred_route_gboost_s_per_token_seconds", "gboost's seconds per generated token "
+                              "of one backend (measured, pinned, default)", labels=["source"])
+        s.add_metric([st.s_per_token_source], st.s_per_token)
+        c = GaugeMetricFamily("lenpred_route_gboost_calibrated", "1 once every auto gboost number is measured")
+        c.add_metric([], 1.0 if st.calibrated else 0.0)
+        n = GaugeMetricFamily("lenpred_route_gboost_completions", "completions measured for gboost's calibration")
+        n.add_metric([], float(st.completions))
+        yield from (g, s, c, n)
+        if st.rate is not None:
+            r = GaugeMetricFamily("lenpred_route_gboost_rate_per_server", "arrivals per second per healthy backend "
+                                  "at the last calibration")
+            r.add_metric([], st.rate)
+            yield r
+
+
 class RouterMetrics:
     def __init__(self, pool: Any) -> None:
         self.registry = r = CollectorRegistry()
@@ -75,6 +103,10 @@ class RouterMetrics:
                                   "garbage collections after start-up by generation, and how long each stopped the "
                                   "event loop", ["generation"], buckets=_GC, registry=r)
         r.register(_Backends(pool))  # type: ignore[arg-type]
+
+    def watch_gboost(self, state: Callable[[], Any]) -> None:
+        """Export gboost's numbers (``state()``: a GboostState, read at each scrape)."""
+        self.registry.register(_Gboost(state))  # type: ignore[arg-type]
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

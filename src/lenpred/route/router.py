@@ -52,7 +52,10 @@ class Router(Forwarder):
         self.gc_timer = GcTimer(self.metrics.gc_pause)
         self.estimator = estimator if estimator is not None else make_estimator(
             cfg.estimator, on_fallback=lambda reason: self.metrics.fallbacks.inc())
-        self.prio = PriorityMapper(cfg.priority, cfg.default_tokens)
+        self.prio = PriorityMapper(cfg.priority, cfg.default_tokens, queue=cfg.queue_policy)
+        self.calib = self.prio.calib if self.prio.calib is not None and self.prio.calib.active else None
+        if self.prio.calib is not None:
+            self.metrics.watch_gboost(lambda: self.prio.gboost)
         self.client = Client(cfg.timeouts.connect_s)  # backend requests and health checks
         # each backend's endpoints, parsed once
         self.targets = [{kind: URL(b.url + path) for kind, path in PATHS.items()} for b in self.pool.backends]
@@ -111,6 +114,8 @@ class Router(Forwarder):
         if tokens is not None and q.max_tokens is not None:
             tokens = min(tokens, float(q.max_tokens))
         key = self.prio.key(tokens, est.spread)
+        if self.calib is not None:
+            self.calib.arrival(t_in)
         n = q.n_sequences
         load = (tokens if tokens is not None else self.cfg.default_tokens) * n
         spread = (est.spread or 0.0) * math.sqrt(n)
@@ -234,5 +239,8 @@ class Router(Forwarder):
         bs = [b.describe() for b in self.pool.backends]
         up = sum(1 for b in self.pool.backends if b.healthy)
         status = "ok" if up else "no healthy backend"
-        return (200 if up else 503), {"status": status, "mode": self.cfg.mode, "policy": self.cfg.policy,
-                                      "healthy": up, "backends": bs, "waiting": self.pool.n_waiting}
+        body = {"status": status, "mode": self.cfg.mode, "policy": self.cfg.policy, "queue": self.prio.queue,
+                "healthy": up, "backends": bs, "waiting": self.pool.n_waiting}
+        if self.prio.gboost is not None:
+            body["gboost"] = self.prio.gboost.describe()
+        return (200 if up else 503), body

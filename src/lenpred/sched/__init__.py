@@ -11,8 +11,8 @@
   :func:`solve_gamma`;
 * :mod:`~lenpred.sched.dists` -- predictive length distributions as a policy reads them, with their
   Gittins ranks and risk scores;
-* :mod:`~lenpred.sched.recommended` -- the recommended policy (:data:`RECOMMENDED`) and boost
-  parameters (:data:`RECOMMENDED_BOOST`).
+* :mod:`~lenpred.sched.recommended` -- the recommended policy (:data:`RECOMMENDED`), boost
+  parameters (:data:`RECOMMENDED_BOOST`) and the router's default (:data:`ROUTER_DEFAULT`).
 
 Predictions reach a policy only as data on the request; this package imports neither the simulator
 (:mod:`lenpred.sim`) nor the router (:mod:`lenpred.route`): both import it.
@@ -23,9 +23,9 @@ from lenpred.sched.dispatch import DISPATCHERS, Dispatcher, Loaded, make_dispatc
 from lenpred.sched.dists import LengthDist
 from lenpred.sched.job import Arrived, Job, Running
 from lenpred.sched.queue import QUEUE_POLICIES, QueuePolicy, make_queue_policy
-from lenpred.sched.recommended import RECOMMENDED, RECOMMENDED_BOOST
+from lenpred.sched.recommended import RECOMMENDED, RECOMMENDED_BOOST, ROUTER_DEFAULT
 
 __all__ = [
     "Arrived", "Calibration", "DISPATCHERS", "Dispatcher", "Job", "LengthDist", "Loaded", "QUEUE_POLICIES",
-    "QueuePolicy", "RECOMMENDED", "RECOMMENDED_BOOST", "Running", "make_dispatcher", "make_queue_policy", "solve_gamma",
+    "QueuePolicy", "RECOMMENDED", "RECOMMENDED_BOOST", "ROUTER_DEFAULT", "Running", "make_dispatcher", "make_queue_policy", "solve_gamma",
 ]

@@ -34,8 +34,9 @@ server and the workload's service times (the simulator calls it before a run, fr
 arrival span and true lengths: the unconditional size distribution a deployment measures from its
 history). The paper assumes rho = rate * E[S] < 1 and states no rule for overload (there is then no
 positive root); here at rho >= 1, or when the rate cannot be measured (all requests at once), gamma is
-the root at rho = 0.95 (:data:`OVERLOAD_RHO`: the rate 0.95 / E[S]). Uncalibrated (the router),
-gamma is :data:`GAMMA`.
+the root at rho = 0.95 (:data:`OVERLOAD_RHO`: the rate 0.95 / E[S]). Uncalibrated, gamma is
+:data:`GAMMA`; the router measures the rate, the service times and ``s_per_token`` from its own traffic
+and solves gamma online (:mod:`lenpred.route.calibrate`).
 
 All three are non-preemptive by default (``preempt`` overrides it) and take no aging: the boost is
 already an aging rule (a request is overtaken only by requests that arrive less than the difference of
