@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--head", action="append", default=[], metavar="NAME=DIR", help="a head for an lpt arm")
     a.add_argument("--arms", default="rr,lpt",
                    help="arm kinds, comma-separated: rr (FCFS + round robin), lpt (least predicted tokens per --head, "
-                        "every request sent on at once), recommended (the router's default policy, FCFS queue + "
+                        "every request sent on at once), recommended (the router's default policy: its queue ordered by priority.queue auto, "
                         "least predicted tokens, with max_outstanding = --slots: the queue forms in the router)")
     a.add_argument("--slots", type=int, default=1,
                    help="recommended arms: requests a server runs at once (llama-cpp-python: 1; llama.cpp: -np)")
@@ -244,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
                         "every other block (A B B A ...): drift of a shared machine falls on every arm alike")
     a.add_argument("--calib", type=int, default=12, help="--sim: calibration requests")
     a.add_argument("--warmup", type=int, default=2, help="requests sent straight to each server before the first arm")
+    a.add_argument("--router-warmup", type=int, default=0,
+                   help="requests sent through each arm's fresh router at the base rate before its measured ones "
+                        "(not measured): a router serving for a while has calibrated gboost online")
     a.add_argument("--prompt-weight", type=float, default=0.5,
                    help="router prompt_weight (prefill work of a prompt token vs a generated one; llama.cpp on CPU)")
     a.add_argument("--threads", type=int, default=1, help="llama.cpp threads per server")
@@ -257,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--episode-start", type=float, default=60.0, help="--episode: seconds at the base before the burst")
     a.add_argument("--priority-json", default="{}", metavar="JSON",
                    help="recommended arms: the router's priority section (its queue's order), e.g. "
-                        "'{\"queue\": \"boost2\"}' (default: the router's default, fcfs)")
+                        "'{\"queue\": \"boost2\"}' (default: the router's default, priority.queue auto)")
     a.add_argument("--logs", default=None, help="folder for the servers' logs and configs")
     args = ap.parse_args(argv)
     # a SIGTERM (kill, a CI timeout) unwinds like Ctrl-C, so the servers, routers and stubs this run started are

@@ -382,6 +382,7 @@ def _run_arms(plan: Plan) -> tuple[dict[str, list[dict[str, Any]]], list[dict[st
             cfg = _router_cfg(plan, plan.arms[arm], servers, serves)
             tag = arm if args.blocks == 1 else f"{arm}-block{block}"
             with RouterProcess(cfg, name=tag, log_dir=plan.logs, log_level="info") as router:
+                _warm_router(router.url, plan, send)
                 what = f"an episode {args.episode} from {args.rate:g}/s" if args.episode else f"{args.rate:g}/s"
                 print(f"arm {tag}: {len(idx)} requests at {what} ...", file=sys.stderr, flush=True)
                 recs = asyncio.run(_replay(router.url, [rows[i] for i in idx], arrivals[idx] - arrivals[idx[0]],
@@ -389,10 +390,38 @@ def _run_arms(plan: Plan) -> tuple[dict[str, list[dict[str, Any]]], list[dict[st
                 for r in recs:
                     r["block"] = block
                 results[arm].extend(recs)
+                _say_router_state(router.url, tag)
     finally:
         for p in [*serves.values(), *servers]:
             p.stop()
     return results, timings
+
+
+def _warm_router(url: str, plan: Plan, send: Send) -> None:
+    """``--router-warmup`` requests through a fresh router at the base rate, not measured: a router serving
+    for a while has calibrated what it measures online (gboost's gamma and seconds per token); a router
+    started for the arm has not."""
+    n = plan.args.router_warmup
+    if n <= 0:
+        return
+    rows = plan.rows[::-1][:n]
+    at = np.arange(len(rows)) / plan.args.rate
+    print(f"router warm-up: {len(rows)} requests at {plan.args.rate:g}/s (not measured) ...", file=sys.stderr,
+          flush=True)
+    asyncio.run(_replay(url, rows, at, send, seed_offset=10**6))
+
+
+def _say_router_state(url: str, tag: str) -> None:
+    """The router's queue and, for gboost, its online calibration at the end of an arm (on stderr)."""
+    import httpx
+
+    try:
+        h = httpx.get(url + "/healthz", timeout=5.0).json()
+    except (httpx.HTTPError, ValueError) as e:
+        print(f"arm {tag}: /healthz unreadable ({e})", file=sys.stderr, flush=True)
+        return
+    print(f"arm {tag}: router queue {h.get('queue')}, gboost {json.dumps(h.get('gboost'))}", file=sys.stderr,
+          flush=True)
 
 
 def _write_requests(folder: Path, results: dict[str, list[dict[str, Any]]]) -> None:

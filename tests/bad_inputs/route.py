@@ -50,7 +50,7 @@ _ROWS = {
                                _cfg({"backends": _OK_BACKENDS, "policy": "shortest"})),
     "route-bad-priority-mode": _route("backends[0].priority", _cfg({"backends": [{"url": "http://h:1",
                                                                                  "priority": "yes"}]})),
-    "route-unknown-queue": _route("config.priority.queue: unknown queue policy 'shortest' -- fix: use one of: fcfs, sjf, boost2, gboost",
+    "route-unknown-queue": _route("config.priority.queue: unknown queue policy 'shortest' -- fix: use one of: auto, fcfs, sjf, boost2, gboost",
                                   _cfg({"backends": _OK_BACKENDS, "priority": {"queue": "shortest"}})),
     "route-queue-needs-engine": _route("queue policy 'gittins' cannot order the router's queue",
                                        _cfg({"backends": _OK_BACKENDS, "priority": {"queue": "gittins"}})),

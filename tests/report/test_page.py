@@ -179,8 +179,8 @@ def test_the_committed_yardstick_by_default(tmp_path: Path, inputs: Inputs) -> N
     assert res.sections == ("run", "value")
     page = parse(res.path)
     titles = [t for t in page.tables if t.startswith("Yardstick, ")]
-    # steady 1+2 at batch 16 and 256; episodes 1+2 at 16 and 256, 4+8 at 16
-    assert len(page.images) == len(titles) == 5
+    # steady 1+2 at batch 16 and 256, 4+8 at 16; episodes 1+2 and 4+8, each at 16 and 256
+    assert len(page.images) == len(titles) == 7
     for t in titles:
         assert [r[0] for r in page.tables[t][1:3]] == ["baseline", "default"]
 
