@@ -26,12 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from yardstick_report import read_cells  # noqa: E402
 
-BASELINE = "fcfs+rr/-"
+from lenpred.report.yardstick import BASELINE, MAX_OVERALL  # noqa: E402  (the page applies the same constraint)
+
 LEVELS = {"-": "none", "mlp": "prompt", "proxy": "prompt", "samples": "prompt", "prompt-median": "prompt",
           "outlets": "trajectory", "true": "true"}
 ORDER = ("none", "prompt", "trajectory", "true")
 COLORS = {"none": "tab:gray", "prompt": "tab:blue", "trajectory": "tab:orange", "true": "tab:green"}
-MAX_P99 = 1.05  # overall P99 within this x FCFS + round robin
 GOAL_SHARE, GOAL_P50 = 0.5, 0.7
 
 
@@ -48,7 +48,7 @@ def ratios(row: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
 
 def best(r: dict[str, tuple[float, float, float]], levels: Sequence[str]) -> tuple[str, tuple[float, float, float]]:
     """The arm of these levels with the smallest short-P99 ratio within the overall constraint."""
-    ok = [(v, k) for k, v in r.items() if level(k) in levels and v[1] <= MAX_P99]
+    ok = [(v, k) for k, v in r.items() if level(k) in levels and v[1] <= MAX_OVERALL]
     ok.append(((1.0, 1.0, 1.0), BASELINE))
     v, k = min(ok)
     return k, v
@@ -84,7 +84,7 @@ def _mm(xs: Sequence[float]) -> str:
 def markdown(groups: dict[str, list[dict[str, Any]]]) -> str:
     lines = ["# Overload episodes: what each information level buys at overall P99 <= 1.05x FCFS + RR", "",
              f"Per cell, min-max over seeds of the best arm's short-request P99 / FCFS + RR's, at each information "
-             f"level, among arms whose overall P99 stays <= {MAX_P99}x; `share`: the part of the true sizes' cut the "
+             f"level, among arms whose overall P99 stays <= {MAX_OVERALL}x; `share`: the part of the true sizes' cut the "
              "best real-predictor arm (prompt or trajectory) recovers; `goal`: seeds where it is >= 50% with the "
              "short P50 down >= 30%.", "",
              "| cluster, batch | episode | seeds | none | prompt | trajectory | true | share | short P50 (best real) | goal | best real arms |",
@@ -133,7 +133,7 @@ def plot(rows: Sequence[dict[str, Any]], dest: Path) -> list[Path]:
                         front.append((x, y))
                         low = y
                 ax.step(*zip(*front, strict=True), where="post", color=COLORS[lv], lw=1)
-            ax.axvline(MAX_P99, color="k", ls=":", lw=0.8)
+            ax.axvline(MAX_OVERALL, color="k", ls=":", lw=0.8)
             ax.set(title=ep, xlabel="overall P99 / FCFS+RR", ylabel="short P99 / FCFS+RR", xlim=(0.9, 1.6), ylim=(0, 1.6))
             ax.grid(alpha=0.3)
         for ax in axes.flat[len(eps):]:

@@ -210,3 +210,20 @@ def test_in_the_simulator_a_boosted_short_request_overtakes_a_long_one() -> None
     assert finish_order("gboost", gamma=1.0, s_per_token=1e-3) == [0, 2, 1]
     assert finish_order("boost2", short_threshold=50.0) == [0, 2, 1]
     assert finish_order("uniboost") == [0, 1, 2]
+
+
+def test_use_drops_the_boosts_computed_with_the_old_numbers() -> None:
+    """The router's online calibration sets gamma and s_per_token with ``use``: a distribution keyed
+    before it (cached) is keyed afterwards exactly as a policy built with the new numbers keys it."""
+    d = LengthDist(np.array([20.0, 200.0, 2000.0]), None)
+    req = Arrived(arrival=10.0, pred=200.0, dist=d)
+    pol = make_queue_policy("gboost", gamma=0.5, s_per_token=0.01)
+    before = pol.key(req, 0)
+    pol.use(0.05, 0.02)
+    fresh = make_queue_policy("gboost", gamma=0.05, s_per_token=0.02)
+    assert pol.key(req, 0) == fresh.key(req, 0) != before
+    uni = make_queue_policy("uniboost")
+    uni.calibrate(Calibration(1.0, np.array([20.0, 200.0, 2000.0]), 0.01))
+    old = uni.key(Arrived(arrival=0.0, pred=1.0), 50)
+    uni.use(uni.gamma / 10, 0.01)
+    assert uni.key(Arrived(arrival=0.0, pred=1.0), 50) != old  # not the cached boost of the old gamma

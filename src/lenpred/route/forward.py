@@ -22,6 +22,7 @@ from yarl import URL
 
 from lenpred.route.backends import Backend, Flight, Pool
 from lenpred.route.bodies import ApiError, Query, SSECounter, backend_message, sse_error_event, with_osl
+from lenpred.route.calibrate import OnlineCalibrator
 from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import Estimate
 from lenpred.route.priority import PriorityMapper
@@ -196,6 +197,7 @@ class Forwarder:
     client: Client
     targets: list[dict[str, URL]]  # each backend's endpoints by request kind
     drain: Drain
+    calib: OnlineCalibrator | None  # gboost's calibrator when it measures (PriorityMapper.measuring)
     _recal_pending = False  # a recalibration of gboost is scheduled
 
     def _payload(self, ctx: Ctx, b: Backend) -> bytes:
@@ -414,8 +416,8 @@ class Forwarder:
     def _measured(self, ctx: Ctx, b: Backend, produced: int | None) -> None:
         """A completed request's tokens, per-token interval and mean in-flight count on ``b``, for gboost's
         calibration (O(1); the recomputation, when due, runs in a later event-loop turn)."""
-        cal = self.prio.calib
-        if cal is None or not cal.active or produced is None:
+        cal = self.calib
+        if cal is None or produced is None:
             return
         now = time.monotonic()
         dt = now - ctx.t_first

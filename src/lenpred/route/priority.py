@@ -30,7 +30,7 @@ import time
 
 from lenpred.route.calibrate import GboostState, OnlineCalibrator
 from lenpred.route.config import TIME_KEYED_QUEUES, PriorityConfig
-from lenpred.sched.boost import GAMMA, S_PER_TOKEN
+from lenpred.sched.boost import GAMMA, S_PER_TOKEN, BoostPolicy
 from lenpred.sched.job import Arrived
 from lenpred.sched.queue import QUEUE_POLICIES, make_queue_policy
 
@@ -73,6 +73,11 @@ class PriorityMapper:
                                           t0=self.t0)
 
     @property
+    def measuring(self) -> OnlineCalibrator | None:
+        """The calibrator when it measures something (a gboost number is "auto"), else None."""
+        return self.calib if self.calib is not None and self.calib.active else None
+
+    @property
     def gboost(self) -> GboostState | None:
         """gboost's numbers now (None for another queue)."""
         return None if self.calib is None else self.calib.state
@@ -82,7 +87,8 @@ class PriorityMapper:
         if self.calib is None:
             return None
         st = self.calib.recompute(now, n_servers)
-        self.policy.gamma, self.policy.s_per_token = st.gamma, st.s_per_token  # type: ignore[attr-defined]
+        assert isinstance(self.policy, BoostPolicy)  # calib exists for gboost only
+        self.policy.use(st.gamma, st.s_per_token)
         return st
 
     def key(self, tokens: float | None, spread: float | None, now: float | None = None) -> float:

@@ -53,7 +53,7 @@ class Router(Forwarder):
         self.estimator = estimator if estimator is not None else make_estimator(
             cfg.estimator, on_fallback=lambda reason: self.metrics.fallbacks.inc())
         self.prio = PriorityMapper(cfg.priority, cfg.default_tokens, queue=cfg.queue_policy)
-        self.calib = self.prio.calib if self.prio.calib is not None and self.prio.calib.active else None
+        self.calib = self.prio.measuring
         if self.prio.calib is not None:
             self.metrics.watch_gboost(lambda: self.prio.gboost)
         self.client = Client(cfg.timeouts.connect_s)  # backend requests and health checks

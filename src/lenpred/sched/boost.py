@@ -193,10 +193,20 @@ class BoostPolicy(QueuePolicy):
     def calibrate(self, cal: Calibration) -> None:
         """Take the server's seconds per token (unless ``s_per_token`` was given) and solve gamma from
         the rate and the workload's service times (unless ``gamma`` was given)."""
+        s = self.s_per_token
         if "s_per_token" not in self.given and cal.s_per_token is not None:
-            self.s_per_token = float(cal.s_per_token)
-        if "gamma" not in self.given:
-            self.gamma = solve_gamma(cal.rate, cal.service_tokens * self.s_per_token)
+            s = float(cal.s_per_token)
+        g = self.gamma if "gamma" in self.given else solve_gamma(cal.rate, cal.service_tokens * s)
+        self.use(g, s)
+
+    def use(self, gamma: float, s_per_token: float) -> None:
+        """Key with these numbers from now on (the router's online calibration sets them directly);
+        boosts computed with the old ones are dropped (:meth:`_forget`)."""
+        self.gamma, self.s_per_token = gamma, s_per_token
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop what was computed with the previous gamma and s_per_token (subclasses that cache)."""
 
     def boost_of(self, req: Job, gen: int) -> float:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -223,8 +233,7 @@ class GammaBoost(BoostPolicy):
         # every running request at every step; holding the dist keeps its id from being reused
         self._cache: dict[tuple[int, int], tuple[Any, float]] = {}
 
-    def calibrate(self, cal: Calibration) -> None:
-        super().calibrate(cal)
+    def _forget(self) -> None:
         self._cache = {}
 
     def boost_of(self, req: Job, gen: int) -> float:
@@ -264,6 +273,9 @@ class UniBoost(BoostPolicy):
         if x.size > UNCOND_POINTS:
             x = np.quantile(x, levels(UNCOND_POINTS))
         self.lengths = x
+        self._by_gen = {}
+
+    def _forget(self) -> None:
         self._by_gen = {}
 
     def boost_of(self, req: Job, gen: int) -> float:
