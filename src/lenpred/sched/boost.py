@@ -57,6 +57,7 @@ from lenpred.errors import ConfigError, DataError
 from lenpred.sched.dists import levels, normal_points
 from lenpred.sched.job import Job
 from lenpred.sched.queue import QUEUE_POLICIES, QueuePolicy
+from lenpred.stats import portable
 
 __all__ = [
     "BOOST_S", "Boost2", "BoostPolicy", "Calibration", "GAMMA", "GammaBoost", "OVERLOAD_RHO", "S_PER_TOKEN",
@@ -96,7 +97,7 @@ def log_mgf(points_s: np.ndarray, gamma: float) -> float:
     """log E[e^{gamma S}] of equal-weight points ``points_s`` (seconds), without overflow."""
     z = gamma * points_s
     m = float(z.max())
-    return m + math.log(float(np.exp(z - m).mean()))
+    return m + math.log(float(portable.exp(z - m).mean()))  # same bits on every CPU: a queue key
 
 
 def boost(points_s: Sequence[float] | np.ndarray, gamma: float) -> float:
@@ -140,7 +141,7 @@ def solve_gamma(rate: float, service_samples_s: Sequence[float] | np.ndarray) ->
 
     def f(g: float) -> float:
         with np.errstate(over="ignore"):
-            return lam * float(np.expm1(g * s).mean()) - g
+            return lam * float(portable.expm1(g * s).mean()) - g
 
     lo, hi = 0.0, 1.0 / mean
     while f(hi) <= 0.0:  # f < 0 on (0, root), > 0 beyond (convex, f(0) = 0, f'(0) = rho - 1 < 0)

@@ -476,7 +476,10 @@ class DecodeInstance(_Instance, Preemption):
         act = [r for r in self.running.values() if r.active]
         assert len(act) == self.pred_count
         ps = sum(r.pred_cur - self.gen_of(r) for r in act)
-        assert abs(ps - self.pred_sum) < 1e-6 * max(1.0, abs(ps)), (ps, self.pred_sum)
+        assert ps == self.pred_sum, (ps, self.pred_sum)  # exact: predictions lie on request.PRED_GRID
+        wp = sum(r.q_rem for _, _, r in self.waiting)
+        assert wp == self.waiting_pred, (wp, self.waiting_pred)
+        assert self.n_reserved or self.reserved_pred == 0.0, self.reserved_pred
         for r in self.running.values():
             g = self.gen_of(r)
             assert 0 < g < r.output, (r.rid, g, r.output)

@@ -40,6 +40,7 @@ import pandas as pd
 from lenpred.errors import ConfigError, DataError
 from lenpred.predictions import Predictions
 from lenpred.registry import Registry
+from lenpred.stats import portable
 
 __all__ = ["SYNTHETIC", "SyntheticPredictor", "lognormal_sigma", "make_synthetic"]
 
@@ -172,11 +173,11 @@ class LogNormal(SyntheticPredictor):
     def predict_lengths(self, true: np.ndarray, groups: np.ndarray, rng: np.random.Generator
                         ) -> tuple[np.ndarray, np.ndarray | None]:
         sigma = self._sigma()
-        pred = true * np.exp(sigma * rng.standard_normal(true.shape))
+        pred = true * portable.exp(sigma * rng.standard_normal(true.shape))
         return pred, pred * math.sqrt(math.expm1(sigma * sigma))
 
     def _noise(self, true: np.ndarray, rng: np.random.Generator, mean_true: float) -> np.ndarray:
-        return true * np.exp(self._sigma() * rng.standard_normal(true.shape))
+        return true * portable.exp(self._sigma() * rng.standard_normal(true.shape))
 
 
 @SYNTHETIC.register("additive")

@@ -29,6 +29,19 @@ from lenpred.errors import DataError
 
 NAN = math.nan
 
+# Predicted token counts are held on a grid of 2**-16 tokens. The decode instances keep running sums of
+# predicted remaining tokens (added on arrival, taken away on admission, finish or a crossed prediction)
+# that dispatchers compare; with every addend a multiple of 2**-16 below 2**37 tokens, each of those
+# float sums is exact, so it does not depend on the order of the updates or drift from 0 on an empty
+# instance, and a last-bit difference in a prediction (numpy's exp differs between AVX-512 and AVX2
+# CPUs) cannot flip a comparison between two instances' loads (issue 39).
+PRED_GRID = 65536.0
+
+
+def on_grid(x: float) -> float:
+    """``x`` rounded to the nearest multiple of 2**-16 (non-finite values unchanged)."""
+    return round(x * PRED_GRID) / PRED_GRID if math.isfinite(x) else x
+
 # What a request needs before it can run on a decode (or colocated) instance.
 NEED_TRANSFER = 1  # fresh from a prefill instance: its KV must be pulled over the link
 NEED_RECOMPUTE = 2  # preempted with recompute: prompt + generated tokens are prefilled again
@@ -98,9 +111,9 @@ class Request:
         if pred is None:
             raise DataError(f"request {rid} has no predicted length",
                             "give every request a prediction (a predictions table, or the oracle predictor)")
-        self.pred = float(pred)  # predicted output tokens
+        self.pred = on_grid(float(pred))  # predicted output tokens, on the grid (PRED_GRID)
         self.spread = None if spread is None else float(spread)
-        self.repred = tuple((int(g), float(r)) for g, r in repred)
+        self.repred = tuple((int(g), on_grid(float(r))) for g, r in repred)
         if len(self.repred) > 1 and any(b[0] <= a[0] for a, b in zip(self.repred, self.repred[1:], strict=False)):
             raise DataError(f"request {rid}: re-predictions must be strictly increasing in tokens generated, "
                             f"got {[g for g, _ in self.repred]}", "keep one re-prediction per position, sorted")

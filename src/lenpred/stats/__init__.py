@@ -23,29 +23,30 @@ Modules, in the order the analysis uses them:
   all; :mod:`~lenpred.stats.results` the typed results (bound.json); :mod:`~lenpred.stats.artifact`
   the bound artifact: :func:`make_bound` (analyse a source and write it, what ``lenpred bound`` calls)
   and reading a written result back.
+- :mod:`~lenpred.stats.portable` exp / expm1 with the same bits on every CPU (where a value decides an
+  event order).
 - :mod:`~lenpred.stats.synthetic` synthetic runs with exact ground truth (for tests and docs).
 
 Presentation (console tables, summary.md, plots) is :mod:`lenpred.report.bound`.
 """
 
-from lenpred.stats.analysis import BoundAnalysis, analyse, analyse_lengths, analyse_path, analyse_run
-from lenpred.stats.artifact import load_bound, load_per_prompt, make_bound
-from lenpred.stats.config import BoundConfig
-from lenpred.stats.results import BoundSummary, VariantBound, Verdict
-from lenpred.stats.table import read_length_table
+from lenpred.lazy import lazy_exports
 
-__all__ = [
-    "BoundAnalysis",
-    "BoundConfig",
-    "BoundSummary",
-    "VariantBound",
-    "Verdict",
-    "analyse",
-    "analyse_lengths",
-    "analyse_path",
-    "analyse_run",
-    "load_bound",
-    "load_per_prompt",
-    "make_bound",
-    "read_length_table",
-]
+# lazy (PEP 562): importing lenpred.stats or one of its light modules (portable) stays cheap
+_WHERE = {
+    "BoundAnalysis": "lenpred.stats.analysis",
+    "analyse": "lenpred.stats.analysis",
+    "analyse_lengths": "lenpred.stats.analysis",
+    "analyse_path": "lenpred.stats.analysis",
+    "analyse_run": "lenpred.stats.analysis",
+    "load_bound": "lenpred.stats.artifact",
+    "load_per_prompt": "lenpred.stats.artifact",
+    "make_bound": "lenpred.stats.artifact",
+    "BoundConfig": "lenpred.stats.config",
+    "BoundSummary": "lenpred.stats.results",
+    "VariantBound": "lenpred.stats.results",
+    "Verdict": "lenpred.stats.results",
+    "read_length_table": "lenpred.stats.table",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
+__all__ = sorted(_WHERE)
