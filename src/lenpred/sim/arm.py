@@ -139,6 +139,10 @@ class _PolicyFile(Config):
                            "watermark), predicted-peak (also the sum of predicted peak KV fits, S3), true-peak, "
                            "predicted-horizon (also the batch's most future KV, requests leaving at their predicted "
                            "ends, fits) or true-horizon")
+    max_outstanding: int | None = Field(None, description="late binding: a decode (colocated) instance holds at "
+                                        "most this many requests; the rest wait in one central queue in "
+                                        "policy order, sent by the dispatcher to an instance with room (as "
+                                        "lenpred route's max_outstanding). Unset: early binding")
     prediction: PredictionConfig | None = Field(None, description="default: the config's top-level prediction")
 
     @model_validator(mode="after")
@@ -151,6 +155,10 @@ class _PolicyFile(Config):
                                   f"use one of: {', '.join(valid)}")
         if not (math.isfinite(self.aging) and self.aging >= 0):
             raise ConfigError(f"policy {self.name!r}: aging must be >= 0")
+        if self.max_outstanding is not None and self.max_outstanding < 1:
+            raise ConfigError(f"policy {self.name!r}: max_outstanding must be an integer >= 1, got "
+                              f"{self.max_outstanding}", "give the requests one decode instance may hold (its "
+                              "batch slots), or leave it unset for early binding")
         return self
 
 
@@ -164,6 +172,7 @@ class ArmPolicy(Config):
     prefill_dispatch: str | None = None
     victim: str = "policy"
     admission: str = "fits-now"
+    max_outstanding: int | None = None  # late binding (lenpred.sim.gate); None: early binding
 
     @field_validator("queue", mode="before")
     @classmethod
@@ -177,6 +186,10 @@ class ArmPolicy(Config):
         for key, valid in (("victim", VICTIMS), ("admission", ADMISSIONS)):
             if getattr(self, key) not in valid:
                 raise ConfigError(f"unknown {key} {getattr(self, key)!r}", f"use one of: {', '.join(valid)}")
+        if self.max_outstanding is not None and self.max_outstanding < 1:
+            raise ConfigError(f"max_outstanding must be an integer >= 1, got {self.max_outstanding}",
+                              "give the requests one decode instance may hold (its batch slots), or leave it "
+                              "unset for early binding")
         self.queue_policies  # noqa: B018 - a policy that refuses its parameters fails here
         return self
 
@@ -215,7 +228,10 @@ class PolicyConfig(Config):
         d = handler(self)
         p = d["policy"]
         values = {**p["queue"], **p, **d, "queue": p["queue"]["name"]}  # the arm's name, not the queue's
-        return {k: values.get(k) for k in _PolicyFile.model_fields}
+        out = {k: values.get(k) for k in _PolicyFile.model_fields}
+        if out["max_outstanding"] is None:  # early binding: written as before late binding existed
+            del out["max_outstanding"]
+        return out
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
@@ -240,7 +256,7 @@ def _arm_policy(flat: _PolicyFile) -> ArmPolicy:
                                      preempt=flat.preempt, **given)
     arm = ArmPolicy.model_construct(queue=queue, dispatch=flat.dispatch, prefill_queue=flat.prefill_queue,
                                     prefill_dispatch=flat.prefill_dispatch, victim=flat.victim,
-                                    admission=flat.admission)
+                                    admission=flat.admission, max_outstanding=flat.max_outstanding)
     arm.__dict__["queue_policies"] = pair  # checked above: keep the pair (what the cached property holds)
     return arm
 

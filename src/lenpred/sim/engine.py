@@ -41,6 +41,7 @@ from lenpred.sim.events import (
     TRANSFER_DONE,
     Event,
 )
+from lenpred.sim.gate import Gate
 from lenpred.sim.instances import DecodeInstance, PrefillInstance
 from lenpred.sim.preemption import DecodeSetup
 from lenpred.sim.profiles import LatencyProfile, get_profile
@@ -181,6 +182,9 @@ class Simulator:
         self.prefill = [] if self.colocated else [
             PrefillInstance(i, self.profile, ppol, cap) for i in range(cluster.n_prefill)
         ]
+        # late binding: ready requests wait in one queue for the pool (lenpred.sim.gate)
+        self.gate = None if arm.max_outstanding is None else Gate(self.decode, self.decode_dispatch, qpol,
+                                                                  arm.max_outstanding)
         self._next_arrival = 0
 
     # ---- heap
@@ -202,6 +206,8 @@ class Simulator:
             self.n_done += 1
             return []
         if kind == HANDOFF:  # a prefilled request goes to the decode instance the dispatcher picks
+            if self.gate is not None:
+                return self.gate.offer(r, NEED_TRANSFER, t)
             inst = self.decode[self.decode_dispatch.choose(self.decode, r)]
             r.need = NEED_TRANSFER
             return inst.enqueue(r, t)
@@ -223,7 +229,9 @@ class Simulator:
             r.rejected = True
             self.n_rejected += 1
             return events
-        if self.colocated:
+        if self.colocated and self.gate is not None:
+            events.extend(self.gate.offer(r, NEED_PREFILL, t))
+        elif self.colocated:
             inst = self.decode[self.decode_dispatch.choose(self.decode, r)]
             r.need = NEED_PREFILL
             events.extend(inst.enqueue(r, t))

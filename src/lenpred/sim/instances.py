@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import Any
 
 from lenpred.sched.queue import REFRESH_S, QueuePolicy
 from lenpred.sim.events import KICK, PREFILL_DONE, PRIO, STEP_DONE, TRANSFER_DONE, Event, finished, handoff
@@ -212,6 +213,7 @@ class DecodeInstance(_Instance, Preemption):
         self._started = 0.0
         self._rekeyed = -math.inf
         self.preempt = policy.preempt  # policy-driven preemption (a waiting request beats a running one)
+        self.gate: Any = None  # late binding: the pool's central queue (lenpred.sim.gate.Gate), set by it
         # statistics
         self.busy_time = 0.0
         self.batch_time = 0.0  # integral of batch size over time
@@ -299,13 +301,17 @@ class DecodeInstance(_Instance, Preemption):
         self.true_peak -= r.prompt + r.output
 
     # ---- events
-    def enqueue(self, r: Request, t: float) -> list[Event]:
-        """Queue a request: fresh from prefill (NEED_TRANSFER), new in colocated mode
-        (NEED_PREFILL), or preempted (NEED_RECOMPUTE / NEED_SWAP_IN)."""
+    def take(self, r: Request, t: float) -> None:
+        """Put ``r`` in this instance's queue (no kick): what :meth:`enqueue` and a late-binding pull do."""
         r.decode_inst = self
         r.q_rem = r.pred_remaining(r.gen)
         heapq.heappush(self.waiting, (self.policy.key(r, r.gen, t), self._next_seq(), r))
         self.waiting_pred += r.q_rem
+
+    def enqueue(self, r: Request, t: float) -> list[Event]:
+        """Queue a request: fresh from prefill (NEED_TRANSFER), new in colocated mode
+        (NEED_PREFILL), or preempted (NEED_RECOMPUTE / NEED_SWAP_IN)."""
+        self.take(r, t)
         if self.busy:
             if r.need != NEED_TRANSFER or self._preempted_in_step:
                 return []  # considered at the next step start
@@ -344,6 +350,8 @@ class DecodeInstance(_Instance, Preemption):
             extra += self._preempt_one(t)
             preempted = True
         self._preempted_in_step = preempted
+        if self.gate is not None:  # late binding: fill free slots from the pool's queue first
+            self.gate.pull(self, t)
         if self.waiting and not preempted:
             if self.policy.dynamic and t - self._rekeyed >= REFRESH_S:
                 self._rekeyed = rekey(self.waiting, self.policy, t)
