@@ -15,14 +15,17 @@ def test_round_robin_cycles() -> None:
 
 
 class _Fake:
-    def __init__(self, index: int, n: int, tokens: float) -> None:
-        self.index, self.n, self.tokens = index, n, tokens
+    def __init__(self, index: int, n: int, tokens: float, observed: float = 0.0) -> None:
+        self.index, self.n, self.tokens, self.observed = index, n, tokens, observed
 
     def outstanding_requests(self) -> int:
         return self.n
 
     def outstanding_tokens(self) -> float:
         return self.tokens
+
+    def observed_tokens(self) -> float:
+        return self.observed
 
 
 def test_least_loaded_dispatchers() -> None:
@@ -32,6 +35,19 @@ def test_least_loaded_dispatchers() -> None:
     assert make_dispatcher("least-predicted-tokens").choose(pool, r) == 1
     # ties go to the lowest index
     assert make_dispatcher("least-requests").choose([_Fake(0, 1, 0), _Fake(1, 1, 0)], r) == 0
+
+
+def test_observed_load_dispatchers_read_no_prediction() -> None:
+    # (requests, predicted tokens, observed tokens)
+    pool = [_Fake(0, 2, 10.0, 5000.0), _Fake(1, 2, 9000.0, 300.0), _Fake(2, 3, 0.0, 100.0)]
+    r = Request(0, 0, 1, 1, 1)
+    assert make_dispatcher("least-observed-load").choose(pool, r) == 1  # 2 requests each: fewer tokens held
+    assert make_dispatcher("least-kv").choose(pool, r) == 2
+    assert make_dispatcher("least-predicted-tokens").choose(pool, r) == 2
+    tie = [_Fake(0, 1, 0.0, 7.0), _Fake(1, 1, 0.0, 7.0)]
+    assert make_dispatcher("least-observed-load").choose(tie, r) == 0 and make_dispatcher("least-kv").choose(tie, r) == 0
+    needs = sorted(n for n in DISPATCHERS.names() if DISPATCHERS.get(n).needs_prediction)
+    assert needs == ["least-predicted-tokens"]
 
 
 def test_power_of_two_is_seeded_and_picks_the_lighter_of_two() -> None:
@@ -47,7 +63,8 @@ def test_power_of_two_is_seeded_and_picks_the_lighter_of_two() -> None:
 
 
 def test_the_registry_lists_its_members() -> None:
-    assert DISPATCHERS.names() == ["least-predicted-tokens", "least-requests", "power-of-two", "round-robin"]
+    assert DISPATCHERS.names() == ["least-kv", "least-observed-load", "least-predicted-tokens", "least-requests",
+                                   "power-of-two", "round-robin"]
 
 
 def test_the_request_is_optional() -> None:

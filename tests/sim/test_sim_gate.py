@@ -99,3 +99,24 @@ def test_bad_limit_is_one_line() -> None:
     with pytest.raises(ConfigError) as e:
         PolicyConfig(name="late", max_outstanding=0)
     assert "max_outstanding" in str(e.value) and "\n" not in str(e.value) and "-- fix" in str(e.value)
+
+
+def test_observed_tokens_by_hand(toy_profile: LatencyProfile) -> None:
+    """What a router can count on a decode instance: prompt + generated of the running batch (KV in use),
+    plus what the queued requests need when they join; the predictions play no part."""
+    from lenpred.sched.queue import make_queue_policy
+    from lenpred.sim.instances import DecodeInstance
+    from lenpred.sim.preemption import DecodeSetup
+    from lenpred.sim.request import NEED_RECOMPUTE
+
+    d = DecodeInstance(0, toy_profile, make_queue_policy("fcfs"), 10_000,
+                       DecodeSetup(colocated=True, link_bw=1e9, swap_bw=1e9))
+    a, b = Request(0, 0.0, 10, 100, 5.0), Request(1, 0.0, 20, 100, 900.0)
+    a.gen, b.gen = 30, 4
+    d._join(a, 1.0)
+    d._join(b, 1.0)
+    q = Request(2, 0.5, 50, 100, 1.0)
+    q.gen, q.need = 7, NEED_RECOMPUTE
+    d.take(q, 1.0)
+    assert d.observed_tokens() == (10 + 30) + (20 + 4) + (50 + 7)
+    assert d.outstanding_requests() == 3

@@ -65,6 +65,7 @@ class Flight:
     gen: int = 0  # tokens streamed so far (events, or usage when the stream carries it)
     prefill: float = 0.0  # prompt work counted until the first token (prompt tokens x prompt_weight)
     counted: float = 0.0  # its share of its backend's running total: remaining() when last counted
+    prompt: float = 0.0  # prompt tokens (all sequences; estimated from characters where not tokenized)
 
     def remaining(self) -> float:
         r = expected_remaining(self.tokens, self.spread, float(self.gen))
@@ -100,6 +101,10 @@ class Backend:
 
     def outstanding_tokens(self) -> float:
         return self._tokens
+
+    def observed_tokens(self) -> float:
+        """Prompt + streamed tokens of the requests in flight: what the router counts, no prediction."""
+        return sum(f.prompt + f.gen for f in self.flights.values())
 
     def busy_area(self, now: float) -> float:
         """The integral of the number of requests in flight here from its start to ``now`` (request-seconds):

@@ -123,7 +123,8 @@ class Router(Forwarder):
             self.metrics.predicted.observe(tokens)
         headers = [(k, v) for k, v in request.headers.items() if k not in _DROP]
         prompt_tokens = q.prompt_token_ids if q.prompt_token_ids is not None else q.chars / 4.0
-        flight = Flight(rid, load, spread, key, prefill=self.cfg.prompt_weight * prompt_tokens * n)
+        flight = Flight(rid, load, spread, key, prefill=self.cfg.prompt_weight * prompt_tokens * n,
+                        prompt=prompt_tokens * n)
         ctx = Ctx(rid, q, body, est, tokens, flight, t_in, t_in + self.cfg.timeouts.total_s, headers)
         try:
             return await self._dispatch(ctx)

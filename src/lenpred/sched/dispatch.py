@@ -1,10 +1,13 @@
 """Dispatchers: which instance of a pool a request goes to, from the load each instance reports.
 
 An instance (the simulator's prefill or decode instance, the router's backend) reports
-``outstanding_requests()`` and ``outstanding_tokens()`` (predicted remaining output tokens on a decode
-instance, prompt tokens on a prefill instance): the :class:`Loaded` protocol. Dispatchers: ``round-robin``,
-``least-requests``, ``least-predicted-tokens`` and ``power-of-two`` (the lighter of two instances
-drawn at random, from a seeded generator).
+``outstanding_requests()``, ``outstanding_tokens()`` (predicted remaining output tokens on a decode
+instance, prompt tokens on a prefill instance) and ``observed_tokens()`` (prompt + generated-so-far tokens
+of what it holds: what a router or the server's KV gauge counts, no prediction): the :class:`Loaded`
+protocol. Dispatchers: ``round-robin``, ``least-requests`` (join the shortest queue), ``power-of-two``
+(the lighter of two instances drawn at random, from a seeded generator), ``least-observed-load`` (least
+requests, ties by observed tokens), ``least-kv`` (least observed tokens: KV-usage routing) and
+``least-predicted-tokens``, the one that reads predictions (``needs_prediction``).
 
 The simulator and the router call the same method, ``choose(pool, req=None)``: the index in ``pool``
 of the instance to send to. ``req`` (a :class:`~lenpred.sched.job.Job`) is there for a dispatcher that
@@ -22,7 +25,8 @@ from lenpred.registry import Registry
 from lenpred.sched.job import Job
 
 __all__ = [
-    "DISPATCHERS", "Dispatcher", "LeastOutstandingRequests", "LeastPredictedTokens", "Loaded", "PowerOfTwoChoices",
+    "DISPATCHERS", "Dispatcher", "LeastObservedLoad", "LeastObservedTokens", "LeastOutstandingRequests",
+    "LeastPredictedTokens", "Loaded", "PowerOfTwoChoices",
     "RoundRobin", "make_dispatcher",
 ]
 
@@ -36,12 +40,15 @@ class Loaded(Protocol):
 
     def outstanding_tokens(self) -> float: ...
 
+    def observed_tokens(self) -> float: ...
+
 
 class Dispatcher:
     """Base: :meth:`choose` returns the index of the instance in ``pool`` to send ``req`` to (``req``
     may be None: the load of the instances decides)."""
 
     name: ClassVar[str] = "?"
+    needs_prediction: ClassVar[bool] = False  # reads outstanding_tokens(), made of predicted lengths
 
     def __init__(self, rng: np.random.Generator | None = None) -> None:
         self.rng = rng if rng is not None else np.random.default_rng(0)
@@ -89,9 +96,33 @@ class LeastPredictedTokens(Dispatcher):
     """Least predicted outstanding tokens (queued + running), from the requests' predictions."""
 
     name = "least-predicted-tokens"
+    needs_prediction = True
 
     def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
         return _argmin([p.outstanding_tokens() for p in pool])
+
+
+@DISPATCHERS.register("least-observed-load")
+class LeastObservedLoad(Dispatcher):
+    """Fewest outstanding requests; among those, the fewest observed tokens (prompt + generated so far of
+    the requests it holds). Both are counts a router keeps without any prediction."""
+
+    name = "least-observed-load"
+
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
+        loads = [(p.outstanding_requests(), p.observed_tokens()) for p in pool]
+        return min(range(len(loads)), key=loads.__getitem__)  # ties: the lowest index
+
+
+@DISPATCHERS.register("least-kv")
+class LeastObservedTokens(Dispatcher):
+    """Fewest observed tokens (prompt + generated so far of what it holds: its KV in use and queued), as
+    KV-usage routing does (vLLM production-stack, llm-d's KV-utilisation scorer); no prediction."""
+
+    name = "least-kv"
+
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
+        return _argmin([float(p.observed_tokens()) for p in pool])
 
 
 @DISPATCHERS.register("power-of-two")

@@ -100,6 +100,9 @@ class PrefillInstance(_Instance):
     def outstanding_tokens(self) -> float:
         return float(self.waiting_tokens + self.batch_tokens)
 
+    def observed_tokens(self) -> float:
+        return float(self.waiting_tokens + self.batch_tokens)  # prompts: nothing generated here yet
+
     # ---- events
     def enqueue(self, r: Request, t: float) -> list[Event]:
         r.prefill_inst = self
@@ -199,6 +202,7 @@ class DecodeInstance(_Instance, Preemption):
         self.true_peak = 0  # sum of prompt + true output over running and reserved (admission true-peak)
         self.waiting: list[tuple[float, int, Request]] = []  # heap (key, seq, request)
         self.waiting_pred = 0.0  # predicted remaining tokens of queued requests
+        self.waiting_kv = 0  # KV the queued requests need when they join (kv_need)
         self.ready: list[Request] = []  # KV arrived; join at the next step start
         self.milestones: list[tuple[int, int, int, Request, int, int]] = []  # (step, seq, kind, r, epoch, ver)
         self.pred_sum = 0.0  # sum over running requests still under their prediction of (pred - gen)
@@ -230,6 +234,10 @@ class DecodeInstance(_Instance, Preemption):
 
     def outstanding_tokens(self) -> float:
         return self.waiting_pred + self.reserved_pred + self.pred_sum
+
+    def observed_tokens(self) -> float:
+        """KV in use (prompt + generated of the running batch), in flight to here, and that the queue needs."""
+        return float(self.ctx + self.kv_reserved + self.waiting_kv)
 
     # ---- helpers
     def _next_seq(self) -> int:
@@ -307,6 +315,7 @@ class DecodeInstance(_Instance, Preemption):
         r.q_rem = r.pred_remaining(r.gen)
         heapq.heappush(self.waiting, (self.policy.key(r, r.gen, t), self._next_seq(), r))
         self.waiting_pred += r.q_rem
+        self.waiting_kv += kv_need(r)
 
     def enqueue(self, r: Request, t: float) -> list[Event]:
         """Queue a request: fresh from prefill (NEED_TRANSFER), new in colocated mode
@@ -404,6 +413,7 @@ class DecodeInstance(_Instance, Preemption):
                 prefill_lens.append(n)
             heapq.heappop(waiting)
             self.waiting_pred -= r.q_rem
+            self.waiting_kv -= need
             slots += 1
             kind = r.need
             r.need = 0
@@ -487,6 +497,7 @@ class DecodeInstance(_Instance, Preemption):
         assert ps == self.pred_sum, (ps, self.pred_sum)  # exact: predictions lie on request.PRED_GRID
         wp = sum(r.q_rem for _, _, r in self.waiting)
         assert wp == self.waiting_pred, (wp, self.waiting_pred)
+        assert self.waiting_kv == sum(kv_need(r) for _, _, r in self.waiting), self.waiting_kv
         assert self.n_reserved or self.reserved_pred == 0.0, self.reserved_pred
         for r in self.running.values():
             g = self.gen_of(r)

@@ -75,6 +75,8 @@ class Preemption:
     pred_sum: float
     kv_reserved: int
     reserved_pred: float
+    waiting_pred: float
+    waiting_kv: int
     true_peak: int
     victim_rule: str = "policy"
     admission_rule: str = "fits-now"
@@ -162,6 +164,7 @@ class Preemption:
         victim.need = NEED_SWAP_IN if self.swap else NEED_RECOMPUTE
         heapq.heappush(self.waiting, (key(victim, gen, t), self._next_seq(), victim))
         self.waiting_pred += victim.q_rem
+        self.waiting_kv += kv_need(victim)
         return (victim.prompt + gen) * self.kvb / self.swap_bw if self.swap else 0.0
 
     def _fits(self, r: Request) -> bool:
