@@ -41,13 +41,15 @@ from lenpred.sched.queue import QueuePolicy
 from lenpred.sched.recommended import RECOMMENDED
 
 __all__ = [
-    "ADMISSIONS", "POLICY_PARAMS", "TABLE_MODELS", "VICTIMS", "ArmPolicy", "PolicyConfig", "PredictionConfig",
+    "ADMISSIONS", "POLICY_PARAMS", "PREDICTED_ADMISSIONS", "TABLE_MODELS", "VICTIMS", "ArmPolicy", "PolicyConfig", "PredictionConfig",
     "policies_for", "prediction_models", "recommended_policy",
 ]
 
 # KV preemption victim and decode admission rules (lenpred.sim.preemption)
 VICTIMS = ("policy", "latest", "predicted-remaining", "true-remaining")
-ADMISSIONS = ("fits-now", "predicted-peak", "true-peak", "predicted-horizon", "true-horizon")
+ADMISSIONS = ("fits-now", "watermark", "predicted-peak", "true-peak", "predicted-horizon", "true-horizon")
+# admission rules and dispatchers that read the predicted lengths (an arm without predictions may not use them)
+PREDICTED_ADMISSIONS = ("predicted-peak", "predicted-horizon")
 # the per-policy parameters of an arm, in the flat format's key order: together the keys of every queue
 # policy's PARAMS (lenpred.sched.queue / boost; tests/sim/test_sim_arm.py holds them equal)
 POLICY_PARAMS = ("quantum", "join_ratio", "beta", "alpha", "preempt_fraction", "tokens_per_s", "gamma",
@@ -136,13 +138,15 @@ class _PolicyFile(Config):
     victim: str = Field("policy", description="KV preemption victim: policy (the queue key's largest), latest "
                         "(the latest arrival, vLLM's), predicted-remaining or true-remaining (the most tokens left)")
     admission: str = Field("fits-now", description="decode admission: fits-now (the current KV fits, less the "
-                           "watermark), predicted-peak (also the sum of predicted peak KV fits, S3), true-peak, "
+                           "watermark), watermark (fits less kv_reserve: no prediction), predicted-peak (also the sum of predicted peak KV fits, S3), true-peak, "
                            "predicted-horizon (also the batch's most future KV, requests leaving at their predicted "
                            "ends, fits) or true-horizon")
     max_outstanding: int | None = Field(None, description="late binding: a decode (colocated) instance holds at "
                                         "most this many requests; the rest wait in one central queue in "
                                         "policy order, sent by the dispatcher to an instance with room (as "
                                         "lenpred route's max_outstanding). Unset: early binding")
+    kv_reserve: float | None = Field(None, description="admission watermark: the share of KV kept free for "
+                                     "running requests to grow into, in [0, 0.9] (default 0.1)")
     prediction: PredictionConfig | None = Field(None, description="default: the config's top-level prediction")
 
     @model_validator(mode="after")
@@ -159,6 +163,7 @@ class _PolicyFile(Config):
             raise ConfigError(f"policy {self.name!r}: max_outstanding must be an integer >= 1, got "
                               f"{self.max_outstanding}", "give the requests one decode instance may hold (its "
                               "batch slots), or leave it unset for early binding")
+        _check_reserve(self.kv_reserve, self.admission, f"policy {self.name!r}: ")
         return self
 
 
@@ -173,6 +178,7 @@ class ArmPolicy(Config):
     victim: str = "policy"
     admission: str = "fits-now"
     max_outstanding: int | None = None  # late binding (lenpred.sim.gate); None: early binding
+    kv_reserve: float | None = None  # admission "watermark": share of KV kept free (None: 0.1)
 
     @field_validator("queue", mode="before")
     @classmethod
@@ -190,6 +196,7 @@ class ArmPolicy(Config):
             raise ConfigError(f"max_outstanding must be an integer >= 1, got {self.max_outstanding}",
                               "give the requests one decode instance may hold (its batch slots), or leave it "
                               "unset for early binding")
+        _check_reserve(self.kv_reserve, self.admission, "")
         self.queue_policies  # noqa: B018 - a policy that refuses its parameters fails here
         return self
 
@@ -229,8 +236,9 @@ class PolicyConfig(Config):
         p = d["policy"]
         values = {**p["queue"], **p, **d, "queue": p["queue"]["name"]}  # the arm's name, not the queue's
         out = {k: values.get(k) for k in _PolicyFile.model_fields}
-        if out["max_outstanding"] is None:  # early binding: written as before late binding existed
-            del out["max_outstanding"]
+        for k in ("max_outstanding", "kv_reserve"):  # unset: written as before these existed
+            if out[k] is None:
+                del out[k]
         return out
 
     @classmethod
@@ -242,6 +250,17 @@ class PolicyConfig(Config):
     def needs_dist(self) -> bool:
         """Whether the arm's queue policies read a predictive distribution."""
         return self.policy.needs_dist
+
+
+def _check_reserve(reserve: float | None, admission: str, where: str) -> None:
+    if reserve is None:
+        return
+    if not (math.isfinite(reserve) and 0.0 <= reserve <= 0.9):
+        raise ConfigError(f"{where}kv_reserve must be in [0, 0.9], got {reserve}",
+                          "give the share of KV the watermark admission keeps free, e.g. 0.1")
+    if admission != "watermark":
+        raise ConfigError(f"{where}kv_reserve is read only by admission 'watermark', not {admission!r}",
+                          "set admission to 'watermark', or drop kv_reserve")
 
 
 def _arm_policy(flat: _PolicyFile) -> ArmPolicy:
@@ -256,7 +275,8 @@ def _arm_policy(flat: _PolicyFile) -> ArmPolicy:
                                      preempt=flat.preempt, **given)
     arm = ArmPolicy.model_construct(queue=queue, dispatch=flat.dispatch, prefill_queue=flat.prefill_queue,
                                     prefill_dispatch=flat.prefill_dispatch, victim=flat.victim,
-                                    admission=flat.admission, max_outstanding=flat.max_outstanding)
+                                    admission=flat.admission, max_outstanding=flat.max_outstanding,
+                                    kv_reserve=flat.kv_reserve)
     arm.__dict__["queue_policies"] = pair  # checked above: keep the pair (what the cached property holds)
     return arm
 

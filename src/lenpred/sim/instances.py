@@ -181,6 +181,7 @@ class DecodeInstance(_Instance, Preemption):
         self.policy = policy
         self.cap = kv_capacity  # KV slots (tokens)
         self.cap_eff = kv_capacity * (1.0 - setup.watermark)  # admission leaves this much headroom
+        self.cap_reserve = kv_capacity * (1.0 - setup.kv_reserve)  # admission "watermark"
         self.max_batch = profile.max_batch
         self.max_prefill_tokens = profile.max_prefill_tokens
         self.colocated = setup.colocated

@@ -17,7 +17,9 @@ The KV victim and the admission rule are the arm's (``ArmPolicy.victim`` / ``adm
   batch would hold in the future, if every request ran to its predicted end and then left, fits
   (:meth:`Preemption._horizon_peak`; requests do not all peak at once, which the sum of peaks
   assumes); ``true-horizon``: the same on true lengths (the ceiling). An empty instance admits
-  whatever fits now.
+  whatever fits now. ``watermark``: fits-now against a larger reserve, the budget less ``kv_reserve`` (a
+  share of the KV, default 0.1) kept free for the running requests to grow into: vLLM's watermark
+  raised, no prediction.
 
 :class:`Preemption` is a mixin of :class:`~lenpred.sim.instances.DecodeInstance`: it reads that
 instance's batch state (``running``, ``waiting``, the KV counters, ``policy``) and is kept apart so the
@@ -54,6 +56,7 @@ class DecodeSetup:
     swap_bw: float = 25e9
     victim: str = "policy"
     admission: str = "fits-now"
+    kv_reserve: float = 0.1  # admission "watermark": the share of KV kept free
 
 
 def kv_need(r: Request) -> int:
@@ -71,6 +74,7 @@ class Preemption:
     step: int
     cap: int
     cap_eff: float
+    cap_reserve: float
     ctx: int
     pred_sum: float
     kv_reserved: int
@@ -118,6 +122,8 @@ class Preemption:
         rule = self.admission_rule
         if rule == "fits-now" or empty:
             return True
+        if rule == "watermark":
+            return used <= self.cap_reserve
         if rule == "predicted-peak":
             peak = self.ctx + self.pred_sum + self.kv_reserved + self.reserved_pred + kv_need(r) + r.q_rem
         elif rule == "true-peak":
