@@ -149,7 +149,14 @@ def _join_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[
     """``--shard -1/2`` as ``--shard=-1/2``: argparse takes a value that starts with a dash and is not a
     plain negative number (``-1/2``, ``-1,2``, ``-1e3``) for an option and answers "expected one argument";
     joined, the value reaches the option's own check, which names the valid form."""
-    takes_one = {s for a in parser._actions if a.nargs is None and a.option_strings for s in a.option_strings}
+    takes_one: set[str] = set()
+    parsers = [parser]
+    while parsers:  # the verb's own parser and its subcommands' (lenpred outlets features ...)
+        for a in parsers.pop()._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                parsers.extend(a.choices.values())
+            elif a.nargs is None and a.option_strings:
+                takes_one.update(a.option_strings)
     out: list[str] = []
     i = 0
     while i < len(argv):
