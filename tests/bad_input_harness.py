@@ -4,7 +4,8 @@ A :class:`BadInput` row is: a ``lenpred`` command line with ``{placeholders}``, 
 ``setup(tmp_path) -> dict`` that builds the bad input and returns the placeholders, and the text
 the one-line error must contain. :func:`check` runs the command in-process and asserts the
 contract: exit code 1, exactly one line on stderr of the form ``lenpred VERB: error: ...`` that
-contains ``expect`` (case-insensitive), no traceback, and nothing new written under ``tmp_path``
+contains ``expect`` (case-insensitive) and, for a lenpred error (exit 1), `` -- fix: `` (every message
+names the problem and the fix), no traceback, and nothing new written under ``tmp_path``
 (every path the setup made is left byte-identical, and no new file or folder appears -- no
 ``OUT.work`` either) unless ``writes_ok``. ``cleanup`` undoes what tmp_path's removal cannot (a
 read-only directory made with :func:`read_only`).
@@ -19,6 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+# rows whose message does not name its fix yet: the router's config messages, rewritten in parallel
+# (issue 39 part 2; lenpred/route/config.py). The set may only shrink.
+FIX_PENDING = {"route-negative-aging", "route-negative-drain"}
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,7 @@ def _check(case: BadInput, tmp_path: Path, capsys: Any) -> None:
     assert len(error_lines) == 1, f"want one error line, got: {err!r}"
     if rc == 1:  # a lenpred error: that one line and nothing else (argparse adds its usage line)
         assert len(lines) == 1, f"want exactly one line on stderr, got: {err!r}"
+        assert " -- fix: " in error_lines[0] or case.id in FIX_PENDING, f"the error names no fix: {error_lines[0]!r}"
     assert case.expect.lower() in error_lines[0].lower(), f"{case.expect!r} not in {error_lines[0]!r}"
     if not case.writes_ok:
         after = _snapshot(tmp_path)

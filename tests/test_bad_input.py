@@ -27,13 +27,14 @@ def test_bad_input(case: BadInput, tmp_path, capsys) -> None:
     check(case, tmp_path, capsys)
 
 
-def test_generate_refuses_a_prompt_over_the_context(tmp_path, capsys) -> None:
+def test_generate_refuses_a_prompt_over_the_context(tmp_path, capsys, monkeypatch) -> None:
     """`generate` with a prompt longer than the target's context ran and printed garbage. It now exits 1
-    with one error line (after the model's own loading output) and writes nothing, as `serve` refuses
-    the same prompt with context_length_exceeded. A row of its own: loading the model may print a
-    progress bar first, which the table's one-line rule does not allow."""
+    with one error line and writes nothing, as `serve` refuses the same prompt with
+    context_length_exceeded -- before the weights load (issue 39: the refusal came after 14-17 s of
+    loading): the tokenizer counts the tokens, the config gives the context, and loading weights
+    here fails the test."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
     from lenpred.cli import main
     from lenpred.models import load_tokenizer
@@ -46,11 +47,17 @@ def test_generate_refuses_a_prompt_over_the_context(tmp_path, capsys) -> None:
     tok.save_pretrained(tmp_path / "model")
     (tmp_path / "prompt.txt").write_text("hello " * 200)
     before = sorted(p.name for p in tmp_path.rglob("*"))
+
+    def no_weights(*a: object, **k: object) -> None:
+        raise AssertionError("the weights were loaded before the prompt was checked against the context")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_weights)
     capsys.readouterr()
     rc = main(["generate", "--model", str(tmp_path / "model"), "--prompt-file", str(tmp_path / "prompt.txt"),
                "--greedy", "--max-new-tokens", "4", "--no-chat-template", "--events", str(tmp_path / "ev.jsonl")])
     out, err = capsys.readouterr()
     assert rc == 1 and "Traceback" not in err and out == ""
+    assert len(err.strip().splitlines()) == 1, err  # no loading output: nothing loaded
     last = err.strip().splitlines()[-1]
     assert re.match(r"lenpred generate: error: the rendered prompt has 20\d tokens, over the model's context of 64 -- fix: ",
                     last), last

@@ -121,7 +121,9 @@ def model_context(config: Any, default: int = 2048) -> int:
 def prompt_text(prompt: str | None, prompt_file: str | None) -> str:
     """The user message of ``--prompt TEXT`` or ``--prompt-file FILE`` (exactly one; not empty)."""
     if (prompt is None) == (prompt_file is None):
-        raise ConfigError("pass exactly one of --prompt TEXT and --prompt-file FILE")
+        raise ConfigError("generate needs exactly one user message: --prompt and --prompt-file were both given, or neither"
+                          if prompt is not None else "no user message given",
+                          "pass exactly one of --prompt TEXT and --prompt-file FILE")
     where = "--prompt"
     text = prompt or ""
     if prompt_file is not None:

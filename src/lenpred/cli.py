@@ -145,6 +145,34 @@ def _verb_parser(verb: str) -> tuple[argparse.ArgumentParser, object]:
     return p, mod
 
 
+def _join_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--shard -1/2`` as ``--shard=-1/2``: argparse takes a value that starts with a dash and is not a
+    plain negative number (``-1/2``, ``-1,2``, ``-1e3``) for an option and answers "expected one argument";
+    joined, the value reaches the option's own check, which names the valid form."""
+    takes_one: set[str] = set()
+    parsers = [parser]
+    while parsers:  # the verb's own parser and its subcommands' (lenpred outlets features ...)
+        for a in parsers.pop()._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                parsers.extend(a.choices.values())
+            elif a.nargs is None and a.option_strings:
+                takes_one.update(a.option_strings)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if a in takes_one and len(nxt) > 1 and nxt[0] == "-" and (nxt[1].isdigit() or nxt[1] == "."):
+            out.append(f"{a}={nxt}")
+            i += 2
+            continue
+        if a == "--":
+            return out + argv[i:]
+        out.append(a)
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     top = build_parser()
@@ -155,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     verb, rest = argv[0], argv[1:]
     parser, mod = _verb_parser(verb)
-    args = parser.parse_args(rest)
+    args = parser.parse_args(_join_dash_values(parser, rest))
     try:
         return int(mod.run(args) or 0)  # type: ignore[attr-defined]
     except LenpredError as err:

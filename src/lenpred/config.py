@@ -57,8 +57,9 @@ def format_validation_error(err: ValidationError, model: type[BaseModel], where:
     ctx_err = (e.get("ctx") or {}).get("error")
     if isinstance(ctx_err, _InvalidConfig):  # a nested section's own __init__ failed
         return format_validation_error(ctx_err.validation_error, ctx_err.model, path)
-    if isinstance(ctx_err, ConfigError):  # raised by a validator: it already names the fix
-        return ConfigError(f"{path}: {ctx_err.problem}{more}", ctx_err.fix)
+    if isinstance(ctx_err, ConfigError):  # raised by a validator: it names the fix (a fallback where it did not)
+        return ConfigError(f"{path}: {ctx_err.problem}{more}",
+                           ctx_err.fix or f"set {path or 'the value'} as the message says (--help lists every key)")
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     got = e.get("input")
@@ -137,7 +138,8 @@ class Config(BaseModel):
         if isinstance(data, cls):
             return data
         if not isinstance(data, dict):
-            raise ConfigError(f"{where or cls.__name__} must be a JSON object, got {type(data).__name__}")
+            raise ConfigError(f"{where or cls.__name__} must be a JSON object, got {type(data).__name__}",
+                              "write the config as one JSON object of its keys (the JSON schema lists them)")
         try:
             return cls.model_validate(data)
         except ValidationError as e:
@@ -151,13 +153,14 @@ class Config(BaseModel):
         if p.is_dir():
             raise ConfigError(f"config {p} is a directory", "pass a JSON file")
         if not p.is_file():
-            raise ConfigError(f"config file {p} not found")
+            raise ConfigError(f"config file {p} not found", "check the path")
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except UnicodeDecodeError as e:
-            raise ConfigError(f"{p} is not UTF-8 text (byte {e.start})") from None
+            raise ConfigError(f"{p} is not UTF-8 text (byte {e.start})", "save the config as UTF-8 JSON") from None
         except json.JSONDecodeError as e:
-            raise ConfigError(f"{p} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+            raise ConfigError(f"{p} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})",
+                              "correct the JSON at that place") from None
         return cls.from_dict(data, where)
 
     def to_dict(self) -> dict[str, Any]:

@@ -166,7 +166,7 @@ class Predictions:
         get a prediction: a missing one is an error naming how many and the first of them.
         """
         if not {"prompt_id", "sample_idx"} <= set(keys.columns):
-            raise DataError("keys need prompt_id and sample_idx columns")
+            raise DataError("keys need prompt_id and sample_idx columns", "pass a frame with prompt_id and sample_idx")
         k = keys[["prompt_id", "sample_idx"]].astype({"prompt_id": str, "sample_idx": np.int64}).reset_index(drop=True)
         f = self.frame.astype({"sample_idx": np.int64})
         per_sample = f[f["sample_idx"] != ALL_SAMPLES]
@@ -202,7 +202,7 @@ def read_predictions(path: str | os.PathLike[str], card: Mapping[str, Any] | Non
     if p.is_dir():
         raise DataError(f"predictions {p} is a directory", "pass the .parquet file `lenpred predict` wrote")
     if not p.is_file():
-        raise DataError(f"predictions file {p} not found")
+        raise DataError(f"predictions file {p} not found", "check the path (`lenpred predict --out` writes it)")
     try:
         t = pq.read_table(p)
     except (pa.ArrowException, OSError) as e:
@@ -232,7 +232,8 @@ def read_predictions(path: str | os.PathLike[str], card: Mapping[str, Any] | Non
 # ---------------------------------------------------------------- validation
 def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
     if not isinstance(df, pd.DataFrame):
-        raise DataError(f"{where}: expected a DataFrame, got {type(df).__name__}")
+        raise DataError(f"{where}: expected a DataFrame, got {type(df).__name__}",
+                        f"pass a pandas DataFrame with the columns {', '.join(COLUMNS)}")
     for c in ("prompt_id", "pred_tokens"):
         if c not in df.columns:
             raise DataError(f"{where} lacks column {c!r}", f"columns: {', '.join(COLUMNS)}")
@@ -244,7 +245,7 @@ def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
     if "sample_idx" in df:
         s = pd.to_numeric(df["sample_idx"], errors="coerce")
         if s.isna().any() or (s != np.floor(s)).any() or (s < ALL_SAMPLES).any():
-            raise DataError(f"{where}: sample_idx must be integers >= 0 (or -1 for every sample of a prompt)")
+            raise DataError(f"{where}: sample_idx must be integers >= 0 (or -1 for every sample of a prompt)", "rewrite the table with `lenpred predict`, or with Predictions.from_frame after correcting it")
         out["sample_idx"] = s.astype(np.int32).to_numpy()
     else:
         out["sample_idx"] = np.full(n, ALL_SAMPLES, dtype=np.int32)
@@ -262,26 +263,31 @@ def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
             _numeric(df, c, where)
         v = df[c].astype("float64").to_numpy() if c in df else np.full(n, np.nan)
         if (v[~np.isnan(v)] < 0).any() or (v[~np.isnan(v)] > MAX_TOKENS).any() or np.isinf(v).any():
-            raise DataError(f"{where}: column {c} must be finite and >= 0, at most {MAX_TOKENS:,.0f} tokens")
+            raise DataError(f"{where}: column {c} must be finite and >= 0, at most {MAX_TOKENS:,.0f} tokens",
+                            "write token counts (a length in tokens), not scores or log values")
         out[c] = v
     q = out[["q10", "q50", "q90"]].to_numpy()
     has = ~np.isnan(q)
     if (has.any(axis=1) & ~has.all(axis=1)).any():
-        raise DataError(f"{where}: give all of q10, q50, q90 for a row, or none")
+        raise DataError(f"{where}: a row has some of q10, q50, q90 but not all", "give all of q10, q50, q90 for a row, or none")
     ok = ~has.all(axis=1) | ((q[:, 0] <= q[:, 1] + 1e-9) & (q[:, 1] <= q[:, 2] + 1e-9))
     if not ok.all():
-        raise DataError(f"{where}: quantiles must satisfy q10 <= q50 <= q90 ({int((~ok).sum())} row(s) do not)")
+        raise DataError(f"{where}: quantiles must satisfy q10 <= q50 <= q90 ({int((~ok).sum())} row(s) do not)",
+                        "sort each row's quantiles (a predictor's crossing quantiles: sort them before writing)")
     gens = _lists(df, "repred_gen", n, where)
     rems = _lists(df, "repred_remaining", n, where)
     for i, (g, r) in enumerate(zip(gens, rems, strict=True)):
         if not g and not r:  # most tables carry no re-predictions: keep those rows cheap
             continue
         if len(g) != len(r):
-            raise DataError(f"{where}: row {i} has {len(g)} repred_gen values but {len(r)} repred_remaining")
+            raise DataError(f"{where}: row {i} has {len(g)} repred_gen values but {len(r)} repred_remaining",
+                            "give one repred_remaining per repred_gen")
         if len(g) and (any(b < a for a, b in zip(g, g[1:], strict=False)) or g[0] < 0):
-            raise DataError(f"{where}: row {i}: repred_gen must be non-negative and non-decreasing")
+            raise DataError(f"{where}: row {i}: repred_gen must be non-negative and non-decreasing",
+                            "list the re-predictions in the order of tokens generated (0 or more)")
         if any(not (math.isfinite(x) and x >= 0) for x in r):
-            raise DataError(f"{where}: row {i}: repred_remaining must be finite and >= 0")
+            raise DataError(f"{where}: row {i}: repred_remaining must be finite and >= 0",
+                            "write remaining token counts (0 or more), not scores or log values")
     out["repred_gen"] = [[int(x) for x in g] if len(g) else [] for g in gens]
     out["repred_remaining"] = [[float(x) for x in r] if len(r) else [] for r in rems]
     dists = _lists(df, "dist_tokens", n, where)
@@ -291,12 +297,14 @@ def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            raise DataError(f"{where}: row {i}: dist_tokens must be a list of finite numbers >= 0")
+            raise DataError(f"{where}: row {i}: dist_tokens must be a list of finite numbers >= 0",
+                            "write the predictive distribution's support as token counts (0 or more)")
     out["dist_tokens"] = [sorted(float(x) for x in d) if len(d) else [] for d in dists]
     dup = out.duplicated(["prompt_id", "sample_idx"])
     if dup.any():
         d = out[dup].iloc[0]
-        raise DataError(f"{where}: duplicate prediction for prompt {d['prompt_id']!r}, sample {int(d['sample_idx'])}")
+        raise DataError(f"{where}: duplicate prediction for prompt {d['prompt_id']!r}, sample {int(d['sample_idx'])}",
+                        "keep one prediction per (prompt_id, sample_idx)")
     return out
 
 
@@ -322,9 +330,9 @@ def _lists(df: pd.DataFrame, col: str, n: int, where: str) -> list[Sequence[Any]
             try:
                 out.append(list(json.loads(x)) if x.strip() else [])
             except json.JSONDecodeError:
-                raise DataError(f"{where}: row {i}: {col} is not a JSON list") from None
+                raise DataError(f"{where}: row {i}: {col} is not a JSON list", "rewrite the table with `lenpred predict`, or with Predictions.from_frame after correcting it") from None
         elif isinstance(x, list | tuple | np.ndarray):
             out.append(list(x))
         else:
-            raise DataError(f"{where}: row {i}: {col} must be a list, got {type(x).__name__}")
+            raise DataError(f"{where}: row {i}: {col} must be a list, got {type(x).__name__}", "rewrite the table with `lenpred predict`, or with Predictions.from_frame after correcting it")
     return out

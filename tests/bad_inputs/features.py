@@ -142,3 +142,13 @@ CASES: list[BadInput] = [
              _shards_overlapping, expect="shards overlap"),
     BadInput("features-no-run", ["features", "--out", "{tmp}/feats"], None, expect="needs --run"),
 ]
+
+CASES += [  # issue 39 part 3: argparse took -1/2 for an option ("expected one argument")
+    BadInput("features-shard-negative", ["features", "--run", "{tmp}", "--out", "{tmp}/feats", "--shard", "-1/2"],
+             None, expect="--shard -1/2: slice index must be in 0..1 (and N >= 1) -- fix: pass --shard I/N with 0 <= I < N"),
+]
+
+CASES += [  # issue 39 part 3: 10 prompts in 11 shards (was: a traceback in np.stack, OUT.work left)
+    BadInput("features-empty-shard", ["features", "--run", "{run}", "--out", "{tmp}/feats", "--shard", "10/11"], _run,
+             expect="shard 10/11 holds no prompt: the run has 10 prompt(s) for 11 shards -- fix: pass fewer shards"),
+]

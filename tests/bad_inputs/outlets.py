@@ -266,3 +266,37 @@ CASES += [  # issue 29 part 11: the last bad-input tail
     BadInput("outlets-features-zero-positions", [*_F, "--max-positions", "0"], _run_and_draft,
              expect="kept for the evaluation), got 0 -- fix: pass --max-positions 10 or more"),
 ]
+
+
+# ------------------------------------------------------------------ issue 39 part 3: the bad-input tail
+def _tiny_world(tmp: Path) -> dict[str, Path]:
+    """A tiny target (a local folder), a run of it and a draft head for it: `outlets features` runs for real."""
+    folder, fp = _model(tmp / "model")
+    return {"run": _run(tmp / "run", fingerprint=fp, model_id=str(folder)), "head": _draft(tmp / "head", fp)}
+
+
+def _tiny_world_read_only(tmp: Path) -> dict[str, Path]:
+    from bad_input_harness import read_only
+
+    (tmp / "ro").mkdir()
+    return {**_tiny_world(tmp), "ro": read_only(tmp / "ro")}
+
+
+def _writable_again(tmp: Path) -> None:
+    from bad_input_harness import writable
+
+    if (tmp / "ro").exists():
+        writable(tmp / "ro")
+
+
+CASES += [
+    # one prompt per role (2 prompts) in 4 shards: shard 3 holds none (was: a traceback in _assemble, OUT.work left)
+    BadInput("outlets-features-empty-shard", [*_F, "--max-prompts", "1", "--shard", "3/4"], _tiny_world,
+             expect="shard 3/4 holds no prompt: the selection has 2 prompt(s) for 4 shards -- fix: pass fewer shards"),
+    # refused before the target loads (was: an OSError after the model pass, OUT.work left)
+    BadInput("outlets-features-cache-read-only", [*_F, "--cache", "{ro}/cache"], _tiny_world_read_only,
+             expect="cannot be written: directory", cleanup=_writable_again),
+    # argparse took -1/2 for an option ("expected one argument"); the shard check names the valid form
+    BadInput("outlets-features-negative-shard", [*_F, "--shard", "-1/2"], _run_and_draft,
+             expect="--shard -1/2: slice index must be in 0..1 (and N >= 1) -- fix: pass --shard I/N with 0 <= I < N"),
+]

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from bad_input_harness import read_only, writable
 from traj_helpers import CAP, LENGTHS, make_run, save_head, save_model, tiny_llama
 
 from lenpred.draft.io import load_draft
@@ -229,6 +230,36 @@ def test_resume_after_a_kill_gives_the_uninterrupted_result(setup, model, tmp_pa
         np.testing.assert_array_equal(a.blocks[k], b.blocks[k])
     # a rerun of a finished computation is a no-op
     assert _compute(run, head, tmp_path / "t", model, cfg=cfg).up_to_date
+
+
+def test_a_failure_before_the_first_chunk_leaves_no_work_folder(setup, model, tmp_path, monkeypatch) -> None:
+    """Issue 39: an error before any chunk is written left OUT.work/work.json behind (nothing to resume)."""
+    import lenpred.outlets.extract as extract
+
+    run, head = setup
+
+    def fail(*a: object, **k: object) -> None:
+        raise RuntimeError("the target pass failed")
+
+    monkeypatch.setattr(extract, "_compute_chunk", fail)
+    with pytest.raises(RuntimeError, match="the target pass failed"):
+        _compute(run, head, tmp_path / "t", model)
+    assert not (tmp_path / "t.work").exists() and not (tmp_path / "t").exists()
+
+
+def test_an_empty_shard_and_an_unwritable_cache_are_refused_before_any_work(setup, model, tmp_path) -> None:
+    run, head = setup  # 6 prompts
+    with pytest.raises(ConfigError, match=r"shard 6/7 holds no prompt: the selection has 6 prompt\(s\) for 7 shards"):
+        _compute(run, head, tmp_path / "t", model, shard=(6, 7))
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    read_only(ro)
+    try:
+        with pytest.raises(DataError, match="cannot be written: directory .*ro is read-only"):
+            _compute(run, head, tmp_path / "t", model, cache=ro / "cache")
+    finally:
+        writable(ro)
+    assert not (tmp_path / "t.work").exists() and not (tmp_path / "t").exists() and not (ro / "cache").exists()
 
 
 def test_work_folder_of_other_settings_is_refused(setup, model, tmp_path) -> None:

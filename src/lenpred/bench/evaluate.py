@@ -102,7 +102,8 @@ class BenchResult:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BenchResult:
         if d.get("schema_version") != SCHEMA_VERSION:
-            raise DataError(f"bench result of schema version {d.get('schema_version')}, expected {SCHEMA_VERSION}")
+            raise DataError(f"bench result of schema version {d.get('schema_version')}, expected {SCHEMA_VERSION}",
+                            "rerun `lenpred bench` with this lenpred version to rewrite it")
 
         def tup(x: Any) -> tuple[float, float]:
             return (float(x[0]), float(x[1]))

@@ -176,7 +176,8 @@ class HFEngine:
             if job is None:
                 return new, True
             if not job.prompt_token_ids:
-                raise EngineError(f"prompt {job.prompt_id!r} is empty after tokenization")
+                raise EngineError(f"prompt {job.prompt_id!r} is empty after tokenization",
+                                  "drop the empty prompt from the prompt file, or render it with the chat template")
             new.append((b, job))
         return new, exhausted
 

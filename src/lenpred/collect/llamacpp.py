@@ -110,7 +110,8 @@ class LlamaCppEngine:
         mp = L.llama_model_default_params()
         self.model = L.llama_model_load_from_file(str(self.gguf_path).encode(), mp)
         if not self.model:
-            raise EngineError(f"llama.cpp could not load {self.gguf_path}")
+            raise EngineError(f"llama.cpp could not load {self.gguf_path}",
+                              "check that the file is a GGUF this llama-cpp-python build supports, or use --engine hf")
         self.vocab = L.llama_model_get_vocab(self.model)
         self.per_seq_ctx = int(max_prompt_tokens + sampling.max_new_tokens + 8)
         cp = L.llama_context_default_params()

@@ -100,7 +100,7 @@ class CollectConfig(Config):
     @classmethod
     def _flush(cls, v: float) -> float:
         if not v > 0:
-            raise FieldError(f"must be > 0 seconds, got {v}")
+            raise FieldError(f"must be > 0 seconds, got {v}", "pass a positive number of seconds, e.g. 30")
         return v
 
     @property

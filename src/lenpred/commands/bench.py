@@ -43,7 +43,7 @@ def run(a: argparse.Namespace) -> int:
     from lenpred.report.bench import render_console, render_markdown, write_plots
 
     if a.n_boot < 10:
-        raise ConfigError(f"--n-boot must be at least 10, got {a.n_boot}")
+        raise ConfigError(f"--n-boot must be at least 10, got {a.n_boot}", "pass --n-boot 10 or more (default 1000)")
     check_limit("--n-boot", a.n_boot)
     check_threads(a.threads)
     rd = RunDir.open(a.run)

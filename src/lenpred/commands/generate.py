@@ -51,7 +51,8 @@ def _check_args(args: argparse.Namespace) -> Any:
     if args.draft and args.k < 1:
         raise ConfigError(f"--k must be >= 1 draft tokens per cycle, got {args.k}", "pass --k 1 or more")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise ConfigError(f"--max-new-tokens must be positive, got {args.max_new_tokens}")
+        raise ConfigError(f"--max-new-tokens must be positive, got {args.max_new_tokens}",
+                          "pass --max-new-tokens 1 or more, or leave it out for the card's")
     tree = None
     if args.tree:
         from lenpred.draft.tree import TreeSpec

@@ -129,7 +129,8 @@ class RunDir:
             raise DataError(f"{p / CARD} is a JSON {type(card).__name__}, not a run card (an object)",
                             "restore it from git or re-collect")
         if card.get("schema") != SCHEMA:
-            raise DataError(f"{p / CARD} has schema {card.get('schema')!r}, expected {SCHEMA!r}")
+            raise DataError(f"{p / CARD} has schema {card.get('schema')!r}, expected {SCHEMA!r}",
+                            "use the lenpred version that wrote the run, or re-collect it")
         if "card_hash" in card and card["card_hash"] != card_hash(card):
             raise CardMismatchError(
                 f"{p / CARD} was edited: its identity no longer matches its recorded hash",
@@ -197,9 +198,10 @@ class RunDir:
         """Write the prompt table. Existing prompts must keep their ids and order (extension only)."""
         for col in ("prompt_id", "idx", "text", "n_prompt_tokens"):
             if col not in df.columns:
-                raise DataError(f"prompt table lacks column {col!r}")
+                raise DataError(f"prompt table lacks column {col!r}",
+                                "give it the columns prompt_id, idx, text and n_prompt_tokens")
         if df["prompt_id"].duplicated().any():
-            raise DataError("prompt table has duplicate prompt_id values")
+            raise DataError("prompt table has duplicate prompt_id values", "give every prompt its own id")
         if self.has_prompts():
             old = self.prompts()
             merged = old.merge(df[["prompt_id", "idx"]], on="prompt_id", how="left", suffixes=("", "_new"))
@@ -244,7 +246,8 @@ class RunDir:
             return None
         bad = set(df["stop_reason"]) - set(STOP_REASONS)
         if bad:
-            raise DataError(f"stop_reason must be one of {STOP_REASONS}, got {sorted(bad)}")
+            raise DataError(f"stop_reason must be one of {STOP_REASONS}, got {sorted(bad)}",
+                            f"map the engine's finish reasons to {', '.join(STOP_REASONS)}")
         if "seed" not in df.columns:
             df = df.assign(seed=-1)
         if "text" not in df.columns:
@@ -254,7 +257,8 @@ class RunDir:
         done = self.done_keys()
         keys = list(zip(df["prompt_id"], df["sample_idx"], strict=True))
         if len(set(keys)) != len(keys) or any(k in done for k in keys):
-            raise DataError("refusing to write duplicate (prompt_id, sample_idx) samples")
+            raise DataError("refusing to write duplicate (prompt_id, sample_idx) samples",
+                            "write each sample once; a rerun of `lenpred collect` skips the samples it has")
         table = pa.Table.from_pandas(df[[f.name for f in SAMPLES_SCHEMA]], schema=SAMPLES_SCHEMA, preserve_index=False)
         path = self._next_shard_path()
         atomic_write_table(path, self._with_meta(table))

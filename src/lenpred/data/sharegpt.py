@@ -40,7 +40,8 @@ def recover_records(text: str) -> tuple[list[dict], int]:
     dec = json.JSONDecoder()
     i = text.find("[")
     if i < 0:
-        raise DataError("ShareGPT file does not start with a JSON array")
+        raise DataError("ShareGPT file does not start with a JSON array",
+                        "pass a ShareGPT JSON file (a list of {id, conversations}), or another --source")
     i += 1
     n = len(text)
     out: list[dict] = []
@@ -92,7 +93,8 @@ def load_sharegpt(path: Path | None = None, use_cache: bool = True) -> pd.DataFr
             if prompt.strip():
                 rows.append({"id": str(r.get("id", len(rows))), "prompt": prompt, "answer": answer, "n_turns": len(conv)})
         if not rows:
-            raise DataError(f"no ShareGPT records could be recovered from {path}")
+            raise DataError(f"no ShareGPT records could be recovered from {path}",
+                            "pass a ShareGPT JSON file whose records have conversations with a human turn")
         df = pd.DataFrame(rows)
         if use_cache:
             atomic_write_table(cache, pa.Table.from_pandas(df, preserve_index=False))

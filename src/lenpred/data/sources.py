@@ -124,7 +124,8 @@ def _read_json_array(p: Path, text: str) -> list[tuple[int, Any]]:
         except json.JSONDecodeError as e:
             if not text.rstrip().endswith("]"):  # truncated, not malformed: keep the whole records
                 if not out:
-                    raise DataError(f"{p} is not valid JSON and no whole record could be recovered") from None
+                    raise DataError(f"{p} is not valid JSON and no whole record could be recovered",
+                                    "pass a JSON array of records, or JSONL (one record per line)") from None
                 return out
             raise DataError(
                 f"{p}:{_line_at(text, e.pos)} is not valid JSON ({e.msg} at column {e.pos - text.rfind(chr(10), 0, e.pos)})",
@@ -272,7 +273,7 @@ def build_prompt_table(
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The first ``n`` prompts of the seeded order that pass the filters, plus filter counts."""
     if n <= 0:
-        raise ConfigError(f"the number of prompts must be positive, got {n}")
+        raise ConfigError(f"the number of prompts must be positive, got {n}", "pass --prompts 1 or more")
     raw = load_raw(cfg) if raw is None else raw
     sha = raw.attrs.get("sha256", "")
     n_raw = int(len(raw.index))

@@ -86,11 +86,13 @@ class DraftConfig:
         for name in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                      "vocab_size", "draft_vocab_size", "head_dim"):
             if int(getattr(self, name)) <= 0:
-                raise ModelError(f"draft config: {name} must be positive, got {getattr(self, name)}")
+                raise ModelError(f"draft config: {name} must be positive, got {getattr(self, name)}",
+                                 f"set {name} in the head's config.json to a positive integer")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ModelError(
                 f"draft config: num_attention_heads {self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads {self.num_key_value_heads}"
+                f"num_key_value_heads {self.num_key_value_heads}",
+                "set num_attention_heads to a multiple of num_key_value_heads in the head's config.json",
             )
         if self.draft_vocab_size > self.vocab_size:
             raise ModelError(
@@ -98,9 +100,11 @@ class DraftConfig:
                 "the draft vocabulary is a subset of the target's",
             )
         if self.hidden_act != "silu":
-            raise ModelError(f"draft config: hidden_act {self.hidden_act!r} is not supported (only silu)")
+            raise ModelError(f"draft config: hidden_act {self.hidden_act!r} is not supported (only silu)",
+                             "use an EAGLE-3 head with hidden_act silu")
         if self.layers is not None and len(self.layers) != 3:
-            raise ModelError(f"draft config: EAGLE-3 fuses 3 target layers, the config names {len(self.layers)}")
+            raise ModelError(f"draft config: EAGLE-3 fuses 3 target layers, the config names {len(self.layers)}",
+                             "name three target layers (eagle_config.eagle_aux_hidden_state_layer_ids)")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -130,7 +134,7 @@ class DraftConfig:
     def from_json(cls, data: Any, where: str = "config.json") -> DraftConfig:
         """Read a released head's config.json (strict about what changes the computation)."""
         if not isinstance(data, dict):
-            raise ModelError(f"{where} is not a JSON object")
+            raise ModelError(f"{where} is not a JSON object", "pass the head's own config.json (a JSON object)")
         unsupported = [
             ("num_hidden_layers", data.get("num_hidden_layers", 1) != 1, "EAGLE-3 heads have one decoder layer"),
             ("rope_scaling", bool(data.get("rope_scaling")), "rope scaling is not implemented for draft heads"),
@@ -155,9 +159,11 @@ class DraftConfig:
         layers = None
         ec = data.get("eagle_config") or {}
         if not isinstance(ec, dict):
-            raise ModelError(f"{where}: eagle_config is not an object")
+            raise ModelError(f"{where}: eagle_config is not an object",
+                             "make eagle_config an object, or drop it to use lenpred's default layers")
         if ec.get("use_aux_hidden_state") is False:
-            raise ModelError(f"{where}: eagle_config.use_aux_hidden_state=false is an EAGLE-1/2 head, not EAGLE-3")
+            raise ModelError(f"{where}: eagle_config.use_aux_hidden_state=false is an EAGLE-1/2 head, not EAGLE-3",
+                             "pass an EAGLE-3 head (one trained on three target layers)")
         if ec.get("eagle_aux_hidden_state_layer_ids") is not None:
             layers = tuple(int(x) + 1 for x in ec["eagle_aux_hidden_state_layer_ids"])  # outputs -> inputs
         try:
@@ -179,7 +185,8 @@ class DraftConfig:
                 token_ids={k: data.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")},
             )
         except (TypeError, ValueError) as e:
-            raise ModelError(f"{where}: a field has the wrong type ({e})") from None
+            raise ModelError(f"{where}: a field has the wrong type ({e})",
+                             "correct that field of the head's config.json") from None
 
     @classmethod
     def load(cls, path: Path) -> DraftConfig:
@@ -189,7 +196,7 @@ class DraftConfig:
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ModelError(f"{p} is not valid JSON ({e})") from None
+            raise ModelError(f"{p} is not valid JSON ({e})", "restore the head's config.json (UTF-8 JSON)") from None
         return cls.from_json(data, where=str(p))
 
     @staticmethod

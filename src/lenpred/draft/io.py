@@ -76,7 +76,8 @@ def _check_keys(sd: dict[str, torch.Tensor], cfg: DraftConfig, where: str) -> li
     if _EMBED_KEY in sd:  # SpecForge exports include the (frozen) target embeddings
         shape = tuple(sd[_EMBED_KEY].shape)
         if shape != (cfg.vocab_size, cfg.hidden_size):
-            raise ModelError(f"{where}: {_EMBED_KEY} has shape {shape}, config says {(cfg.vocab_size, cfg.hidden_size)}")
+            raise ModelError(f"{where}: {_EMBED_KEY} has shape {shape}, config says {(cfg.vocab_size, cfg.hidden_size)}",
+                             "config.json and the weights belong to different heads")
         dropped.append(_EMBED_KEY)
     have = set(sd) - set(dropped)
     missing = sorted(set(want) - have)
@@ -93,9 +94,11 @@ def _check_keys(sd: dict[str, torch.Tensor], cfg: DraftConfig, where: str) -> li
             raise ModelError(f"{where}: {k} has shape {got}, its config.json implies {shape}",
                              "config.json and the weights belong to different heads")
         if dtype is not None and sd[k].dtype != dtype:
-            raise ModelError(f"{where}: {k} is {sd[k].dtype}, the layout stores {dtype}")
+            raise ModelError(f"{where}: {k} is {sd[k].dtype}, the layout stores {dtype}",
+                             "the weights file is damaged or of another layout: re-download or re-convert the head")
         if dtype is None and not sd[k].is_floating_point():
-            raise ModelError(f"{where}: {k} is {sd[k].dtype}, expected a floating-point weight")
+            raise ModelError(f"{where}: {k} is {sd[k].dtype}, expected a floating-point weight",
+                             "the weights file is damaged or quantized: pass an unquantized EAGLE-3 head")
     return dropped
 
 

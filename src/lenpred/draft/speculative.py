@@ -107,7 +107,7 @@ class SpeculativeDecoder:
             raise ConfigError(f"k must be >= 1 draft tokens per cycle, got {k}", "pass --k 1 or more")
         self.tree = tree
         if max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be positive, got {max_new_tokens}")
+            raise ConfigError(f"max_new_tokens must be positive, got {max_new_tokens}", "pass --max-new-tokens 1 or more")
         self.target = target
         self.draft = draft
         self.k = int(k) if draft is not None else 0
@@ -150,7 +150,7 @@ class SpeculativeDecoder:
         dev = self.target.device
         prompt = [int(x) for x in prompt_ids]
         if not prompt:
-            raise ConfigError("the prompt is empty after tokenization")
+            raise ConfigError("the prompt is empty after tokenization", "pass a non-empty prompt")
         st = _State(self.target.vocab_size, dev, prompt)
         res = Generation(prompt_ids=prompt, tokens=[], stop_reason="length", k=self.k, target_forwards=0)
         cache = self.target.new_cache()

@@ -51,18 +51,21 @@ class DraftTrainConfig(Config):
         try:
             out = tuple(int(x) for x in self.layers.split(","))
         except ValueError:
-            raise ConfigError(f"layers must be three integers 'a,b,c', got {self.layers!r}") from None
+            raise ConfigError(f"layers must be three integers 'a,b,c', got {self.layers!r}",
+                              "pass --layers LOW,MID,HIGH, e.g. --layers 2,15,27") from None
         if len(out) != 3:
-            raise ConfigError(f"layers must be three integers 'a,b,c', got {self.layers!r}")
+            raise ConfigError(f"layers must be three integers 'a,b,c', got {self.layers!r}",
+                              "pass --layers LOW,MID,HIGH, e.g. --layers 2,15,27")
         return out
 
     def check(self) -> None:
         for name in ("draft_vocab_size", "ttt_steps", "max_steps", "tokens_per_batch", "max_seq_len", "topk",
                      "checkpoint_every"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}",
+                                  f"pass --{name.replace('_', '-')} 1 or more")
         if not self.lr > 0:
-            raise ConfigError(f"lr must be positive, got {self.lr}")
+            raise ConfigError(f"lr must be positive, got {self.lr}", "pass a positive --lr, e.g. --lr 1e-4")
 
     def identity(self) -> dict[str, Any]:
         """The fields that determine the trained weights (checkpoint cadence and output form do not)."""

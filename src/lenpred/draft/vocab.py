@@ -42,7 +42,8 @@ def build_draft_vocab(counts: np.ndarray, n: int) -> tuple[torch.Tensor, torch.T
     counts = np.asarray(counts, dtype=np.int64)
     V = int(counts.shape[0])
     if not 0 < n <= V:
-        raise ModelError(f"draft vocabulary size {n} must be in 1..{V} (the target's vocabulary)")
+        raise ModelError(f"draft vocabulary size {n} must be in 1..{V} (the target's vocabulary)",
+                         f"pass --draft-vocab-size from 1 to {V}")
     ids = np.arange(V)
     order = np.lexsort((ids, -counts))  # by count descending, then id ascending
     used = np.sort(order[:n])

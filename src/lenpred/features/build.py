@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from lenpred.checks import check_device
-from lenpred.errors import CardMismatchError, DataError
+from lenpred.errors import CardMismatchError, ConfigError, DataError
 from lenpred.features.prefill import (
     Extractor,
     FeatureConfig,
@@ -132,6 +132,9 @@ def compute_features(run: str | Path, out: str | Path, cfg: FeatureConfig | None
     all_ids = prompts["prompt_id"].astype(str).tolist()
     psha = prompts_sha256(all_ids)
     part = shard_slice(prompts, *shard)
+    if part.empty:  # an empty artifact would merge into nothing and hide a launcher's mistake
+        raise ConfigError(f"shard {shard_label(*shard)} holds no prompt: the run has {len(all_ids)} prompt(s) for "
+                          f"{shard[1]} shards", f"pass fewer shards (--shard I/N with N <= {len(all_ids)})")
     done, old_sha = _existing_rows(out, identity)
     if old_sha == psha and set(part["prompt_id"]) <= set(done):
         say(f"features: {out} is up to date ({len(part)} prompts, spec unchanged)")
@@ -146,8 +149,13 @@ def compute_features(run: str | Path, out: str | Path, cfg: FeatureConfig | None
         f"{len(todo)} to compute; layers {','.join(map(str, layers))}; work folder {work.path}")
     t0, tokens, calls = time.perf_counter(), 0, 0
     if len(todo):
-        ext = Extractor.load(folder, cfg, layers)
-        tokens = _compute(ext, todo, work, cfg, done, progress, say)
+        try:
+            ext = Extractor.load(folder, cfg, layers)
+            tokens = _compute(ext, todo, work, cfg, done, progress, say)
+        except BaseException:
+            if not work.chunk_paths():  # nothing to resume: leave no work folder behind
+                work.remove()
+            raise
         calls = ext.forward_calls
     seconds = time.perf_counter() - t0
 

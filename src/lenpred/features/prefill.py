@@ -74,14 +74,15 @@ class FeatureConfig(Config):
     @classmethod
     def _distinct(cls, v: Any) -> Any:
         if v is not None and (len(v) == 0 or len(set(v)) != len(v)):
-            raise ConfigError("must be a non-empty list without repeats")
+            raise ConfigError("must be a non-empty list without repeats", "name each value once, e.g. --layers 10,20")
         return v
 
     @field_validator("layers")
     @classmethod
     def _non_negative(cls, v: Any) -> Any:
         if v is not None and min(v) < 0:
-            raise ConfigError("layers are 0 (embeddings) .. L (the last layer); negative indices are not allowed")
+            raise ConfigError("layers are 0 (embeddings) .. L (the last layer); negative indices are not allowed",
+                              "count layers from 0, e.g. --layers 10,20")
         return v
 
 
@@ -187,7 +188,8 @@ class Extractor:
         try:
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, cfg.compute_dtype))
         except Exception as e:  # noqa: BLE001 - transformers raises many types
-            raise ModelError(f"transformers could not load {folder} ({type(e).__name__}: {e})".splitlines()[0]) from e
+            raise ModelError(f"transformers could not load {folder} ({type(e).__name__}: {e})".splitlines()[0],
+                             "pass a model folder transformers can load (config.json and weights)") from e
         try:
             model.to(cfg.device)
         except (RuntimeError, AssertionError) as e:  # e.g. cuda asked for on a machine without one

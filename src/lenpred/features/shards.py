@@ -36,10 +36,11 @@ def parse_shard(text: str | None) -> tuple[int, int]:
         i_s, n_s = str(text).split("/")
         i, n = int(i_s), int(n_s)
     except ValueError:
-        raise ConfigError(f"--shard {text!r} is not of the form I/N", "pass e.g. --shard 0/4 (slice 0 of 4)") from None
+        raise ConfigError(f"--shard {text!r} is not of the form I/N", "pass --shard I/N with 0 <= I < N, e.g. --shard 0/4 "
+                          "(slice 0 of 4)") from None
     if n < 1 or not 0 <= i < n:
         raise ConfigError(f"--shard {text}: slice index must be in 0..{max(n - 1, 0)} (and N >= 1)",
-                          f"pass --shard I/{max(n, 1)} with I from 0 to {max(n - 1, 0)}")
+                          f"pass --shard I/N with 0 <= I < N: here I/{max(n, 1)} with I from 0 to {max(n - 1, 0)}")
     return i, n
 
 

@@ -72,13 +72,15 @@ class Features:
         self.prompt_ids = np.asarray(self.prompt_ids).astype(str)
         n = len(self.prompt_ids)
         if len(set(self.prompt_ids.tolist())) != n:
-            raise DataError("features have duplicate prompt ids")
+            raise DataError("features have duplicate prompt ids", "give every prompt its own id")
         self.side = np.asarray(self.side, dtype=np.float32).reshape(n, -1)
         if self.side.shape[1] != len(self.side_names):
-            raise DataError(f"features: side has {self.side.shape[1]} columns but {len(self.side_names)} names")
+            raise DataError(f"features: side has {self.side.shape[1]} columns but {len(self.side_names)} names",
+                            "name every side column once")
         for k, v in self.blocks.items():
             if v.ndim != 2 or v.shape[0] != n:
-                raise DataError(f"features block {k!r} has shape {v.shape}, expected ({n}, d)")
+                raise DataError(f"features block {k!r} has shape {v.shape}, expected ({n}, d)",
+                                "give every block one row per prompt")
 
     @property
     def n(self) -> int:

@@ -80,7 +80,8 @@ def _digest(path: Path) -> str:
 def fingerprint_files(files: list[Path]) -> str:
     """sha256 over (name, sha256(bytes)) of the weight files, sorted by name."""
     if not files:
-        raise ModelError("no weight files found to fingerprint")
+        raise ModelError("no weight files found to fingerprint",
+                         "pass a model folder with its weights (*.safetensors, *.bin) or a GGUF file")
     if len(files) == 1:
         return "sha256:" + _digest(files[0])
     h = hashlib.sha256()
@@ -225,24 +226,39 @@ def hf_folder(name_or_path: str | ModelSpec) -> tuple[ModelSpec, Path]:
     return spec, spec.hf_path
 
 
-def load_tokenizer(name_or_path: str = EMBEDDED) -> Any:
+def load_config(name_or_path: str | ModelSpec = EMBEDDED) -> Any:
+    """The model's transformers config (``max_position_embeddings``, ...) without loading its weights."""
+    from transformers import AutoConfig
+
+    _, folder = hf_folder(name_or_path)
+    try:
+        return AutoConfig.from_pretrained(folder)
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"transformers could not read the config of {folder} ({type(e).__name__}: {e})".splitlines()[0],
+                         "pass a model folder with a valid config.json") from e
+
+
+def load_tokenizer(name_or_path: str | ModelSpec = EMBEDDED) -> Any:
     from transformers import AutoTokenizer
 
     _, folder = hf_folder(name_or_path)
     return AutoTokenizer.from_pretrained(folder)
 
 
-def load(name_or_path: str = EMBEDDED, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
-    """Load model + tokenizer with transformers (eval mode, no grad)."""
+def load(name_or_path: str | ModelSpec = EMBEDDED, device: str = "cpu", dtype: str = "float32", *,
+         tokenizer: Any = None) -> LoadedModel:
+    """Load model + tokenizer with transformers (eval mode, no grad); ``tokenizer``: one already loaded
+    from the same folder (a caller that checked the prompt before loading the weights)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     spec, folder = hf_folder(name_or_path)
     try:
-        tok = AutoTokenizer.from_pretrained(folder)
+        tok = AutoTokenizer.from_pretrained(folder) if tokenizer is None else tokenizer
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
     except Exception as e:  # noqa: BLE001
-        raise ModelError(f"transformers could not load {folder} ({type(e).__name__}: {e})".splitlines()[0]) from e
+        raise ModelError(f"transformers could not load {folder} ({type(e).__name__}: {e})".splitlines()[0],
+                         "pass a model folder transformers can load (config.json and weights)") from e
     model.to(device).eval()
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

@@ -122,7 +122,7 @@ def run_bench(req: BenchRequest, points: Sequence[PointSpec] | None = None) -> O
     traj_path, run, split, reference, boot = req.traj, req.run, req.split, req.reference, req.boot
     n_boot, ci, seed = boot.n_boot, boot.ci, boot.seed
     if n_boot < 10:
-        raise ConfigError(f"--n-boot must be at least 10, got {n_boot}")
+        raise ConfigError(f"--n-boot must be at least 10, got {n_boot}", "pass --n-boot 10 or more (default 1000)")
     rd = RunDir.open(run)
     traj, sp, test = role_rows(traj_path, rd, "test", "compute trajectory features for the split's test prompts", split)
     cap = run_cap(rd.card)

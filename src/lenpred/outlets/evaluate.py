@@ -340,7 +340,8 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
         raise ConfigError(f"method names must be unique, got {names}", "pass distinct names (NAME=PATH)")
     for m in methods:
         if m.remaining.q50.shape[0] != len(index):
-            raise DataError(f"method {m.name!r} has {m.remaining.q50.shape[0]} predictions for {len(index)} rows")
+            raise DataError(f"method {m.name!r} has {m.remaining.q50.shape[0]} predictions for {len(index)} rows",
+                            "predict every row of the trajectory being benched (one prediction per row)")
     if short_threshold is None:
         short_threshold = short_threshold_of(index)
     n_boot, ci, seed = boot.n_boot, boot.ci, boot.seed

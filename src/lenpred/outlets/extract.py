@@ -42,7 +42,8 @@ from lenpred.features.work import WorkDir, work_path
 from lenpred.io.artifacts import check_out
 from lenpred.io.fileio import canonical_json, file_sha256
 from lenpred.outlets.features import TrajectoryConfig, block_names, make_spec, positions, sample_rows
-from lenpred.outlets.inputs import CACHE_MAX_SEQ, Prompt, keys_sha, open_cache, select_prompts, shard_prompts
+from lenpred.outlets.inputs import (CACHE_MAX_SEQ, Prompt, check_cache_writable, keys_sha, open_cache, select_prompts,
+                                    shard_prompts)
 from lenpred.outlets.store import KIND, Trajectory, load_trajectory, save_trajectory
 from lenpred.outlets.teacher import StatesOnlyTarget, resolve_compute_dtype
 from lenpred.progress import Progress
@@ -144,7 +145,8 @@ def _load_target_model(folder: Path, device: str) -> Any:
     try:
         m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     except Exception as e:  # noqa: BLE001
-        raise ModelError(f"transformers could not load {folder} ({type(e).__name__}: {e})".splitlines()[0]) from e
+        raise ModelError(f"transformers could not load {folder} ({type(e).__name__}: {e})".splitlines()[0],
+                         "pass the run's model as a folder transformers can load (--model)") from e
     return m.to(device).eval()
 
 @dataclass
@@ -215,6 +217,11 @@ def _prepare(req: TrajectoryRequest, out: Path, target: Any, warn: Callable[[str
     check_token_ids(rd)  # a run without token ids cannot be teacher-forced
     split = load_split(rd, require_complete=False)
     selected = select_prompts(rd, split, roles, *limits)
+    part = shard_prompts(selected, i_sh, n_sh)
+    if not part:  # an empty artifact would merge into nothing and hide a launcher's mistake
+        raise ConfigError(f"shard {i_sh}/{n_sh} holds no prompt: the selection has {len(selected)} prompt(s) for "
+                          f"{n_sh} shards", f"pass fewer shards (--shard I/N with N <= {len(selected)}) or select more "
+                          "prompts (a larger --max-prompts, more --roles)")
     head = load_draft(req.draft)
     _check_draft_for_run(head, rd)
     folder, fp, target_id, tcfg = _resolve_target(rd, req.model, target)
@@ -223,6 +230,8 @@ def _prepare(req: TrajectoryRequest, out: Path, target: Any, warn: Callable[[str
     widths = dict(zip(block_names(layers), (head.config.hidden_size, head.config.hidden_size, dt,
                                             head.config.hidden_size), strict=True))
     state_cache = open_cache(req.cache, rd, fp, target_id, layers) if req.cache else None  # False / None: no cache
+    if state_cache is not None:
+        check_cache_writable(state_cache, part)
     tstates = "float16" if state_cache is not None else resolve_compute_dtype(cfg.compute_dtype, req.device, warn=warn)
     tspec = make_spec(target={"id": target_id, "fingerprint": fp, "num_hidden_layers": int(tcfg.num_hidden_layers),
                               "hidden_size": dt},
@@ -232,7 +241,7 @@ def _prepare(req: TrajectoryRequest, out: Path, target: Any, warn: Callable[[str
     selection = {"roles": list(roles), "max_prompts": limits[0], "max_samples_per_prompt": limits[1],
                  "samples_sha256": keys_sha(selected), "total_samples": sum(len(p.samples) for p in selected),
                  "total_prompts": len(selected)}
-    return _Job(req, rd, head, roles, (i_sh, n_sh), selected, shard_prompts(selected, i_sh, n_sh), list(layers),
+    return _Job(req, rd, head, roles, (i_sh, n_sh), selected, part, list(layers),
                 folder, state_cache, tspec, identity, selection)
 
 
@@ -269,7 +278,12 @@ def compute_trajectory(req: TrajectoryRequest, *, log: Callable[[str], None] | N
     t0 = time.perf_counter()
     stats = {"computed": 0, "from_cache": 0, "tokens": 0}
     if todo:
-        _compute_all(job, todo, done, work, stats, target=target, on_chunk=on_chunk)
+        try:
+            _compute_all(job, todo, done, work, stats, target=target, on_chunk=on_chunk)
+        except BaseException:
+            if not work.chunk_paths():  # nothing to resume: leave no work folder behind
+                work.remove()
+            raise
         done, chunks = _finished(work)
     seconds = time.perf_counter() - t0
     traj = _assemble(sorted(keys_all), done, chunks, block_names(job.layers), job.spec)

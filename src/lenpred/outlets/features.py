@@ -99,9 +99,9 @@ def fixed_positions(length: int) -> list[int]:
 def positions(length: int, stride: int = 64, max_positions: int | None = None) -> np.ndarray:
     """Sorted unique positions t kept for a sample of ``length`` generated tokens (int64)."""
     if length < 0:
-        raise DataError(f"a sample cannot have {length} generated tokens")
+        raise DataError(f"a sample cannot have {length} generated tokens", "re-collect the run's samples")
     if stride < 1:
-        raise ConfigError(f"stride must be >= 1, got {stride}")
+        raise ConfigError(f"stride must be >= 1, got {stride}", "pass --stride 1 or more")
     fixed = fixed_positions(length)
     grid = [t for t in range(stride, length, stride) if t not in fixed]
     if max_positions is not None:

@@ -171,7 +171,8 @@ class OutletsHead(TorchHead):
         yr = self._labels(X, y)
         n_prompts = int(X.index["prompt_id"].nunique())
         if n_prompts < 2:
-            raise DataError(f"{self.name}: fit needs rows of at least 2 training prompts, got {n_prompts}")
+            raise DataError(f"{self.name}: fit needs rows of at least 2 training prompts, got {n_prompts}",
+                            "compute trajectory features of more training prompts (--roles train, a larger --max-prompts)")
         if cap is None:
             tr = X.index["truncated"].to_numpy(bool)
             ln = X.index["length"].to_numpy(dtype=np.float64)
@@ -322,7 +323,8 @@ class OutletsHead(TorchHead):
         """(n, n_bins) distribution over the remaining-length bins ``edges_`` (refined with ``refine``)."""
         self._check_fitted()
         if not self._binned:
-            raise DataError(f"this {self.name} head is a regression head (loss={self.loss}); it has no bins")
+            raise DataError(f"this {self.name} head is a regression head (loss={self.loss}); it has no bins",
+                            "use a soft-label head (lenpred outlets train --variant outlets-softlabel or probe)")
         return self._proba_rows(X)[0]
 
     # ---------------------------------------------------------------- predict

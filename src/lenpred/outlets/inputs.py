@@ -4,12 +4,14 @@
   its samples (at most ``max_samples`` each, at most ``max_prompts`` prompts per role), and
   :func:`shard_prompts` -- a deterministic slice of them (sorted by total tokens, every N-th: balanced work);
 * :func:`open_cache` -- the draft-training state cache (:mod:`lenpred.draft.states`) named by ``--cache``,
-  which the target states come from and go to (without it the states-only pass keeps none).
+  which the target states come from and go to (without it the states-only pass keeps none), and
+  :func:`check_cache_writable` -- refused before any work when it must be written and cannot.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,8 @@ from typing import Any
 
 from lenpred.errors import DataError
 
-__all__ = ["Prompt", "select_prompts", "shard_prompts", "keys_sha", "open_cache", "CACHE_TOPK", "CACHE_MAX_SEQ"]
+__all__ = ["Prompt", "select_prompts", "shard_prompts", "keys_sha", "open_cache", "check_cache_writable", "CACHE_TOPK",
+           "CACHE_MAX_SEQ"]
 
 CACHE_TOPK = 64  # what `lenpred draft train` caches by default: the same manifest
 CACHE_MAX_SEQ = 2048
@@ -94,3 +97,23 @@ def open_cache(cache: str | Path, run: Any, fp: str, target_id: str, layers: Seq
     manifest = {"target_fingerprint": fp, "layers": [int(j) for j in layers], "topk": CACHE_TOPK, "dtype": "float16",
                 "card_hash": run.card_hash, "max_seq_len": CACHE_MAX_SEQ, "target_id": target_id, "run": str(run.path)}
     return StateCache.open_or_create(path, manifest)  # refuses a non-empty foreign directory; writes lazily
+
+
+def check_cache_writable(cache: Any, part: Sequence[Prompt]) -> None:
+    """Refuse, before the target loads, a state cache the computation would have to write and cannot
+    (a read-only folder): the samples of ``part`` it does not hold yet and could hold are written there.
+    A read-only cache that already holds them all is only read."""
+    root = Path(cache.root)
+    d = root
+    while not d.exists():
+        d = d.parent
+    if not d.is_dir():
+        raise DataError(f"--cache {root} cannot be created: {d} is a file", "pass a --cache path whose parent is a directory")
+    if os.access(d, os.W_OK | os.X_OK):
+        return
+    limit = int(cache.manifest.get("max_seq_len", CACHE_MAX_SEQ))
+    have = set(cache.index()) if (root / "manifest.json").is_file() else set()
+    todo = sum(1 for p in part for i, r, _ in p.samples if (p.prompt_id, i) not in have and len(p.ids) + len(r) <= limit)
+    if todo:
+        raise DataError(f"--cache {root} cannot be written: directory {d} is read-only ({todo} sample(s) to add)",
+                        "pass a --cache directory you can write to, or leave --cache out (the states-only pass)")

@@ -40,7 +40,7 @@ def sampling_card(card: str | Path | None, draft_meta: dict[str, Any] | None) ->
         try:
             data = json.loads(f.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DataError(f"{f} is not valid JSON ({e})") from None
+            raise DataError(f"{f} is not valid JSON ({e})", "pass a run directory or its card.json") from None
         if not isinstance(data, dict) or not isinstance(data.get("sampling"), dict):
             raise DataError(f"{f} has no sampling section", "pass a lenpred run card")
         return data["sampling"], data.get("prompts") or {}, str(f)
@@ -129,19 +129,22 @@ def open_generation(prompt: str, spec: GenerationSpec) -> Generation:
     from lenpred.draft.speculative import SpeculativeDecoder
     from lenpred.draft.target import Target
     from lenpred.models import load
-    from lenpred.models.loading import eos_ids
+    from lenpred.models.loading import eos_ids, hf_folder, load_config, load_tokenizer
     from lenpred.outlets.online import OnlineLengthHead, open_heads
 
     heads = open_heads(spec.draft, spec.length_head, model=spec.model)
     sampling_d, prompts_d, where = sampling_card(spec.card, heads.draft.meta if heads.draft else None)
     sampling = sampling_from_card(sampling_d, max_new_tokens=spec.max_new_tokens, seed=spec.seed)
-    lm = load(heads.model)
-    target = Target(lm.model, heads.layers)
+    model_spec, _ = hf_folder(heads.model)
+    tokenizer = load_tokenizer(model_spec)
     pcfg = PromptConfig(chat_template=spec.chat_template and prompts_d.get("chat_template", True),
                         system_prompt=prompts_d.get("system_prompt"))
-    ids = encode_prompt(lm.tokenizer, prompt, pcfg)
-    check_context(len(ids), model_context(lm.model.config), max_new_tokens=sampling.max_new_tokens,
-                  what="the rendered prompt")  # past its context the target runs on and returns garbage
+    ids = encode_prompt(tokenizer, prompt, pcfg)
+    # past its context the target runs on and returns garbage; the tokenizer and the config tell before the weights load
+    check_context(len(ids), model_context(load_config(model_spec)), max_new_tokens=sampling.max_new_tokens,
+                  what="the rendered prompt")
+    lm = load(model_spec, tokenizer=tokenizer)
+    target = Target(lm.model, heads.layers)
     dec = SpeculativeDecoder(target, heads.draft.model if heads.draft else None, k=spec.k if heads.draft else 0,
                              sampling=None if spec.greedy else sampling, max_new_tokens=sampling.max_new_tokens,
                              eos_ids=eos_ids(lm.model, lm.tokenizer), tree=spec.tree)
@@ -192,7 +195,8 @@ def live_generation(prompt: str, spec: GenerationSpec, *, every: int = 16, conso
     if not str(prompt).strip():
         raise ConfigError("the prompt is empty", "pass a user message")
     if every < 1 or max_new_tokens < 1 or k < 1:
-        raise ConfigError(f"every, max_new_tokens and k must be >= 1 (got {every}, {max_new_tokens}, {k})")
+        raise ConfigError(f"every, max_new_tokens and k must be >= 1 (got {every}, {max_new_tokens}, {k})",
+                          "pass 1 or more for each")
     for what, p in (("draft head", spec.draft), ("length head", spec.length_head)):
         if p is None or not Path(p).is_dir():
             raise DataError(f"{what} {p} does not exist", "see docs/outlets.md for the commands that make it")

@@ -73,7 +73,7 @@ def features(req: Any, *, merge: Sequence[str] | None = None, log: Callable[[str
                           "lenpred outlets features --run data/runs/NAME --draft HEAD --out TRAJ")
     for flag, v in (("--max-prompts", req.max_prompts), ("--max-samples-per-prompt", req.max_samples_per_prompt)):
         if v is not None and v < 1:
-            raise ConfigError(f"{flag} must be >= 1, got {v}")
+            raise ConfigError(f"{flag} must be >= 1, got {v}", f"pass {flag} 1 or more, or leave it out for all")
     from lenpred.features.shards import parse_shard
 
     out = out or default_trajectory_out(run, draft, req.roles, shard)
@@ -192,7 +192,8 @@ def schedule(req: ScheduleRequest, progress: Callable[[str], None] | None = None
     table = req.outlets_predictions
     if table is None:
         if req.outlets_head is None or req.traj is None:
-            raise ConfigError("pass --outlets-head HEAD with --traj TRAJ, or --outlets-predictions FILE")
+            raise ConfigError("no OUTLETS predictions to schedule with",
+                              "pass --outlets-head HEAD with --traj TRAJ, or --outlets-predictions FILE")
         preds = predict_table(req.outlets_head, req.traj, req.run, roles=("test",), split=req.split)
         out_p.mkdir(parents=True, exist_ok=True)
         table = str(preds.write(out_p / "outlets_predictions.parquet"))

@@ -123,13 +123,15 @@ class Refiner:
     def fold(self, t: int, lik: np.ndarray) -> None:
         """Fold in the classifier's output ``lik`` (B,) at checkpoint t."""
         if t <= self.c:
-            raise DataError(f"refinement positions must increase (checkpoint {t} after {self.c})")
+            raise DataError(f"refinement positions must increase (checkpoint {t} after {self.c})",
+                            "feed a sample's rows in increasing t")
         self.post, self.c = self._step(lik, t), int(t)
 
     def output(self, t: int, lik: np.ndarray) -> np.ndarray:
         """The refined histogram at row t (>= the latest checkpoint) with the classifier's output ``lik``."""
         if t < self.c:
-            raise DataError(f"refinement positions must increase (row {t} after checkpoint {self.c})")
+            raise DataError(f"refinement positions must increase (row {t} after checkpoint {self.c})",
+                            "feed a sample's rows in increasing t")
         if t == self.c and self.post is not None:
             return self.post
         return self._step(lik, t)

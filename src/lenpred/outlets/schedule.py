@@ -175,11 +175,11 @@ def run_schedule(req: ScheduleRequest, *, keys: pd.DataFrame | None = None,
     if isinstance(config, str | os.PathLike):
         p = Path(config)
         if not p.is_file():
-            raise ConfigError(f"config file {p} not found")
+            raise ConfigError(f"config file {p} not found", "check the path")
         try:
             raw = json.loads(p.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
-            raise ConfigError(f"{p} is not valid JSON (line {e.lineno}: {e.msg})") from None
+            raise ConfigError(f"{p} is not valid JSON (line {e.lineno}: {e.msg})", "correct the JSON at that line") from None
     else:
         raw = dict(config)
     raw = fill_placeholders(raw, {"run": str(run), "prefill": str(prefill_table), "outlets": str(outlets_table)})

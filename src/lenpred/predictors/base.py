@@ -281,12 +281,13 @@ class Predictor:
             n = X.n
         else:
             if isinstance(X, str | bytes):
-                raise DataError(f"{self.name}: X must be features or an (n, d) array, got a string")
+                raise DataError(f"{self.name}: X must be features or an (n, d) array, got a string",
+                                "pass a features artifact (lenpred features) or an (n, d) array")
             m = np.asarray(X, dtype=np.float32) if not isinstance(X, np.ndarray) else X.astype(np.float32, copy=False)
             if m.ndim == 1:
                 m = m[:, None]
             if m.ndim != 2:
-                raise DataError(f"{self.name}: X must be (n, d), got shape {m.shape}")
+                raise DataError(f"{self.name}: X must be (n, d), got shape {m.shape}", "pass one row of features per prompt")
             if set(groups) - {"x"}:
                 raise DataError(f"{self.name} reads several block groups ({', '.join(groups)}): pass a Features object",
                                 "load features with lenpred.features.load_features")
@@ -332,7 +333,8 @@ class Predictor:
             Zv = self._prepare(X_val)
             Tv = as_targets(y_val, Zv.n, cap=T.cap, what="y_val")
         if T.n < 2:
-            raise DataError(f"{self.name}: fit needs at least 2 training prompts, got {T.n}")
+            raise DataError(f"{self.name}: fit needs at least 2 training prompts, got {T.n}",
+                            "train on a run (or split) with more training prompts")
         self.cap_ = T.cap
         t0 = time.perf_counter()
         self._fit(Z, T, Zv, Tv)

@@ -71,7 +71,8 @@ def _inputs(head: Predictor, rd: Any, feats: Any, ids: list[str]) -> Any:
         p = rd.prompts().set_index("prompt_id")
         missing = [i for i in ids if i not in p.index]
         if missing:
-            raise DataError(f"{rd.path}: {len(missing)} prompt(s) have no text (first: {missing[0]!r})")
+            raise DataError(f"{rd.path}: {len(missing)} prompt(s) have no text (first: {missing[0]!r})",
+                            "pass the run the predictions or features were made from (its prompt table has them)")
         return p.loc[ids, "text"].astype(str).tolist()
     return feats.subset(ids)
 

@@ -41,7 +41,8 @@ class PromptLengthHead(Predictor):
         if Z.x is None or Z.x.shape[1] != 1:
             from lenpred.errors import DataError
 
-            raise DataError(f"{self.name} reads one column (the prompt length), got {0 if Z.x is None else Z.x.shape[1]}")
+            raise DataError(f"{self.name} reads one column (the prompt length), got {0 if Z.x is None else Z.x.shape[1]}",
+                            "pass the prompt lengths as one column (n, 1)")
         x = self._x(Z)
         edges = np.unique(np.quantile(x, np.linspace(0, 1, self.n_bins + 1)))
         b = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, max(len(edges) - 2, 0))  # (n,) bin of each prompt

@@ -115,12 +115,15 @@ class ProxyHead(TorchRegressor):
         else:
             texts = list(X)
             if not all(isinstance(t, str) for t in texts):
-                raise DataError(f"{self.name}: X must be prompt texts or an (n, {EMBED_DIM}) embedding matrix")
+                raise DataError(f"{self.name}: X must be prompt texts or an (n, {EMBED_DIM}) embedding matrix",
+                                "pass a list of prompt strings")
             e, spec = (embed(texts) if fit else self.encode(texts)), embedder_spec()
         if e.ndim != 2 or e.shape[1] != EMBED_DIM:
-            raise DataError(f"{self.name}: embeddings must be (n, {EMBED_DIM}), got {e.shape}")
+            raise DataError(f"{self.name}: embeddings must be (n, {EMBED_DIM}), got {e.shape}",
+                            "pass prompt texts, or embeddings of the proxy's embedder")
         if not np.isfinite(e).all():
-            raise DataError(f"{self.name}: embeddings have NaN or infinite values")
+            raise DataError(f"{self.name}: embeddings have NaN or infinite values",
+                            "pass prompt texts, or finite embeddings of the proxy's embedder")
         if fit:
             self.blocks_, self.side_names_ = None, None
             self.widths_ = {"x": [EMBED_DIM]}

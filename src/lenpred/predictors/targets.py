@@ -36,16 +36,17 @@ class Targets:
     def __post_init__(self) -> None:
         v = np.asarray(self.values, dtype=np.float64)
         if v.ndim != 2:
-            raise DataError(f"targets must be (n, K), got shape {v.shape}")
+            raise DataError(f"targets must be (n, K), got shape {v.shape}", "pass one row of sample lengths per prompt")
         t = np.asarray(self.truncated, dtype=bool)
         if t.shape != v.shape:
-            raise DataError(f"targets: truncated mask {t.shape} does not match values {v.shape}")
+            raise DataError(f"targets: truncated mask {t.shape} does not match values {v.shape}",
+                            "give the truncated mask the shape of the values")
         have = ~np.isnan(v)
         if v.shape[0] and not have.any(axis=1).all():
             i = int(np.argmin(have.any(axis=1)))
             raise DataError(f"targets: row {i} has no sample", "give every prompt at least one sample")
         if np.isinf(v).any() or (v[have] < 0).any():
-            raise DataError("targets must be finite token counts >= 0")
+            raise DataError("targets must be finite token counts >= 0", "pass sample lengths in tokens (NaN for no sample)")
         if self.cap is not None:
             v = np.where(have, np.minimum(v, self.cap), np.nan)  # generated count = min(L, cap)
         object.__setattr__(self, "values", v)
@@ -113,11 +114,13 @@ def as_targets(y: Any, n: int, cap: float | None = None, what: str = "y") -> Tar
         try:
             v = np.asarray(y, dtype=np.float64)
         except (TypeError, ValueError):
-            raise DataError(f"{what} must be token counts (an array), got {type(y).__name__}") from None
+            raise DataError(f"{what} must be token counts (an array), got {type(y).__name__}",
+                            "pass a numeric array of lengths in tokens") from None
         if v.ndim == 1:
             v = v[:, None]
         if v.ndim != 2:
-            raise DataError(f"{what} must be (n,) or (n, K), got shape {v.shape}")
+            raise DataError(f"{what} must be (n,) or (n, K), got shape {v.shape}",
+                            "pass one length per prompt, or one row of sample lengths per prompt")
         t = Targets(v, np.zeros(v.shape, dtype=bool) if cap is None else v >= cap, cap)
     if t.n != n:
         raise DataError(f"{what} has {t.n} rows but X has {n}", "give one target row per input row")

@@ -106,6 +106,18 @@ def _parse(line: str, where: str) -> _Row | None:
     return row
 
 
+def _text(f: Path) -> str:
+    """A cells file's text: UTF-8 JSON lines; another encoding is refused naming the line and byte."""
+    data = f.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{f} line {line}: byte 0x{data[e.start]:02x} at byte offset {e.start} is not UTF-8, so it "
+                        "is not a yardstick cells file", "pass a *cells.jsonl written by benchmarks/bench_yardstick.py "
+                        "(UTF-8 JSON lines)") from None
+
+
 def load_cells(paths: Sequence[Path]) -> list[_Row]:
     """The rows of these cells files (``.jsonl``, one cell per line), or of a folder's
     ``*cells.jsonl``; a cell (regime, cluster, batch, where, arrival, seed) read twice counts once."""
@@ -116,7 +128,7 @@ def load_cells(paths: Sequence[Path]) -> list[_Row]:
             raise DataError(f"--yardstick {path}: no yardstick cells file there",
                             f"pass a cells .jsonl or a folder holding *cells.jsonl; make one with {MAKE_COMMAND}")
         for f in files:
-            for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            for i, line in enumerate(_text(f).splitlines(), 1):
                 row = _parse(line, f"{f} line {i}") if line.strip() else None
                 if row is not None:
                     c = row.cell

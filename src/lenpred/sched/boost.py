@@ -105,7 +105,7 @@ def boost(points_s: Sequence[float] | np.ndarray, gamma: float) -> float:
     (seconds, equal weights), M = E[e^{gamma S}]: written ``-log(1 - 1/M) / gamma`` with M in logs, so
     a long job (M huge) gets ~0 and a tiny one (M near 1) a large boost; a job of 0 s gets ``inf``."""
     if not (math.isfinite(gamma) and gamma > 0):
-        raise ConfigError(f"gamma must be in (0, inf) per second, got {gamma!r}")
+        raise ConfigError(f"gamma must be in (0, inf) per second, got {gamma!r}", "set gamma to a positive finite number")
     lm = log_mgf(_points(points_s, "the boost's service distribution"), gamma)
     if lm <= 0.0:
         return INF

@@ -69,7 +69,8 @@ class LengthDist:
     def __init__(self, points: Sequence[float] | np.ndarray, cap: float | None = None) -> None:
         x = np.sort(np.asarray(points, dtype=np.float64))
         if x.size == 0 or not np.isfinite(x).all() or (x < 0).any():
-            raise DataError("a predictive distribution needs at least one finite support point >= 0")
+            raise DataError("a predictive distribution needs at least one finite support point >= 0",
+                            "give every request's dist_tokens as token counts (0 or more)")
         if cap is not None:
             x = np.minimum(x, cap)
         self.x = x

@@ -71,7 +71,8 @@ class QueuePolicy:
     def __init__(self, aging: float = 0.0, quantile_z: float = 0.0, preempt: bool | None = None,
                  **params: float) -> None:
         if not (math.isfinite(aging) and aging >= 0):
-            raise ConfigError(f"policy {self.name!r}: aging must be >= 0 tokens per second, got {aging!r}")
+            raise ConfigError(f"policy {self.name!r}: aging must be >= 0 tokens per second, got {aging!r}",
+                              "set aging to 0 (none) or a positive number")
         if aging and not self.takes_aging:
             raise ConfigError(f"policy {self.name!r} takes no aging (got {aging!r})",
                               "drop aging: this policy bounds waiting by itself")
@@ -86,7 +87,7 @@ class QueuePolicy:
             ok = isinstance(v, int | float) and math.isfinite(v) and (v > lo if open_lo else v >= lo) and v <= hi
             if not ok:
                 rng = f"{'(' if open_lo else '['}{lo:g}, {hi:g}{']' if math.isfinite(hi) else ')'}"
-                raise ConfigError(f"policy {self.name!r}: {k} must be in {rng}, got {v!r}")
+                raise ConfigError(f"policy {self.name!r}: {k} must be in {rng}, got {v!r}", f"set {k} to a number in {rng}")
         self.params = {**self.DEFAULTS, **{k: float(v) for k, v in params.items()}}
 
     def base(self, req: Job, gen: int) -> float:  # pragma: no cover - abstract
@@ -308,7 +309,8 @@ class RiskAverse(QueuePolicy):
                  **params: float) -> None:
         super().__init__(aging, quantile_z, preempt, **params)
         if self.params["alpha"] >= 1.0:
-            raise ConfigError(f"policy 'risk': alpha must be in (0, 1), got {self.params['alpha']!r}")
+            raise ConfigError(f"policy 'risk': alpha must be in (0, 1), got {self.params['alpha']!r}",
+                              "set alpha between 0 and 1, e.g. 0.9")
 
     def base(self, req: Job, gen: int) -> float:
         return req.dist.risk(gen, self.params["alpha"], self.params["beta"])

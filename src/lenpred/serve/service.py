@@ -71,13 +71,13 @@ class PredictionService:
         b = batching or Batching()
         max_batch, max_wait_ms, max_queue, timeout_s = b.max_batch, b.max_wait_ms, b.max_queue, b.timeout_s
         if max_batch < 1:
-            raise ConfigError(f"max_batch must be at least 1, got {max_batch}")
+            raise ConfigError(f"max_batch must be at least 1, got {max_batch}", "set max_batch to 1 or more")
         if max_wait_ms < 0:
-            raise ConfigError(f"max_wait_ms must be 0 or more, got {max_wait_ms}")
+            raise ConfigError(f"max_wait_ms must be 0 or more, got {max_wait_ms}", "set max_wait_ms to 0 or more")
         if max_queue < 1:
-            raise ConfigError(f"max_queue must be at least 1, got {max_queue}")
+            raise ConfigError(f"max_queue must be at least 1, got {max_queue}", "set max_queue to 1 or more")
         if timeout_s <= 0:
-            raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
+            raise ConfigError(f"timeout_s must be positive, got {timeout_s}", "set timeout_s to a positive number of seconds")
         self.runner = runner
         self.max_batch = int(max_batch)
         self.max_wait_ms = float(max_wait_ms)
@@ -106,7 +106,7 @@ class PredictionService:
         ``warmup`` runs one prediction so the first request does not pay for lazy loading.
         """
         if threads is not None and threads < 1:
-            raise ConfigError(f"threads must be at least 1, got {threads}")
+            raise ConfigError(f"threads must be at least 1, got {threads}", "pass --threads 1 or more")
         _set_threads(threads)
         runner = load_runner(path, prefill=prefill, threads=threads, text=text)
         svc = cls(runner, batching, threads=threads, metrics=metrics)

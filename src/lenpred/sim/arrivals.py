@@ -32,7 +32,8 @@ def unit_arrivals(n: int, arrival: ArrivalConfig, rng: np.random.Generator) -> n
         shape = 1.0 / arrival.cv**2  # gamma gaps with mean 1 and coefficient of variation cv
         gaps = rng.gamma(shape, 1.0 / shape, n)
     else:
-        raise ConfigError(f"arrival process {arrival.process!r} needs a trace's arrival times")
+        raise ConfigError(f"arrival process {arrival.process!r} needs a trace's arrival times",
+                          "use a trace workload (its arrival times), or process poisson, gamma or burst")
     out = np.empty(n)
     out[0] = 0.0
     np.cumsum(gaps[:-1], out=out[1:])

@@ -55,7 +55,7 @@ LOAD_UNITS = ("req/s", "capacity")
 def _positive(where: str, **values: float | None) -> None:
     for k, v in values.items():
         if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-            raise ConfigError(f"{where}.{k} must be a positive number, got {v!r}")
+            raise ConfigError(f"{where}.{k} must be a positive number, got {v!r}", f"set {where}.{k} to a number > 0")
 
 
 def _choice(where: str, key: str, value: str, valid: tuple[str, ...] | list[str]) -> None:
@@ -85,14 +85,16 @@ class ClusterConfig(Config):
         _choice(w, "preemption", self.preemption, PREEMPTION)
         for k in ("n_prefill", "n_decode", "n_instances"):
             if getattr(self, k) < 1:
-                raise ConfigError(f"{w}.{k} must be an integer >= 1, got {getattr(self, k)!r}")
+                raise ConfigError(f"{w}.{k} must be an integer >= 1, got {getattr(self, k)!r}", f"set {w}.{k} to 1 or more")
         _positive(w, kv_capacity_tokens=self.kv_capacity_tokens, max_batch=self.max_batch,
                   max_prefill_tokens=self.max_prefill_tokens, link_gbps=self.link_gbps,
                   swap_gbps=self.swap_gbps)
         if not 0.0 <= self.watermark < 0.5:
-            raise ConfigError(f"{w}.watermark must be in [0, 0.5), got {self.watermark}")
+            raise ConfigError(f"{w}.watermark must be in [0, 0.5), got {self.watermark}",
+                              f"set {w}.watermark to a fraction of the KV cache from 0 to below 0.5, e.g. 0.01")
         if not (math.isfinite(self.link_latency_s) and self.link_latency_s >= 0):
-            raise ConfigError(f"{w}.link_latency_s must be >= 0, got {self.link_latency_s}")
+            raise ConfigError(f"{w}.link_latency_s must be >= 0, got {self.link_latency_s}",
+                              f"set {w}.link_latency_s to 0 or more seconds")
         return self
 
 
@@ -164,11 +166,12 @@ class ArrivalConfig(Config):
             raise ConfigError(f"{w}.burst_factor must be >= 1 (the burst rate over the base rate), got {factor!r}",
                               "a burst below the base is not a burst: give the burst's rate / the base rate")
         if not (math.isfinite(start) and start >= 0):
-            raise ConfigError(f"{w}.burst_start_s must be >= 0 seconds, got {start!r}")
+            raise ConfigError(f"{w}.burst_start_s must be >= 0 seconds, got {start!r}",
+                              "give the episode's burst start as 0 or more seconds after the run starts")
         if not (math.isfinite(burst) and burst > 0):
-            raise ConfigError(f"{w}.burst_s must be > 0 seconds, got {burst!r}")
+            raise ConfigError(f"{w}.burst_s must be > 0 seconds, got {burst!r}", "give the episode's burst a positive length in seconds")
         if not (math.isfinite(tail) and tail >= 0):
-            raise ConfigError(f"{w}.tail_s must be >= 0 seconds, got {tail!r}")
+            raise ConfigError(f"{w}.tail_s must be >= 0 seconds, got {tail!r}", "give the episode's tail as 0 or more seconds")
 
 
 class LengthConfig(Config):
@@ -197,7 +200,8 @@ class LengthConfig(Config):
         w = "workload.lengths"
         _choice(w, "source", self.source, LENGTH_SOURCES)
         if self.source in ("rundir", "trace") and not self.path:
-            raise ConfigError(f"{w}.path is required for source {self.source!r}")
+            raise ConfigError(f"{w}.path is required for source {self.source!r}",
+                              f"set {w}.path to the {'run directory' if self.source == 'rundir' else 'request file'}")
         if (self.roles is not None or self.split is not None) and self.source != "rundir":
             raise ConfigError(f"{w}.roles and {w}.split are read by source 'rundir' only, not {self.source!r}",
                               "drop them, or use source 'rundir'")
@@ -210,7 +214,7 @@ class LengthConfig(Config):
                   prompt_sigma=self.prompt_sigma, output_sigma=self.output_sigma,
                   max_prompt_tokens=self.max_prompt_tokens, max_total_tokens=self.max_total_tokens)
         if self.min_tokens < 1:
-            raise ConfigError(f"{w}.min_tokens must be >= 1")
+            raise ConfigError(f"{w}.min_tokens must be >= 1, got {self.min_tokens!r}", f"set {w}.min_tokens to 1 or more")
         return self
 
 
@@ -223,7 +227,8 @@ class WorkloadConfig(Config):
     @classmethod
     def _n(cls, v: int) -> int:
         if v < 1:
-            raise ConfigError(f"workload.n_requests must be an integer >= 1, got {v!r}")
+            raise ConfigError(f"workload.n_requests must be an integer >= 1, got {v!r}",
+                              "set workload.n_requests (or --n-requests) to 1 or more")
         check_limit("--n-requests", v, "simulate 10,000,000 requests or fewer (100,000 take seconds)",
                     label="workload.n_requests")
         return v
@@ -249,7 +254,8 @@ class SweepConfig(Config):
                     f"(0, {MAX_CAPACITY_LOAD:g}]",
                     "a rate in requests/s needs sweep.load_unit 'req/s'; a multiple of capacity is e.g. 0.9")
         if self.probe_requests < 10:
-            raise ConfigError("sweep.probe_requests must be >= 10")
+            raise ConfigError(f"sweep.probe_requests must be >= 10, got {self.probe_requests!r}",
+                              "set sweep.probe_requests to 10 or more")
         return self
 
 
@@ -296,10 +302,10 @@ class SimConfig(Config):
     @model_validator(mode="after")
     def _check(self) -> SimConfig:
         if not self.policies:
-            raise ConfigError("policies must list at least one arm")
+            raise ConfigError("policies must list at least one arm", 'add an arm, e.g. "policies": [{"name": "fcfs"}]')
         names = [p.name for p in self.policies]
         if len(set(names)) != len(names):
-            raise ConfigError(f"policy names must be unique, got {names}")
+            raise ConfigError(f"policy names must be unique, got {names}", "give each arm its own name")
         if self.workload.arrival.process == "episode" and self.sweep.load_unit == "req/s":
             from lenpred.sim.episode import check_episode_length
 

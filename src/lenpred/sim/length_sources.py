@@ -133,7 +133,7 @@ def read_trace(path: str | Path) -> pd.DataFrame:
     if p.is_dir():
         raise DataError(f"request table {p} is a directory", "pass a .csv, .parquet or .jsonl file")
     if not p.is_file():
-        raise DataError(f"request file {p} not found")
+        raise DataError(f"request file {p} not found", "check the path")
     suffix = p.suffix.lower()
     if suffix not in (".parquet", ".csv", ".jsonl", ".json"):
         raise DataError(f"{p}: unknown request file type {suffix!r}", "use .csv, .parquet or .jsonl")

@@ -114,10 +114,11 @@ class SyntheticPredictor:
         """A predictions table for every row of ``samples`` (prompt_id, sample_idx, n_tokens)."""
         missing = [c for c in ("prompt_id", "sample_idx", "n_tokens") if c not in samples.columns]
         if missing:
-            raise DataError(f"synthetic predictor {self.name!r}: samples lack column(s) {missing}")
+            raise DataError(f"synthetic predictor {self.name!r}: samples lack column(s) {missing}",
+                            "pass samples with prompt_id, sample_idx and n_tokens (a run's samples table)")
         true = samples["n_tokens"].to_numpy(dtype=np.float64)
         if true.size == 0:
-            raise DataError(f"synthetic predictor {self.name!r}: no samples to predict")
+            raise DataError(f"synthetic predictor {self.name!r}: no samples to predict", "pass a run with samples")
         pred, spread = self.predict_lengths(true, samples["prompt_id"].to_numpy(), np.random.default_rng([seed, 3]))
         gens, rems = self.repredictions(samples["n_tokens"].to_numpy(dtype=np.int64), np.random.default_rng([seed, 4]))
         frame = pd.DataFrame({
@@ -187,7 +188,7 @@ class Additive(SyntheticPredictor):
 
     def _scale(self, mean_true: float) -> float:
         if self.mae is None and self.rel_mae is None:
-            raise ConfigError("prediction model 'additive' needs rel_mae or mae")
+            raise ConfigError("prediction model 'additive' needs rel_mae or mae", "set rel_mae (e.g. 0.3) or mae (tokens)")
         mae = self.mae if self.mae is not None else float(self.rel_mae or 0.0) * mean_true
         return mae * math.sqrt(math.pi / 2)
 

@@ -56,11 +56,14 @@ class LatencyProfile:
     def __post_init__(self) -> None:
         for label, co in (("prefill", self.prefill), ("decode", self.decode)):
             if len(co) != 3 or not all(math.isfinite(x) for x in co):
-                raise ConfigError(f"profile {self.name!r}: {label} needs 3 finite coefficients, got {co}")
+                raise ConfigError(f"profile {self.name!r}: {label} needs 3 finite coefficients, got {co}",
+                                  f"give {label} as [c0, c1, c2] (seconds = c0 + c1 tokens + c2 tokens^2)")
         if self.kv_bytes_per_token <= 0 or self.kv_capacity_tokens <= 0:
-            raise ConfigError(f"profile {self.name!r}: KV bytes per token and capacity must be positive")
+            raise ConfigError(f"profile {self.name!r}: KV bytes per token and capacity must be positive",
+                              "set kv_bytes_per_token and kv_capacity_tokens to positive numbers")
         if self.max_batch <= 0 or self.max_prefill_tokens <= 0:
-            raise ConfigError(f"profile {self.name!r}: max_batch and max_prefill_tokens must be positive")
+            raise ConfigError(f"profile {self.name!r}: max_batch and max_prefill_tokens must be positive",
+                              "set max_batch and max_prefill_tokens to 1 or more")
 
     def prefill_time(self, lengths: Sequence[int]) -> float:
         """Seconds for one prefill batch of sequences with these token counts."""
@@ -210,7 +213,8 @@ def derive_profile(
     kv_per_token = int(round(2 * model.n_layers * model.n_kv_heads * model.head_dim * model.kv_bytes))
     free = gpu.mem_fraction * gpu.hbm_bytes - weights - gpu.reserve_bytes
     if free <= kv_per_token:
-        raise ConfigError(f"{model.name} does not fit on {gpu.name} with room for KV cache")
+        raise ConfigError(f"{model.name} does not fit on {gpu.name} with room for KV cache",
+                          "use a GPU with more memory, or a smaller model")
     return LatencyProfile(
         name=name,
         prefill=(weights / bw, 2 * model.n_params / fl, 2 * model.n_layers * model.d_attn / fl),
@@ -272,7 +276,7 @@ def get_profile(name: str) -> LatencyProfile:
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as e:
-            raise ConfigError(f"profile file {path} is not valid JSON ({e})") from e
+            raise ConfigError(f"profile file {path} is not valid JSON ({e})", "correct the JSON at that place") from e
         return profile_from_dict(data)
     return PROFILES.get(name)
 
@@ -308,7 +312,7 @@ def read_timings(path: str | Path) -> list[Timing]:
 
     p = Path(path)
     if not p.is_file():
-        raise DataError(f"timings file {p} not found")
+        raise DataError(f"timings file {p} not found", "check the path")
     try:
         df = pd.read_csv(p)
     except (ValueError, OSError) as e:
@@ -363,14 +367,15 @@ def fit_profile(
     dec = [t for t in rows if t.kind == "decode"]
     bad = [t.kind for t in rows if t.kind not in ("prefill", "decode")]
     if bad:
-        raise DataError(f"timing kinds must be 'prefill' or 'decode', got {sorted(set(bad))}")
+        raise DataError(f"timing kinds must be 'prefill' or 'decode', got {sorted(set(bad))}",
+                        "set each row's kind to prefill or decode")
     if len(pre) < 3 or len(dec) < 3:
         raise DataError(
             f"fit_profile needs >= 3 prefill and >= 3 decode timings, got {len(pre)} and {len(dec)}",
             "measure more batch shapes",
         )
     if any(not (t.seconds > 0) for t in rows):
-        raise DataError("every timing needs seconds > 0")
+        raise DataError("every timing needs seconds > 0", "drop or re-measure the rows with seconds <= 0")
     xp = np.array([[1.0, t.tokens, t.tokens_sq] for t in pre])
     yp = np.array([t.seconds for t in pre])
     xd = np.array([[1.0, t.context, t.batch] for t in dec])

@@ -92,7 +92,7 @@ class Workload:
         if rate is None:
             return self.arrivals.copy()
         if not (rate > 0 and math.isfinite(rate)):
-            raise ConfigError(f"arrival rate must be > 0 requests/s, got {rate!r}")
+            raise ConfigError(f"arrival rate must be > 0 requests/s, got {rate!r}", "pass loads above 0")
         if self.episode is not None:
             return self._episode_times(rate)
         if not self.own_times:

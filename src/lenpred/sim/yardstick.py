@@ -98,12 +98,12 @@ def converge(run: Callable[[int], Mapping[str, float]], n0: int, n_max: int, tol
     left out of the check from then on, so one unstable arm does not hold every other arm's cell to
     the cap."""
     if not (isinstance(n0, int) and n0 >= 1):
-        raise ConfigError(f"the first N must be an integer >= 1, got {n0!r}")
+        raise ConfigError(f"the first N must be an integer >= 1, got {n0!r}", "pass --n0 1 or more")
     if not (isinstance(n_max, int) and n_max >= n0):
         raise ConfigError(f"the largest N must be an integer >= the first N ({n0}), got {n_max!r}",
                           "raise --n-max")
     if not (math.isfinite(tol) and 0 < tol < 1):
-        raise ConfigError(f"the convergence tolerance must be in (0, 1), got {tol!r}")
+        raise ConfigError(f"the convergence tolerance must be in (0, 1), got {tol!r}", "use a fraction such as 0.05")
     out = Convergence(n=n0, converged=False, tol=tol)
     n = n0
     while True:
@@ -144,13 +144,15 @@ def goodput_search(attain_at: Callable[[float], float], lo: float, hi: float, *,
     or ``max_probes`` runs were made. Assumes attainment falls with load (a noisy probe can break
     that; the probes are returned to check)."""
     if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo < hi):
-        raise ConfigError(f"the goodput search needs 0 < lo < hi, got lo={lo!r}, hi={hi!r}")
+        raise ConfigError(f"the goodput search needs 0 < lo < hi, got lo={lo!r}, hi={hi!r}",
+                          "give a positive lower load below the upper one")
     if not (math.isfinite(tol) and tol > 0):
-        raise ConfigError(f"the goodput tolerance must be > 0, got {tol!r}")
+        raise ConfigError(f"the goodput tolerance must be > 0, got {tol!r}", "use a positive tolerance such as 0.02")
     if not (isinstance(max_probes, int) and max_probes >= 2):
-        raise ConfigError(f"the goodput search needs max_probes >= 2 (lo and hi), got {max_probes!r}")
+        raise ConfigError(f"the goodput search needs max_probes >= 2 (lo and hi), got {max_probes!r}",
+                          "allow 2 or more probes")
     if not 0 < target <= 1:
-        raise ConfigError(f"the attainment target must be in (0, 1], got {target!r}")
+        raise ConfigError(f"the attainment target must be in (0, 1], got {target!r}", "use a fraction such as 0.9")
     probes: list[tuple[float, float]] = []
 
     def probe(x: float) -> bool:
@@ -225,7 +227,8 @@ def episode_arrival(base: float, peak: float, burst_s: float, *, inner: str = "p
     """The arrival config of an episode given in capacity units: ``base`` (the run's load, < 1) and a
     burst at ``peak`` (>= base) for ``burst_s`` seconds; the tail from :func:`tail_for` unless given."""
     if not (math.isfinite(base) and 0 < base < 1):
-        raise ConfigError(f"an episode's base load must be in (0, 1) x capacity (it must drain), got {base!r}")
+        raise ConfigError(f"an episode's base load must be in (0, 1) x capacity (it must drain), got {base!r}",
+                          "give the episode a base load below capacity, e.g. 0.7")
     if not (math.isfinite(peak) and peak >= base):
         raise ConfigError(f"an episode's burst load must be >= its base load {base:g}, got {peak!r}",
                           "a burst below the base is not a burst")

@@ -96,7 +96,7 @@ class BoundConfig(Config):
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:
-            raise FieldError(f"{v} must be at least 1")
+            raise FieldError(f"must be at least 1, got {v}", "pass 1 or more")
         return v
 
     @field_validator("hazard_bin")

@@ -156,7 +156,7 @@ def _read(path: Path) -> tuple[pd.DataFrame, str, _Rows]:
     if path.is_dir():
         raise DataError(f"{path} is a directory, not a length table", "pass a run directory or a .csv/.parquet file")
     if not path.is_file():
-        raise DataError(f"length table {path} does not exist")
+        raise DataError(f"length table {path} does not exist", "check the path")
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise DataError(f"{path}: unknown table format {path.suffix!r}", "use a .csv or .parquet file")
@@ -224,7 +224,7 @@ def _whole_numbers(col: pd.Series, name: str, table: str, where: _Rows, minimum:
 
 def _cap(df: pd.DataFrame, table: str, where: _Rows, given: int | None) -> int | None:
     if given is not None and given < 1:
-        raise DataError(f"--max-new-tokens {given} must be positive")
+        raise DataError(f"--max-new-tokens {given} must be positive", "pass the cap the lengths were generated under (1 or more)")
     if "max_new_tokens" not in df.columns:
         return given
     caps = _whole_numbers(df["max_new_tokens"], "max_new_tokens", table, where, minimum=1)

@@ -237,12 +237,18 @@ def _load_policies(path: Path) -> tuple[list[dict[str, Any]], str | None]:
 
 
 def _load_yardstick(paths: tuple[Path, ...] | None) -> LoadedYardstick | None:
-    from lenpred.report.yardstick import default_paths, load_cells, summarize
+    from lenpred.report.yardstick import MAKE_COMMAND, default_paths, load_cells, summarize
 
     if paths == ():
         return None
     found = default_paths() if paths is None else list(paths)
-    return LoadedYardstick(summarize(load_cells(found)) if found else [], [str(p) for p in found])
+    rows = load_cells(found) if found else []
+    if paths is not None and not rows:  # passed on purpose: a page without its scheduling section is a surprise
+        raise DataError(f"--yardstick {' '.join(str(p) for p in found)} holds no yardstick cell row (an empty file, "
+                        "or goodput rows only): the page would lack its scheduling section",
+                        f"pass the cells of a yardstick run (make them with {MAKE_COMMAND}), or pass --yardstick "
+                        "with no path to leave the section out")
+    return LoadedYardstick(summarize(rows), [str(p) for p in found])
 
 
 def load_inputs(inputs: ReportInputs) -> Loaded:
