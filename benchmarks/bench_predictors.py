@@ -39,11 +39,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
 
 def _synthetic(n_train: int, d: int) -> dict[str, Any]:
-    from predictors.synth import planted
+    from lenpred.predictors.synthetic import planted
 
     tr, va, te = planted(n_train, 2, seed=0, d=d), planted(max(n_train // 10, 8), 2, seed=1, d=d), planted(64, 2, seed=2, d=d)
     return {"train": (tr["X"], tr["y"], tr["text"]), "val": (va["X"], va["y"], va["text"]), "probe": (te["X"], te["text"])}

@@ -48,12 +48,9 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "route"))  # the server processes
-from route_procs import RouterProcess, Stub  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # when loaded by path (tests/bench_scripts.py)
-from router_ab import ab  # noqa: E402
-from router_load import (  # noqa: E402
+from benchmarks.route_procs import RouterProcess, Stub
+from benchmarks.router_ab import ab
+from benchmarks.router_load import (
     chat_body,
     client,
     measure_stream,
@@ -62,7 +59,7 @@ from router_load import (  # noqa: E402
     summary,
     waves,
 )
-from router_report import counter_sum, cpu_s, gc_pauses, hist_mean, machine, table, write_json  # noqa: E402
+from benchmarks.router_report import counter_sum, cpu_s, gc_pauses, hist_mean, machine, table, write_json
 
 
 def _stub_router(stubs: list[Stub], logs: Path, **extra: Any) -> RouterProcess:

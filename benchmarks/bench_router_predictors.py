@@ -35,8 +35,6 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 HOME_RUN = "data/runs/smollm2-sharegpt"
 TRANSFER_RUN = "data/runs/smollm2-alpaca-eval"
 OUT = "docs/results/router_predictors.json"
@@ -168,7 +166,7 @@ def _config(name: str, mode: str, url: str | None = None) -> Any:
 
 
 def latency(names: list[str], modes: list[str], b1: int, bursts: int) -> list[dict[str, Any]]:
-    from router_predictors_timing import Serve, time_estimator
+    from benchmarks.router_predictors_timing import Serve, time_estimator
 
     texts = _run(HOME_RUN)[2] + _run(TRANSFER_RUN)[2]  # distinct prompts: ShareGPT test, then AlpacaEval
     out = []

@@ -26,7 +26,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import ROOT
 
 
 def _texts(run: Path, n: int) -> list[str]:

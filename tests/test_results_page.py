@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bench_scripts import ROOT, load_benchmark
+from benchmarks.report import results_page as rp
 
-rp = load_benchmark("results_page")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _copy(tmp: Path) -> Path:

@@ -20,9 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from results_figures import (  # noqa: E402
+from benchmarks import ROOT
+from benchmarks.report.results_figures import (
     bench_figures,
     bound_figures,
     curve_figures,
@@ -33,9 +32,14 @@ from results_figures import (  # noqa: E402
     sim_real_figures,
     transfer_figures,
 )
-from results_router import AB_RUNS, OVERHEAD_FIXES, _overhead_file, _overhead_source, router_figures  # noqa: E402
+from benchmarks.report.results_router import (
+    AB_RUNS,
+    OVERHEAD_FIXES,
+    _overhead_file,
+    _overhead_source,
+    router_figures,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = "docs/results.template.md"
 PAGE = "docs/results.md"
 COMMAND = "python benchmarks/results_page.py"

@@ -25,7 +25,7 @@ def _template() -> Path:
     global _TEMPLATE
     if _TEMPLATE is None:
         from lenpred.predictors.pipeline import train_on_run
-        from predictors.synth import CARD, SPEC, write_run
+        from lenpred.predictors.synthetic import CARD, SPEC, write_run
 
         root = Path(tempfile.mkdtemp(prefix="lenpred-bad-predict-"))
         small = {"n_small": 40, "n_big": 16}

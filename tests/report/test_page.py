@@ -192,7 +192,7 @@ def test_no_yardstick_results_say_what_to_run(tmp_path: Path, inputs: Inputs, mo
     res = write_report(ReportInputs(inputs.run), tmp_path / "r.html")
     assert res.sections == ("run", "value")
     text = res.path.read_text()
-    assert "No scheduling yardstick results were found" in text and "benchmarks/bench_yardstick.py" in text
+    assert "No scheduling yardstick results were found" in text and "python -m benchmarks.bench_yardstick" in text
     assert not parse(res.path).images
 
 
@@ -288,7 +288,7 @@ def test_refuses_bad_policy_rows_and_missing_paths(tmp_path: Path, inputs: Input
 def test_refuses_bad_yardstick_rows_and_missing_paths(tmp_path: Path, inputs: Inputs,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     err = _bad(tmp_path, "--run", inputs.run, "--yardstick", tmp_path / "nope.jsonl", capsys=capsys)
-    assert "nope.jsonl: no yardstick cells file there" in err and "bench_yardstick.py" in err
+    assert "nope.jsonl: no yardstick cells file there" in err and "python -m benchmarks.bench_yardstick" in err
     (tmp_path / "ys").mkdir()
     bad = tmp_path / "ys" / "cells.jsonl"  # a folder's *cells.jsonl
     bad.write_text(inputs.yardstick.read_text().splitlines()[0] + "\n{not json\n")

@@ -9,9 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench_scripts import load_benchmark
-
-bk = load_benchmark("bench_kv")
+from benchmarks import bench_kv as bk
 
 
 def test_arms_differ_only_in_the_rules() -> None:
