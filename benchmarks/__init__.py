@@ -21,8 +21,10 @@ Layout:
 
 Imports go one way: ``tests`` may import ``benchmarks`` and ``lenpred``; ``benchmarks`` imports
 ``lenpred`` and itself, never ``tests``; ``benchmarks.report`` imports no benchmark
-(tests/test_benchmarks_imports.py checks all three). Every data format has one reader in
-``lenpred`` (the yardstick's cells: :func:`lenpred.report.yardstick.load_cells`).
+(tests/test_benchmarks_imports.py checks all three). Every data format has one reader: the
+yardstick's cells :mod:`lenpred.report.yardstick` (``load_cells`` for the page, ``read_cells`` with
+``partial=True`` for a run's work file that a kill may have cut), the policy study's cells
+``report/policies_report.read_rows``.
 """
 
 from __future__ import annotations

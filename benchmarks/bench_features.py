@@ -7,7 +7,7 @@ timed. "Tokens" are real prompt tokens; the padding share is the fraction of fed
 were padding, and ``fed_per_s`` counts padding too. A small sample has sparse lengths, so its
 padding share overstates the full run's (2,400 prompts sorted by length: 0.8% at batch 8).
 
-    python benchmarks/bench_features.py --prompts 48 --batch-sizes 1,4,8,16 --threads 1
+    python -m benchmarks.bench_features --prompts 48 --batch-sizes 1,4,8,16 --threads 1
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ one JSON row appended to ``WORK/cells.jsonl`` at once (resumable; a cell already
 The report: ``OUT/kv.json`` (every row and the per-cell summary) and ``OUT/kv.md`` (min-max over
 seeds, ratios to vLLM's default per seed, the issue's goal checked per cell and seed).
 
-    flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python benchmarks/bench_kv.py --max-minutes 9
-    .venv/bin/python benchmarks/bench_kv.py --report-only
+    flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python -m benchmarks.bench_kv --max-minutes 9
+    .venv/bin/python -m benchmarks.bench_kv --report-only
 """
 
 from __future__ import annotations

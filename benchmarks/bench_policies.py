@@ -22,8 +22,8 @@ Predictors: the committed ``mlp`` and ``proxy`` heads (predicted here on each wo
 ``samples`` (the oracle distribution: the prompt's other K-1 samples as ``dist_tokens``) and ``true``.
 Prediction-free arms use round-robin dispatch, the others least-predicted-tokens (the reproduction's).
 
-    taskset -c 0 nice -n 10 .venv/bin/python benchmarks/bench_policies.py --out docs/policies --work out/policies
-    .venv/bin/python benchmarks/bench_policies.py --report-only --out docs/policies --work out/policies
+    taskset -c 0 nice -n 10 .venv/bin/python -m benchmarks.bench_policies --out docs/policies --work out/policies
+    .venv/bin/python -m benchmarks.bench_policies --report-only --out docs/policies --work out/policies
     # sizing: --seeds 0 --arrivals poisson --loads 1.2 --workloads sharegpt --n-requests 20000
 """
 

@@ -14,11 +14,11 @@ and on every core. Logits included, sampling not.
 
 Data: real features (``--features FEATS --run RUN``: the run's train / val split) or, by default,
 synthetic features of the reference run's shape (2,000 training prompts, blocks of width 576,
-2 samples each; tests/predictors/synth.py's planted law). The JSON records the machine and its load
+2 samples each; lenpred.predictors.synthetic's planted law). The JSON records the machine and its load
 average at the start and the end: on a shared CPU every figure is an upper bound.
 
-    python benchmarks/bench_predictors.py                     # synthetic, every head
-    python benchmarks/bench_predictors.py --features data/features/smollm2-sharegpt \\
+    python -m benchmarks.bench_predictors                     # synthetic, every head
+    python -m benchmarks.bench_predictors --features data/features/smollm2-sharegpt \\
         --run data/runs/smollm2-sharegpt --out out/bench/predictors-speed.json
     # --heads ridge,mlp  --target llamacpp (or '' / --no-target)  --context 512  --reps 50
 """

@@ -16,10 +16,10 @@ Latency (``--part latency``): benchmarks/router_predictors_timing.py, per reques
 head) and through ``lenpred serve`` (remote), one at a time and 200 at once. Results merge into ``--out``
 (one JSON, rows keyed by head and mode), so parts and heads can be run separately::
 
-    python benchmarks/bench_router_predictors.py --part accuracy
-    flock /tmp/lenpred-heavy.lock python benchmarks/bench_router_predictors.py --part latency \\
+    python -m benchmarks.bench_router_predictors --part accuracy
+    flock /tmp/lenpred-heavy.lock python -m benchmarks.bench_router_predictors --part latency \\
         --heads ngram,gbdt,chars            # then --heads proxy,proxy-onnx ... (each run < 10 min)
-    python benchmarks/bench_router_predictors.py --table   # the markdown table of docs/route.md
+    python -m benchmarks.bench_router_predictors --table   # the markdown table of docs/route.md
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ docs/sim_real.md has the method and the figures.
         --predictor moe --out out/heads/moe
     lenpred predict --head out/heads/moe --run data/runs/smollm2-sharegpt \\
         --features data/features/smollm2-sharegpt --roles test --out out/preds/moe.parquet
-    python benchmarks/bench_sim_real.py --run data/runs/smollm2-sharegpt \\
+    python -m benchmarks.bench_sim_real --run data/runs/smollm2-sharegpt \\
         --predictions moe=out/preds/moe.parquet --out out/sim/real_predictions
     # --loads 1,1.05,1.1,1.2  --n-requests 20000  --aging 100,300|none  --no-extra-arms  --config FILE
 """

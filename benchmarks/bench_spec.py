@@ -14,7 +14,7 @@ loop) and once per chain length k, and reports
 * the cost split: one verifying pass and one cycle's drafting, each in units of a plain decoding
   pass (speed-up ~ tau / (verify + draft) when the rest is negligible).
 
-    python benchmarks/bench_spec.py --run data/runs/smollm2-sharegpt --draft out/draft/smollm2 \\
+    python -m benchmarks.bench_spec --run data/runs/smollm2-sharegpt --draft out/draft/smollm2 \\
         --prompts 8 --max-new-tokens 128 --ks 1,2,3,4,5,6 --trees '5,8,48' --out out/bench_spec.json
 
 ``--trees`` adds greedy rows with a dynamic draft tree (EAGLE-2's, as EAGLE-3 evaluates: ``k`` is then

@@ -22,11 +22,11 @@ done: a killed run loses only the cell in progress, and cells present are skippe
 ``OUT/yardstick.json`` and ``OUT/yardstick.md`` (min-max over seeds, ratios to FCFS + round robin in
 the same cell and seed).
 
-    .venv/bin/python benchmarks/bench_yardstick.py --dry-run     # the cells, runs and estimated CPU time
-    flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python benchmarks/bench_yardstick.py --max-minutes 8
-    .venv/bin/python benchmarks/bench_yardstick.py --clusters 1+2 --batches 16 --regimes episode \\
+    .venv/bin/python -m benchmarks.bench_yardstick --dry-run     # the cells, runs and estimated CPU time
+    flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python -m benchmarks.bench_yardstick --max-minutes 8
+    .venv/bin/python -m benchmarks.bench_yardstick --clusters 1+2 --batches 16 --regimes episode \\
         --episodes 1.3x30s --arrivals poisson --seeds 0 --work out/yardstick --out docs/yardstick
-    .venv/bin/python benchmarks/bench_yardstick.py --report-only --work out/yardstick --out docs/yardstick
+    .venv/bin/python -m benchmarks.bench_yardstick --report-only --work out/yardstick --out docs/yardstick
 """
 
 from __future__ import annotations

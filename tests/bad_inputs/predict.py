@@ -1,6 +1,6 @@
 """Bad inputs of `lenpred train` / `lenpred predict` (rows for tests/test_bad_input.py).
 
-A template world is built once per session (synthetic runs from tests/predictors/synth.py and a
+A template world is built once per session (synthetic runs from lenpred.predictors.synthetic and a
 ridge head trained on run "a") and copied into each case's tmp_path, so every row starts from the
 same known-good files and breaks one thing.
 """

@@ -148,7 +148,7 @@ def test_bound_verdicts_and_commands(full_page: Path, inputs: Inputs) -> None:
     assert f"lenpred bench --run {inputs.run} --predictions constant=" in text
     traj = json.loads((inputs.outlets / "outlets_bench.json").read_text())["protocol"]["trajectory"]
     assert f"lenpred outlets bench --traj {traj}" in text  # the trajectory the committed bench read
-    assert "python benchmarks/policies.py --tiny" in text  # the command the policies file records
+    assert "python -m benchmarks.policies --tiny" in text  # the command the policies file records
 
 
 def test_yardstick_section_known_answers(full_page: Path, inputs: Inputs) -> None:
@@ -166,7 +166,7 @@ def test_yardstick_section_known_answers(full_page: Path, inputs: Inputs) -> Non
     text = full_page.read_text()
     assert "mlfq/- diverges" in text and "docs/yardstick/yardstick.md" in text and "docs/policies/README.md" in text
     assert "stands in for it" in text  # the router's default (fcfs + least-predicted-tokens) is no yardstick arm
-    assert str(inputs.yardstick) in text and "python benchmarks/policies.py --tiny" in text
+    assert str(inputs.yardstick) in text and "python -m benchmarks.policies --tiny" in text
     assert "Yardstick, steady loads, 1+2 cluster, batch 16: short-request against overall P99" in text  # the figure
 
 
