@@ -57,7 +57,7 @@ lint: install
 	$(BIN)/ruff check src tests benchmarks
 
 bench: install
-	$(BIN)/python benchmarks/bench_collect.py
+	$(BIN)/python -m benchmarks.bench_collect
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache out

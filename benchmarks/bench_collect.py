@@ -6,7 +6,7 @@ finished rows, and ``hf-generate`` (plain ``model.generate`` on static batches) 
 it for comparison. ``openai`` talks to llama-cpp-python's server on loopback (one request at a
 time there; vLLM would batch).
 
-    python benchmarks/bench_collect.py --prompts 8 --samples 4 --max-new-tokens 256
+    python -m benchmarks.bench_collect --prompts 8 --samples 4 --max-new-tokens 256
 """
 
 from __future__ import annotations

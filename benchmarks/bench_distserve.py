@@ -1,12 +1,13 @@
 """`lenpred simulate` side by side with DistServe's own simulator on the same trace.
 
 DistServe's simulator (``simdistserve`` in LLMServe/DistServe, Zhong et al., OSDI'24) is pure
-Python on simpy. It is never vendored here; fetch it yourself and point this benchmark at it::
+Python on simpy. It is never vendored here; fetch it yourself and put it on ``PYTHONPATH`` (this
+package edits no import path)::
 
     git clone https://github.com/LLMServe/DistServe /path/to/DistServe    # checked with 82831f1
     pip install simpy                       # or: pip install --target /tmp/simpy simpy
-    .venv/bin/python benchmarks/bench_distserve.py --distserve /path/to/DistServe \\
-        [--pythonpath /tmp/simpy] [--n 10000] [--rate 30] [--synthetic]
+    PYTHONPATH=/path/to/DistServe[:/tmp/simpy] .venv/bin/python -m benchmarks.bench_distserve \\
+        [--n 10000] [--rate 30] [--synthetic]
 
 Both simulators get the same requests: ShareGPT lengths (lenpred's cached token counts; or
 lognormal lengths with ``--synthetic``), Poisson arrivals at ``--rate`` requests/s, OPT-13B on
@@ -34,9 +35,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import platform
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,15 +48,15 @@ N_PREFILL, N_DECODE = 4, 8
 KV_TOKENS = 66144  # DistServe max_num_tokens.csv, opt-13b tp=1 pp=1
 
 
-def import_distserve(root: str, extra: list[str]) -> Any:
-    for p in [*extra, root]:
-        sys.path.insert(0, str(Path(p).resolve()))
+def import_distserve() -> Any:
+    """DistServe's simulator from ``PYTHONPATH``, or a one-line exit that says how to put it there."""
     try:
         import simdistserve  # noqa: F401
         import simpy  # noqa: F401
     except ImportError as e:
-        raise SystemExit(f"cannot import DistServe's simulator ({e}): clone LLMServe/DistServe, pass its "
-                         f"folder as --distserve, and install simpy (or pass --pythonpath)") from None
+        raise SystemExit(f"bench_distserve: error: cannot import DistServe's simulator ({e}) -- fix: clone "
+                         "LLMServe/DistServe, install simpy, and run PYTHONPATH=/path/to/DistServe[:/where/simpy/is] "
+                         "python -m benchmarks.bench_distserve") from None
     return simdistserve
 
 
@@ -128,14 +127,12 @@ def agreement(name: str, a: np.ndarray, b: np.ndarray) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--distserve", required=True, help="a clone of LLMServe/DistServe (the folder holding simdistserve/)")
-    ap.add_argument("--pythonpath", action="append", default=[], help="extra import path (e.g. where simpy is)")
     ap.add_argument("--n", type=int, default=10_000, help="requests (default 10000)")
     ap.add_argument("--rate", type=float, default=30.0, help="Poisson arrival rate, requests/s (default 30)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--synthetic", action="store_true", help="lognormal lengths instead of ShareGPT's")
     args = ap.parse_args()
-    import_distserve(args.distserve, args.pythonpath)
+    import_distserve()
 
     lengths = (LengthConfig(source="synthetic", prompt_median=100, prompt_sigma=1.0, output_median=250,
                             output_sigma=0.8) if args.synthetic else LengthConfig(source="sharegpt"))

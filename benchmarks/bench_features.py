@@ -7,7 +7,7 @@ timed. "Tokens" are real prompt tokens; the padding share is the fraction of fed
 were padding, and ``fed_per_s`` counts padding too. A small sample has sparse lengths, so its
 padding share overstates the full run's (2,400 prompts sorted by length: 0.8% at batch 8).
 
-    python benchmarks/bench_features.py --prompts 48 --batch-sizes 1,4,8,16 --threads 1
+    python -m benchmarks.bench_features --prompts 48 --batch-sizes 1,4,8,16 --threads 1
 """
 
 from __future__ import annotations
@@ -15,25 +15,27 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.flags import int_list
 from lenpred.data.rundir import RunDir
 from lenpred.features.prefill import Extractor, FeatureConfig, plan_batches, resolve_layers
 from lenpred.models.loading import hf_folder
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default="data/runs/smollm2-sharegpt", help="run whose prompts to feed (read only)")
     ap.add_argument("--prompts", type=int, default=48, help="prompts sampled (seeded)")
-    ap.add_argument("--batch-sizes", default="1,4,8,16")
+    ap.add_argument("--batch-sizes", type=int_list, default="1,4,8,16")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
 
     rd = RunDir.open(a.run)
     p = rd.prompts().sample(n=a.prompts, random_state=a.seed)
@@ -45,7 +47,7 @@ def main() -> None:
     ext = Extractor.load(folder, base, resolve_layers(base, AutoConfig.from_pretrained(folder)))
     ext.features(seqs[:2])  # warm-up (first-call allocations)
     rows = []
-    for bs in (int(x) for x in a.batch_sizes.split(",")):
+    for bs in a.batch_sizes:
         ext.cfg = base.replace(batch_size=bs)
         batches = plan_batches([len(s) for s in seqs], bs, base.batch_tokens)
         fed = sum(len(b) * max(len(seqs[i]) for i in b) for b in batches)
@@ -66,7 +68,8 @@ def main() -> None:
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=2)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -21,8 +21,8 @@ one JSON row appended to ``WORK/cells.jsonl`` at once (resumable; a cell already
 The report: ``OUT/kv.json`` (every row and the per-cell summary) and ``OUT/kv.md`` (min-max over
 seeds, ratios to vLLM's default per seed, the issue's goal checked per cell and seed).
 
-    flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python benchmarks/bench_kv.py --max-minutes 9
-    .venv/bin/python benchmarks/bench_kv.py --report-only
+    flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python -m benchmarks.bench_kv --max-minutes 9
+    .venv/bin/python -m benchmarks.bench_kv --report-only
 """
 
 from __future__ import annotations
@@ -38,10 +38,18 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_policies import ROOT, build, make_tables, prediction, run_then_report, say, sim_config, sources  # noqa: E402
-from policies_report import read_rows  # noqa: E402
+from benchmarks.bench_policies import (
+    ROOT,
+    build,
+    make_tables,
+    prediction,
+    run_then_report,
+    say,
+    sim_config,
+    sources,
+)
+from benchmarks.flags import float_list, int_list
+from benchmarks.report.policies_report import read_rows
 
 LOADS = (0.9, 0.95, 0.98)
 SEEDS = (0, 1, 2, 3, 4)
@@ -304,9 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default="docs/kv", help="report folder (kv.json, kv.md)")
     ap.add_argument("--work", default="out/kv", help="cells.jsonl, setup.json, predictions tables")
     ap.add_argument("--n-requests", type=int, default=16000)
-    ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
-    ap.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS))
-    ap.add_argument("--budgets", default=",".join(f"{x:g}" for x in BUDGETS),
+    ap.add_argument("--seeds", type=int_list, default=",".join(map(str, SEEDS)))
+    ap.add_argument("--loads", type=float_list, default=",".join(f"{x:g}" for x in LOADS))
+    ap.add_argument("--budgets", type=float_list, default=",".join(f"{x:g}" for x in BUDGETS),
                     help="KV budget shares: K = share x 256 x mean(prompt + output/2)")
     ap.add_argument("--outlets", default=str(ROOT / "data/outlets/predictions-test-smollm2-sharegpt.parquet"),
                     help="OUTLETS predictions with re-predictions for the test samples")
@@ -315,14 +323,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-minutes", type=float, default=9.0, help="stop starting cells after this long")
     ap.add_argument("--report-only", action="store_true", help="write the report from WORK/cells.jsonl")
     a = ap.parse_args(argv)
-    try:
-        a.seeds = [int(x) for x in a.seeds.split(",") if x]
-        a.loads = [float(x) for x in a.loads.split(",") if x]
-        a.budgets = [float(x) for x in a.budgets.split(",") if x]
-    except ValueError as e:
-        print(f"error: --seeds / --loads must be comma-separated numbers ({e}) -- fix: e.g. --loads 0.9,0.98",
-              file=sys.stderr)
-        return 1
     if (not a.seeds or not a.loads or any(not (0 < x < 2) for x in a.loads) or a.n_requests < 100
             or not a.budgets or any(not (0 < x <= 1) for x in a.budgets)):
         print(f"error: loads {a.loads} must be in (0, 2) x capacity, budgets {a.budgets} in (0, 1], seeds "

@@ -9,7 +9,7 @@ same code as ``lenpred train / predict / bench``; only the split file handed to 
 run's with its ``train`` role cut to the subset. The test prompts and the bound never change, so the
 curve shows how much of the gap to the bound is a matter of training data.
 
-    python benchmarks/bench_learning_curve.py --run data/runs/smollm2-sharegpt \\
+    python -m benchmarks.bench_learning_curve --run data/runs/smollm2-sharegpt \\
         --features data/features/smollm2-sharegpt --out out/bench/learning-curve
     # --sizes 400,1000,all  --heads constant,prompt-length,ridge,mlp,softlabel,moe  --repeats 3
     # --param mlp.hidden=128 (per head)  --n-boot 1000

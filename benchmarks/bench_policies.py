@@ -22,8 +22,8 @@ Predictors: the committed ``mlp`` and ``proxy`` heads (predicted here on each wo
 ``samples`` (the oracle distribution: the prompt's other K-1 samples as ``dist_tokens``) and ``true``.
 Prediction-free arms use round-robin dispatch, the others least-predicted-tokens (the reproduction's).
 
-    taskset -c 0 nice -n 10 .venv/bin/python benchmarks/bench_policies.py --out docs/policies --work out/policies
-    .venv/bin/python benchmarks/bench_policies.py --report-only --out docs/policies --work out/policies
+    taskset -c 0 nice -n 10 .venv/bin/python -m benchmarks.bench_policies --out docs/policies --work out/policies
+    .venv/bin/python -m benchmarks.bench_policies --report-only --out docs/policies --work out/policies
     # sizing: --seeds 0 --arrivals poisson --loads 1.2 --workloads sharegpt --n-requests 20000
 """
 
@@ -40,10 +40,9 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from policies_report import read_rows, write_report  # noqa: E402
+from benchmarks import ROOT
+from benchmarks.flags import float_list, int_list
+from benchmarks.report.policies_report import read_rows, write_report
 
 LOADS = (0.8, 0.9, 1.0, 1.05, 1.1, 1.2, 1.3)
 ARRIVALS = {"poisson": {"process": "poisson"}, "bursty": {"process": "gamma", "cv": 3.0}}
@@ -337,9 +336,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--work", default="out/policies", help="cells.jsonl, capacity.json, predictions tables")
     ap.add_argument("--n-requests", type=int, default=6000)
     ap.add_argument("--workloads", default="sharegpt,outlets,alpaca")
-    ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
+    ap.add_argument("--seeds", type=int_list, default=",".join(map(str, SEEDS)))
     ap.add_argument("--arrivals", default=",".join(ARRIVALS))
-    ap.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS))
+    ap.add_argument("--loads", type=float_list, default=",".join(f"{x:g}" for x in LOADS))
     ap.add_argument("--outlets", default=None, metavar="TABLE",
                     help="OUTLETS predictions with re-predictions (lenpred outlets predict); default: made from "
                          "--outlets-head on --traj")
@@ -349,9 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true", help="write the report from WORK/cells.jsonl, run nothing")
     a = ap.parse_args(argv)
     a.workloads = [w for w in a.workloads.split(",") if w]
-    a.seeds = [int(x) for x in a.seeds.split(",") if x]
     a.arrivals = [x for x in a.arrivals.split(",") if x]
-    a.loads = [float(x) for x in a.loads.split(",") if x]
     a.alpaca_roles = tuple(a.alpaca_roles.split(",")) if a.alpaca_roles else None
     bad = [w for w in a.workloads if w not in ("sharegpt", "outlets", "alpaca")] + \
         [x for x in a.arrivals if x not in ARRIVALS]

@@ -14,11 +14,11 @@ and on every core. Logits included, sampling not.
 
 Data: real features (``--features FEATS --run RUN``: the run's train / val split) or, by default,
 synthetic features of the reference run's shape (2,000 training prompts, blocks of width 576,
-2 samples each; tests/predictors/synth.py's planted law). The JSON records the machine and its load
+2 samples each; lenpred.predictors.synthetic's planted law). The JSON records the machine and its load
 average at the start and the end: on a shared CPU every figure is an upper bound.
 
-    python benchmarks/bench_predictors.py                     # synthetic, every head
-    python benchmarks/bench_predictors.py --features data/features/smollm2-sharegpt \\
+    python -m benchmarks.bench_predictors                     # synthetic, every head
+    python -m benchmarks.bench_predictors --features data/features/smollm2-sharegpt \\
         --run data/runs/smollm2-sharegpt --out out/bench/predictors-speed.json
     # --heads ridge,mlp  --target llamacpp (or '' / --no-target)  --context 512  --reps 50
 """
@@ -39,11 +39,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
 
 def _synthetic(n_train: int, d: int) -> dict[str, Any]:
-    from predictors.synth import planted
+    from lenpred.predictors.synthetic import planted
 
     tr, va, te = planted(n_train, 2, seed=0, d=d), planted(max(n_train // 10, 8), 2, seed=1, d=d), planted(64, 2, seed=2, d=d)
     return {"train": (tr["X"], tr["y"], tr["text"]), "val": (va["X"], va["y"], va["text"]), "probe": (te["X"], te["text"])}

@@ -1,10 +1,10 @@
 """Benchmarks of `lenpred route` on loopback: its overhead, its behaviour when a backend dies, and a real A/B.
 
-    nice -n 15 .venv/bin/python benchmarks/bench_router.py overhead   # 200 concurrent streams, stub backends
-    nice -n 15 .venv/bin/python benchmarks/bench_router.py fault      # 200 requests, one of two stubs killed
-    nice -n 15 .venv/bin/python benchmarks/bench_router.py ab --head proxy=PATH --head ridge=PATH --sim
+    nice -n 15 .venv/bin/python -m benchmarks.bench_router overhead   # 200 concurrent streams, stub backends
+    nice -n 15 .venv/bin/python -m benchmarks.bench_router fault      # 200 requests, one of two stubs killed
+    nice -n 15 .venv/bin/python -m benchmarks.bench_router ab --head proxy=PATH --head ridge=PATH --sim
 
-* **overhead**: two stub backends (tests/route/route_stub.py: tokens at a fixed rate, each chunk stamped with the
+* **overhead**: two stub backends (benchmarks/route_stub.py: tokens at a fixed rate, each chunk stamped with the
   stub's monotonic clock), the same waves of concurrent streams sent once straight to the stubs and once
   through a router process. Added latency = router path minus direct path, for the first token (from
   the client's send) and for every chunk (arrival minus the stub's stamp), at p50 and p99; the router's
@@ -30,7 +30,7 @@
 
 The clients that measure (one stream or unary request, the overhead waves) are in router_load.py; the
 A/B in router_ab.py; the machine's description, the table and the JSON in router_report.py; the
-stub and server processes in tests/route/route_procs.py. Each writes its figures as JSON (``--out``, default out/bench/router/<mode>.json) beside the printed table.
+stub and server processes in benchmarks/route_procs.py. Each writes its figures as JSON (``--out``, default out/bench/router/<mode>.json) beside the printed table.
 The CPU is shared on the development machines: run with ``nice`` and read the figures as upper bounds.
 """
 
@@ -48,12 +48,9 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "route"))  # the server processes
-from route_procs import RouterProcess, Stub  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # when loaded by path (tests/bench_scripts.py)
-from router_ab import ab  # noqa: E402
-from router_load import (  # noqa: E402
+from benchmarks.route_procs import RouterProcess, Stub
+from benchmarks.router_ab import ab
+from benchmarks.router_load import (
     chat_body,
     client,
     measure_stream,
@@ -62,7 +59,7 @@ from router_load import (  # noqa: E402
     summary,
     waves,
 )
-from router_report import counter_sum, cpu_s, gc_pauses, hist_mean, machine, table, write_json  # noqa: E402
+from benchmarks.router_report import counter_sum, cpu_s, gc_pauses, hist_mean, machine, table, write_json
 
 
 def _stub_router(stubs: list[Stub], logs: Path, **extra: Any) -> RouterProcess:

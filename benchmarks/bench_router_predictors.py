@@ -16,10 +16,10 @@ Latency (``--part latency``): benchmarks/router_predictors_timing.py, per reques
 head) and through ``lenpred serve`` (remote), one at a time and 200 at once. Results merge into ``--out``
 (one JSON, rows keyed by head and mode), so parts and heads can be run separately::
 
-    python benchmarks/bench_router_predictors.py --part accuracy
-    flock /tmp/lenpred-heavy.lock python benchmarks/bench_router_predictors.py --part latency \\
+    python -m benchmarks.bench_router_predictors --part accuracy
+    flock /tmp/lenpred-heavy.lock python -m benchmarks.bench_router_predictors --part latency \\
         --heads ngram,gbdt,chars            # then --heads proxy,proxy-onnx ... (each run < 10 min)
-    python benchmarks/bench_router_predictors.py --table   # the markdown table of docs/route.md
+    python -m benchmarks.bench_router_predictors --table   # the markdown table of docs/route.md
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 HOME_RUN = "data/runs/smollm2-sharegpt"
 TRANSFER_RUN = "data/runs/smollm2-alpaca-eval"
@@ -168,7 +166,7 @@ def _config(name: str, mode: str, url: str | None = None) -> Any:
 
 
 def latency(names: list[str], modes: list[str], b1: int, bursts: int) -> list[dict[str, Any]]:
-    from router_predictors_timing import Serve, time_estimator
+    from benchmarks.router_predictors_timing import Serve, time_estimator
 
     texts = _run(HOME_RUN)[2] + _run(TRANSFER_RUN)[2]  # distinct prompts: ShareGPT test, then AlpacaEval
     out = []

@@ -6,7 +6,7 @@ reference run, and measures each request's latency at the client (HTTP round tri
 size (from ``/metrics``). The client runs on the same machine: on a small shared CPU it competes
 with the service, so the concurrent figures are an upper bound on what the service alone needs.
 
-    python benchmarks/bench_serve.py --head data/heads/proxy-smollm2-sharegpt --out out/bench/serve.json
+    python -m benchmarks.bench_serve --head data/heads/proxy-smollm2-sharegpt --out out/bench/serve.json
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import ROOT
 
 
 def _texts(run: Path, n: int) -> list[str]:

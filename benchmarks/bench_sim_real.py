@@ -41,7 +41,7 @@ docs/sim_real.md has the method and the figures.
         --predictor moe --out out/heads/moe
     lenpred predict --head out/heads/moe --run data/runs/smollm2-sharegpt \\
         --features data/features/smollm2-sharegpt --roles test --out out/preds/moe.parquet
-    python benchmarks/bench_sim_real.py --run data/runs/smollm2-sharegpt \\
+    python -m benchmarks.bench_sim_real --run data/runs/smollm2-sharegpt \\
         --predictions moe=out/preds/moe.parquet --out out/sim/real_predictions
     # --loads 1,1.05,1.1,1.2  --n-requests 20000  --aging 100,300|none  --no-extra-arms  --config FILE
 """
@@ -58,12 +58,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchmarks import ROOT
+from benchmarks.flags import float_list
+from benchmarks.report.sim_real_report import print_anatomy, print_errors, print_rows
 from lenpred.sched.dists import Z90
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from sim_real_report import print_anatomy, print_errors, print_rows  # noqa: E402
 
 DEFAULT_CONFIG = ROOT / "experiments" / "sim" / "real_predictions.json"
 QUEUE, DISPATCH = "sjf", "least-predicted-tokens"
@@ -433,7 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--features", default=None, help="features artifact of --run (for --heads)")
     ap.add_argument("--config", default=str(DEFAULT_CONFIG), help="simulator config (a run-directory workload)")
     ap.add_argument("--split", default=None, help="split file (default RUN/split.json)")
-    ap.add_argument("--loads", default=None, help="comma-separated loads (multiples of capacity) overriding the config")
+    ap.add_argument("--loads", type=float_list, default=None,
+                    help="comma-separated loads (multiples of capacity) overriding the config")
     ap.add_argument("--n-requests", type=int, default=None, help="requests in the workload (config: 40,000)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-plots", action="store_true")
@@ -463,12 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = [n for n, _ in tables + heads]
         if len(set(names)) != len(names):
             raise ConfigError(f"predictor names must be unique, got {names}", "pass distinct NAME=... values")
-        loads = None
-        if a.loads is not None:
-            try:
-                loads = [float(x) for x in a.loads.split(",") if x.strip()]
-            except ValueError:
-                raise ConfigError(f"--loads must be comma-separated numbers, got {a.loads!r}") from None
+        loads = a.loads
         build_config(a.config, a.run, tables, SimOverrides(split=a.split))  # a bad config or run fails before any prediction
         if heads:
             tables += heads_to_tables(heads, a.run, a.features, a.split, out)

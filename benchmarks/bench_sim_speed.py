@@ -1,7 +1,7 @@
 """Speed of the serving simulator: wall time for N requests on 8 decode + 4 prefill instances.
 
-    .venv/bin/python benchmarks/bench_sim_speed.py                 # 100k requests, synthetic lengths
-    .venv/bin/python benchmarks/bench_sim_speed.py --sharegpt      # ShareGPT lengths (needs the tokenizer cache)
+    .venv/bin/python -m benchmarks.bench_sim_speed                 # 100k requests, synthetic lengths
+    .venv/bin/python -m benchmarks.bench_sim_speed --sharegpt      # ShareGPT lengths (needs the tokenizer cache)
 
 Lengths: ShareGPT-like lognormals (prompt median 100, output median 250 tokens) unless --sharegpt.
 The arrival rate defaults to 0.95x the cluster's saturation throughput measured by a burst probe,

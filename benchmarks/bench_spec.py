@@ -14,7 +14,7 @@ loop) and once per chain length k, and reports
 * the cost split: one verifying pass and one cycle's drafting, each in units of a plain decoding
   pass (speed-up ~ tau / (verify + draft) when the rest is negligible).
 
-    python benchmarks/bench_spec.py --run data/runs/smollm2-sharegpt --draft out/draft/smollm2 \\
+    python -m benchmarks.bench_spec --run data/runs/smollm2-sharegpt --draft out/draft/smollm2 \\
         --prompts 8 --max-new-tokens 128 --ks 1,2,3,4,5,6 --trees '5,8,48' --out out/bench_spec.json
 
 ``--trees`` adds greedy rows with a dynamic draft tree (EAGLE-2's, as EAGLE-3 evaluates: ``k`` is then
@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.flags import int_list
 from lenpred.data.rundir import RunDir
 from lenpred.data.split import load_split
 from lenpred.draft.io import check_against_target, load_draft
@@ -59,7 +60,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--model", help="default: the head's target")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--ks", default="1,2,3,4,5,6")
+    ap.add_argument("--ks", type=int_list, default="1,2,3,4,5,6")
     ap.add_argument("--modes", default="greedy,sampling")
     ap.add_argument("--trees", default="",
                     help="greedy draft trees to add, ';'-separated DEPTH,TOPK,NODES (e.g. '5,8,48;6,10,60')")
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     sampling = sampling_from_card(run.card["sampling"], max_new_tokens=a.max_new_tokens)
     card = sampling.to_dict()
     prompts = _prompts(run, a.prompts)
-    ks = [int(x) for x in a.ks.split(",") if x.strip()]
+    ks = a.ks
     trees = [TreeSpec.parse(x) for x in a.trees.split(";") if x.strip()]
     rows = []
     for mode in a.modes.split(","):

@@ -8,7 +8,7 @@ side by side, with the change of each figure and how well each keeps the heads' 
 
     lenpred bench --run data/runs/smollm2-sharegpt --heads out/heads/* --out out/bench/smollm2-sharegpt
     lenpred bench --run data/runs/smollm2-alpaca-eval --heads out/heads/* --out out/bench/smollm2-alpaca-eval
-    python benchmarks/bench_transfer.py --home out/bench/smollm2-sharegpt \\
+    python -m benchmarks.bench_transfer --home out/bench/smollm2-sharegpt \\
         --transfer out/bench/smollm2-alpaca-eval --out out/bench/transfer
 
 Writes OUT/transfer.json (both bounds, one row per predictor, the summary) and OUT/transfer.md, and

@@ -22,11 +22,11 @@ done: a killed run loses only the cell in progress, and cells present are skippe
 ``OUT/yardstick.json`` and ``OUT/yardstick.md`` (min-max over seeds, ratios to FCFS + round robin in
 the same cell and seed).
 
-    .venv/bin/python benchmarks/bench_yardstick.py --dry-run     # the cells, runs and estimated CPU time
-    flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python benchmarks/bench_yardstick.py --max-minutes 8
-    .venv/bin/python benchmarks/bench_yardstick.py --clusters 1+2 --batches 16 --regimes episode \\
+    .venv/bin/python -m benchmarks.bench_yardstick --dry-run     # the cells, runs and estimated CPU time
+    flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python -m benchmarks.bench_yardstick --max-minutes 8
+    .venv/bin/python -m benchmarks.bench_yardstick --clusters 1+2 --batches 16 --regimes episode \\
         --episodes 1.3x30s --arrivals poisson --seeds 0 --work out/yardstick --out docs/yardstick
-    .venv/bin/python benchmarks/bench_yardstick.py --report-only --work out/yardstick --out docs/yardstick
+    .venv/bin/python -m benchmarks.bench_yardstick --report-only --work out/yardstick --out docs/yardstick
 """
 
 from __future__ import annotations
@@ -36,16 +36,15 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_policies import (  # noqa: E402
+from benchmarks.bench_policies import (
     ROOT,
     Arm,
     arms,
@@ -58,8 +57,11 @@ from bench_policies import (  # noqa: E402
     sim_config,
     sources,
 )
-from yardstick_report import dry_run, read_cells, write_report  # noqa: E402
+from benchmarks.flags import int_list
+from benchmarks.report.yardstick_report import write_report
+from lenpred.report.yardstick import read_cells
 
+PROG = "python -m benchmarks.bench_yardstick"  # as run from the repository root; names its errors
 CLUSTERS = {"1+2": (1, 2), "4+8": (4, 8)}
 BATCHES = (256, 16)
 LOADS = (0.90, 0.95, 0.98, 0.99)
@@ -257,6 +259,47 @@ def estimate(a: Any, cell: Any, caps: dict[str, float]) -> tuple[int, int, int]:
     return arms, arms * n, arms * n
 
 
+# CPU microseconds per simulated request (one arm), measured on the 2-core shared machine with one
+# small cell each (docs/yardstick.md); rows in cells.jsonl replace them with their own figures
+US_PER_REQUEST = {256: 55.0, 16: 170.0}
+
+
+def _us_per_request(rows: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
+    """Measured CPU microseconds per simulated request, per (cluster, batch), from the rows run."""
+    acc: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in rows:
+        k = (r["cell"]["cluster"], int(r["cell"]["batch"]))
+        acc[k][0] += r["cpu_s"]
+        acc[k][1] += r["n_simulated"]
+    return {k: 1e6 * c / n for k, (c, n) in acc.items() if n}
+
+
+def dry_run(a: Any, cells: list[Cell], work: Path) -> str:
+    """The cells, the runs they need (:func:`estimate`: runs, simulated requests if every steady cell
+    converges at 2 n0, if none does) and their CPU time from measured rates."""
+    rows = read_cells(work / "cells.jsonl", partial=True)
+    have = {r["key"] for r in rows}
+    cap_path = work / "capacity.json"  # nominal capacities (estimate's) until measured
+    caps = json.loads(cap_path.read_text()) if cap_path.is_file() else {}
+    rates = _us_per_request(rows)
+    lines, tot = [], [0, 0, 0, 0.0, 0.0]
+    for c in cells:
+        runs, lo, hi = estimate(a, c, caps)
+        us = rates.get((c.cluster, c.batch), US_PER_REQUEST[c.batch])
+        done = c.key in have
+        lines.append(f"{'done ' if done else 'to do'} {c.key}: {runs} runs, {lo:,}-{hi:,} requests, "
+                     f"{lo * us / 1e6 / 60:.1f}-{hi * us / 1e6 / 60:.1f} CPU min")
+        if not done:
+            for i, v in enumerate((1, runs, lo, lo * us / 1e6, hi * us / 1e6)):
+                tot[i] += v
+    src = "measured in cells.jsonl" if rates else "nominal"
+    lines.append(f"{int(tot[0])} cell(s) to run, about {int(tot[1])} simulations; estimated CPU "
+                 f"{tot[3] / 3600:.1f} h (every steady cell converging at 2 n0) to {tot[4] / 3600:.1f} h (none "
+                 f"converging), at {', '.join(f'{k}: {v:.0f}' for k, v in sorted(rates.items())) or US_PER_REQUEST} "
+                 f"us/request ({src}); capacities {'from ' + str(cap_path) if caps else 'nominal'}")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- the study
 def capacity(a: argparse.Namespace, cluster: str, batch: int, tables: dict[str, str], say: Any) -> float:
     """Saturation throughput of (cluster, batch) on seed 0's workload (WORK/capacity.json caches it)."""
@@ -298,7 +341,7 @@ def run_study(a: argparse.Namespace, say: Any) -> None:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     jl = work / "cells.jsonl"
-    have = {r["key"] for r in read_cells(jl)}
+    have = {r["key"] for r in read_cells(jl, partial=True)}
     todo = [c for c in grid(a) if c.key not in have]
     say(f"{len(todo)} cell(s) to run, {len(grid(a)) - len(todo)} already in {jl}")
     if not todo:
@@ -316,29 +359,30 @@ def run_study(a: argparse.Namespace, say: Any) -> None:
             + (f", N {row['n']} ({'converged' if row['converged'] else 'NOT converged'})" if "converged" in row else ""))
 
 
-def _list(text: str, kind: Callable[[str], Any], valid: Sequence[Any] | None, what: str) -> list[Any]:
+def _list(values: str | Sequence[Any], valid: Sequence[Any], what: str) -> list[Any]:
+    """A comma-separated flag (or the numbers argparse read from one) checked against its valid values."""
     from lenpred.errors import ConfigError
 
-    out = [kind(x.strip()) for x in text.split(",") if x.strip()]
-    bad = [x for x in out if valid is not None and x not in valid]
+    out = [x.strip() for x in values.split(",") if x.strip()] if isinstance(values, str) else list(values)
+    bad = [x for x in out if x not in valid]
     if bad or not out:
-        raise ConfigError(f"--{what}: {bad[0] if bad else 'empty'!r} is not one of {', '.join(map(str, valid or []))}",
-                          f"pass a comma-separated subset of {', '.join(map(str, valid or []))}")
+        raise ConfigError(f"--{what}: {bad[0] if bad else 'empty'!r} is not one of {', '.join(map(str, valid))}",
+                          f"pass a comma-separated subset of {', '.join(map(str, valid))}")
     return out
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="docs/yardstick", help="report folder (yardstick.json, yardstick.md)")
     ap.add_argument("--work", default="out/yardstick", help="cells.jsonl, capacity.json, predictions tables")
     ap.add_argument("--regimes", default=",".join(REGIMES))
     ap.add_argument("--clusters", default=",".join(CLUSTERS))
-    ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    ap.add_argument("--batches", type=int_list, default=",".join(map(str, BATCHES)))
     ap.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS),
                     help="steady loads, multiples of capacity (0.95 or 0.95x; all in (0, 4])")
     ap.add_argument("--episodes", default=",".join(EPISODES))
     ap.add_argument("--arrivals", default=",".join(ARRIVALS), help="inside the episodes")
-    ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
+    ap.add_argument("--seeds", type=int_list, default=",".join(map(str, SEEDS)), help="comma-separated integers")
     ap.add_argument("--arms", default=";".join(DEFAULT_ARMS),
                     help=f"';'-separated arms, POLICY/PREDICTOR or QUEUE/PREDICTOR:k=v (the baseline {BASELINE} is "
                          "always run)")
@@ -362,12 +406,11 @@ def resolve(a: argparse.Namespace) -> argparse.Namespace:
     from lenpred.errors import ConfigError
     from lenpred.sim.config import MetricsConfig, parse_loads
 
-    a.regimes = _list(a.regimes, str, REGIMES, "regimes")
-    a.clusters = _list(a.clusters, str, tuple(CLUSTERS), "clusters")
-    a.batches = _list(a.batches, int, BATCHES, "batches")
-    a.episodes = _list(a.episodes, str, tuple(EPISODES), "episodes")
-    a.arrivals = _list(a.arrivals, str, tuple(ARRIVALS), "arrivals")
-    a.seeds = _list(a.seeds, int, None, "seeds")
+    a.regimes = _list(a.regimes, REGIMES, "regimes")
+    a.clusters = _list(a.clusters, tuple(CLUSTERS), "clusters")
+    a.batches = _list(a.batches, BATCHES, "batches")
+    a.episodes = _list(a.episodes, tuple(EPISODES), "episodes")
+    a.arrivals = _list(a.arrivals, tuple(ARRIVALS), "arrivals")
     loads, _ = parse_loads(a.loads, "capacity")
     if any(x >= 1.0 for x in loads):
         raise ConfigError(f"--loads {max(loads):g}: steady loads must lie below capacity, in (0, 1)",
@@ -388,10 +431,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         a = resolve(parse(argv))
     except LenpredError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
     if a.dry_run:
-        print(dry_run(a, grid(a), Path(a.work), estimate))
+        print(dry_run(a, grid(a), Path(a.work)))
         return 0
     return run_then_report(None if a.report_only else lambda: run_study(a, say),
                            lambda: write_report(Path(a.work) / "cells.jsonl", Path(a.out), BASELINE))

@@ -4,7 +4,7 @@ Each card is collected into its own run directory under ``out/pilot/`` with the 
 (resumable: rerunning skips finished cards), then summarised. This is how the reference run's card
 was chosen (fewer than 10% of samples may stop at max_new_tokens).
 
-    python benchmarks/pilot_cards.py --prompts 16 --samples 2
+    python -m benchmarks.pilot_cards --prompts 16 --samples 2
 """
 
 from __future__ import annotations

@@ -20,12 +20,9 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "route"))  # the server processes
-from route_procs import LlamaServer, RouterProcess, ServeProcess  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # when loaded by path (tests/bench_scripts.py)
-from router_load import client, measure_stream, quantile, rounded  # noqa: E402
-from router_report import machine, table  # noqa: E402
+from benchmarks.route_procs import LlamaServer, RouterProcess, ServeProcess
+from benchmarks.router_load import client, measure_stream, quantile, rounded
+from benchmarks.router_report import machine, table
 
 __all__ = ["ab", "block_schedule"]
 

@@ -23,10 +23,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks import ROOT
 
 __all__ = ["Serve", "time_estimator", "summary"]
 
@@ -89,7 +90,7 @@ class Serve:
         self.proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Serve:
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert self.proc.stdout is not None
         seen = []

@@ -55,7 +55,7 @@ for P in $PREDICTORS; do HEAD_ARGS+=("$P=$HEADS/$P"); done
 step "bench on the test split, and on AlpacaEval (transfer)"
 "$LENPRED" bench --run "$RUN" --features "$FEATS" --heads "${HEAD_ARGS[@]}" --out out/bench/smollm2-sharegpt
 "$LENPRED" bench --run "$ALP" --features "$AFEATS" --heads "${HEAD_ARGS[@]}" --out out/bench/smollm2-alpaca-eval
-"$PY" benchmarks/bench_transfer.py --home out/bench/smollm2-sharegpt --transfer out/bench/smollm2-alpaca-eval \
+"$PY" -m benchmarks.bench_transfer --home out/bench/smollm2-sharegpt --transfer out/bench/smollm2-alpaca-eval \
   --out out/bench/transfer
 
 # the best hidden-state head by MAE on the test split
@@ -73,17 +73,17 @@ echo "best hidden-state head: $BEST"
 step "what a real prediction is worth: the simulator on the test prompts' samples"
 "$LENPRED" predict --head "$HEADS/$BEST" --run "$RUN" --features "$FEATS" --roles test --out "out/preds/$BEST.parquet"
 "$LENPRED" predict --head "$HEADS/proxy" --run "$RUN" --roles test --out out/preds/proxy.parquet
-"$PY" benchmarks/bench_sim_real.py --run "$RUN" --predictions "$BEST=out/preds/$BEST.parquet" \
+"$PY" -m benchmarks.bench_sim_real --run "$RUN" --predictions "$BEST=out/preds/$BEST.parquet" \
   --predictions proxy=out/preds/proxy.parquet --out out/sim/real_predictions
 
 if [ "${LEARNING_CURVE:-1}" = 1 ]; then  # LEARNING_CURVE=0: run it yourself (e.g. on the other core, in parallel)
   step "learning curve (400 / 1,000 / all training prompts, 3 draws)"
-  "$PY" benchmarks/bench_learning_curve.py --run "$RUN" --features "$FEATS" --sizes 400,1000,all --repeats 3 \
+  "$PY" -m benchmarks.bench_learning_curve --run "$RUN" --features "$FEATS" --sizes 400,1000,all --repeats 3 \
     --out out/bench/learning-curve
 fi
 
 step "training time and prediction latency"
-"$PY" benchmarks/bench_predictors.py --features "$FEATS" --run "$RUN" --heads "${PREDICTORS// /,}" \
+"$PY" -m benchmarks.bench_predictors --features "$FEATS" --run "$RUN" --heads "${PREDICTORS// /,}" \
   --out out/bench/predictors/predictors.json
 
 if [ "${COPY_HEADS:-1}" = 1 ]; then
@@ -157,6 +157,6 @@ mpath.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 PYEOF
 
 step "the results page (docs/results.md) from its template and the figure files"
-"$PY" benchmarks/results_page.py
+"$PY" -m benchmarks.report.results_page
 echo "done: docs/results.md from docs/results/*.json; the benchmarks' own reports: out/bench/smollm2-sharegpt/bench.md,"
 echo "      out/bench/transfer/transfer.md, out/sim/real_predictions/table.md, out/bench/learning-curve/learning_curve.md"

@@ -36,6 +36,9 @@ class BadInput:
     writes_ok: bool = False  # a case whose command may legitimately create files (rare)
     marks: tuple[Any, ...] = field(default_factory=tuple)  # e.g. (pytest.mark.slow,)
     cleanup: Callable[[Path], None] | None = None  # undo what setup did that tmp_path's removal cannot
+    # the module whose ``main(argv)`` runs the command line: lenpred's CLI, or a benchmark
+    # ("benchmarks.bench_yardstick": its errors read ``python -m benchmarks.bench_yardstick: error: ...``)
+    entry: str = "lenpred.cli"
 
     def param(self) -> Any:
         return pytest.param(self, id=self.id, marks=list(self.marks))
@@ -83,8 +86,9 @@ def check(case: BadInput, tmp_path: Path, capsys: Any) -> None:
 
 
 def _check(case: BadInput, tmp_path: Path, capsys: Any) -> None:
-    from lenpred.cli import main
+    import importlib
 
+    main = importlib.import_module(case.entry).main
     values = {"tmp": str(tmp_path)}
     if case.setup is not None:
         values.update({k: str(v) for k, v in case.setup(tmp_path).items()})

@@ -40,9 +40,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.route_procs import LlamaServer, Proc, lenpred_cmd, wait_http
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "route"))
-from route_procs import LlamaServer, Proc, lenpred_cmd, wait_http  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow, pytest.mark.llamacpp,

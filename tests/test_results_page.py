@@ -1,4 +1,4 @@
-"""docs/results.md is generated (benchmarks/results_page.py): the committed page is what its template and
+"""docs/results.md is generated (benchmarks/report/results_page.py): the committed page is what its template and
 the committed figure files render to, and each JSON-backed table really comes from its file (a figure
 changed there changes that line of the page and nothing else)."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bench_scripts import ROOT, load_benchmark
+from benchmarks.report import results_page as rp
 
-rp = load_benchmark("results_page")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _copy(tmp: Path) -> Path:

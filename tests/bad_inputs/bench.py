@@ -1,4 +1,4 @@
-"""Bad inputs of `lenpred bench` (rows for tests/test_bad_input.py)."""
+"""Bad inputs of `lenpred bench` and of the benchmarks' flags (rows for tests/test_bad_input.py)."""
 
 from __future__ import annotations
 
@@ -80,4 +80,32 @@ CASES += [
              expect="at most 10,000,000 tokens"),
     BadInput("bench-pred-tokens-stored-as-strings", _BP, lambda t: _raw_preds(t, pred="6"),
              expect="column pred_tokens holds str values"),
+]
+
+
+# ---------------------------------------------------------------- issue 39: the benchmarks' numeric list flags
+_WO = ["--work", "{tmp}/w", "--out", "{tmp}/o"]  # a study's work and report folders: nothing may appear there
+
+
+CASES += [
+    # a ValueError traceback before: int('abc') on --seeds
+    BadInput("bench-yardstick-seeds-not-integers", ["--seeds", "abc", "--dry-run", *_WO],
+             expect="argument --seeds: 'abc' is not an integer -- fix: pass comma-separated integers, e.g. 0,1,2",
+             entry="benchmarks.bench_yardstick"),
+    BadInput("bench-yardstick-batches-not-integers", ["--batches", "16,big", "--dry-run", *_WO],
+             expect="argument --batches: 'big' is not an integer", entry="benchmarks.bench_yardstick"),
+    # the other benchmarks' numeric lists, read by the same argparse types (benchmarks/flags.py); before: a
+    # ValueError traceback (policies; features and spec after loading the model), or an error line with no
+    # program name (kv, sim_real)
+    BadInput("bench-policies-seeds-not-integers", ["--seeds", "0,one", "--report-only", *_WO],
+             expect="argument --seeds: 'one' is not an integer", entry="benchmarks.bench_policies"),
+    BadInput("bench-kv-loads-not-numbers", ["--loads", "0.9,high", "--report-only", *_WO],
+             expect="argument --loads: 'high' is not a number -- fix: pass comma-separated numbers",
+             entry="benchmarks.bench_kv"),
+    BadInput("bench-sim-real-loads-not-numbers", ["--run", "{tmp}/run", "--loads", "1.1x", "--out", "{tmp}/o"],
+             expect="argument --loads: '1.1x' is not a number", entry="benchmarks.bench_sim_real"),
+    BadInput("bench-features-batch-sizes-not-integers", ["--run", "{tmp}/run", "--batch-sizes", "8,16.5"],
+             expect="argument --batch-sizes: '16.5' is not an integer", entry="benchmarks.bench_features"),
+    BadInput("bench-spec-ks-not-integers", ["--run", "{tmp}/run", "--draft", "{tmp}/d", "--ks", "1,2,x"],
+             expect="argument --ks: 'x' is not an integer", entry="benchmarks.bench_spec"),
 ]

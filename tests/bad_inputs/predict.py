@@ -1,6 +1,6 @@
 """Bad inputs of `lenpred train` / `lenpred predict` (rows for tests/test_bad_input.py).
 
-A template world is built once per session (synthetic runs from tests/predictors/synth.py and a
+A template world is built once per session (synthetic runs from lenpred.predictors.synthetic and a
 ridge head trained on run "a") and copied into each case's tmp_path, so every row starts from the
 same known-good files and breaks one thing.
 """
@@ -25,7 +25,7 @@ def _template() -> Path:
     global _TEMPLATE
     if _TEMPLATE is None:
         from lenpred.predictors.pipeline import train_on_run
-        from predictors.synth import CARD, SPEC, write_run
+        from lenpred.predictors.synthetic import CARD, SPEC, write_run
 
         root = Path(tempfile.mkdtemp(prefix="lenpred-bad-predict-"))
         small = {"n_small": 40, "n_big": 16}

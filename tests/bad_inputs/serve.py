@@ -16,7 +16,7 @@ _HELD: list[socket.socket] = []  # sockets kept open while the harness runs the 
 def _ridge_head(tmp: Path) -> Path:
     """A ridge head on synthetic features (no target model recorded: fast, and a bad input of its own)."""
     from lenpred.predictors.registry import make_predictor
-    from predictors.synth import planted
+    from lenpred.predictors.synthetic import planted
 
     d = planted(40, 2, seed=0)
     make_predictor("ridge").fit(d["X"], d["y"]).save(tmp / "head", card={"sampling": {"max_new_tokens": 1024}})
@@ -60,7 +60,7 @@ def _plain_dir(tmp: Path) -> dict[str, Any]:
 
 def _features(tmp: Path) -> dict[str, Any]:
     from lenpred.features.store import save_features
-    from predictors.synth import CARD, planted
+    from lenpred.predictors.synthetic import CARD, planted
 
     save_features(tmp / "feats", planted(10, 2, seed=0)["X"], CARD)
     return {"head": tmp / "feats"}

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from predictors.synth import planted
+from lenpred.predictors.synthetic import planted
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +39,7 @@ def _emb(part: dict[str, Any]) -> np.ndarray:
     return (part["X"].block("15.mean") @ m).astype(np.float32)
 
 
-TEXT_HEADS = ("ngram", "gbdt")  # router-side heads: they read the prompt text (synth._text: 3 wordings of s)
+TEXT_HEADS = ("ngram", "gbdt")  # router-side heads: they read the prompt text (lenpred.predictors.synthetic._text: 3 wordings of s)
 
 
 def inputs(name: str, part: dict[str, Any]) -> Any:

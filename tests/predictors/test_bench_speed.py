@@ -7,14 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from bench_scripts import load_benchmark
+from benchmarks import bench_predictors as bp
 from lenpred.data.lengths import sample_lengths
-from predictors.synth import write_run
+from lenpred.predictors.synthetic import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-bp = load_benchmark("bench_predictors")
 
 
 def test_synthetic_heads_json(tmp_path, capsys):

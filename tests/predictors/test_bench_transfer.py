@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from bench_scripts import load_benchmark
-
-bt = load_benchmark("bench_transfer")
+from benchmarks import bench_transfer as bt
 
 SAMPLING = {"temperature": 1.0, "max_new_tokens": 1024}
 

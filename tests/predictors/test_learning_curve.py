@@ -8,17 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench_scripts import load_benchmark
+from benchmarks import bench_learning_curve as lc
 from lenpred.bench import Bootstrap, evaluate
 from lenpred.data.lengths import sample_lengths
 from lenpred.data.split import load_split
 from lenpred.errors import ConfigError, UnknownKeyError
-from predictors.synth import write_run
+from lenpred.predictors.synthetic import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-lc = load_benchmark("bench_learning_curve")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from lenpred.errors import DataError
 from lenpred.predictions import read_predictions
 from lenpred.predictors.io import load_head
 from lenpred.predictors.pipeline import TrainPrompts, train_on_run
-from predictors.synth import CARD, write_run
+from lenpred.predictors.synthetic import CARD, write_run
 
 
 @pytest.fixture(scope="module")

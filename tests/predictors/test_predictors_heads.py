@@ -1,6 +1,6 @@
 """Every head on planted-truth data: it learns, its intervals cover, save -> load is exact, unfitted fails.
 
-The data (tests/predictors/synth.py): each block is a noisy linear image of a latent u; mu = 220
+The data (lenpred.predictors.synthetic): each block is a noisy linear image of a latent u; mu = 220
 exp(0.55 s) with s = u . w; samples ~ N(mu, (0.25 mu + 10)^2). On the test prompts the constant (a
 global median) and the oracle (each prompt's own mu) bracket what a head can do. A head that learned
 nothing scores the constant; one that only saw the prompt-length side feature (correlation 0.6 with s)
@@ -17,8 +17,8 @@ from lenpred.errors import NotFittedError
 from lenpred.predictors.io import load_head
 from lenpred.predictors.mlp import weighted_mae
 from lenpred.predictors.registry import PREDICTORS, make_predictor
+from lenpred.predictors.synthetic import CARD
 from predictors.conftest import TEXT_HEADS, inputs
-from predictors.synth import CARD
 
 HEADS = [n for n in PREDICTORS.names() if PREDICTORS.get(n).input_kind != "trajectory"]  # outlets: tests/outlets
 

@@ -13,8 +13,8 @@ from lenpred.predictors.base import AffineSpread, resolve_blocks
 from lenpred.predictors.dist import binned, binned_cdf, clipped_normal, weighted_quantile
 from lenpred.predictors.registry import make_predictor
 from lenpred.predictors.softlabel import soft_targets
+from lenpred.predictors.synthetic import ALPHA, B, planted
 from lenpred.predictors.targets import Targets, as_targets
-from predictors.synth import ALPHA, B, planted
 
 
 def test_targets_from_lengths_ragged_and_capped():

@@ -86,7 +86,7 @@ def _policies(path: Path) -> Path:
             for load in (0.9, 1.0, 1.1) for seed in (0, 1)]
     rows += [{"policy": "las", "predictor": "-", "arrival": "poisson", "workload": "test", "seed": 0, "load": load,
               "short_p99_s": load} for load in (0.9, 1.0, 1.1)]  # a policy that reads no prediction
-    path.write_text(json.dumps({"rows": rows, "command": "python benchmarks/policies.py --tiny"}))
+    path.write_text(json.dumps({"rows": rows, "command": "python -m benchmarks.policies --tiny"}))
     return path
 
 

@@ -148,7 +148,7 @@ def test_bound_verdicts_and_commands(full_page: Path, inputs: Inputs) -> None:
     assert f"lenpred bench --run {inputs.run} --predictions constant=" in text
     traj = json.loads((inputs.outlets / "outlets_bench.json").read_text())["protocol"]["trajectory"]
     assert f"lenpred outlets bench --traj {traj}" in text  # the trajectory the committed bench read
-    assert "python benchmarks/policies.py --tiny" in text  # the command the policies file records
+    assert "python -m benchmarks.policies --tiny" in text  # the command the policies file records
 
 
 def test_yardstick_section_known_answers(full_page: Path, inputs: Inputs) -> None:
@@ -166,7 +166,7 @@ def test_yardstick_section_known_answers(full_page: Path, inputs: Inputs) -> Non
     text = full_page.read_text()
     assert "mlfq/- diverges" in text and "docs/yardstick/yardstick.md" in text and "docs/policies/README.md" in text
     assert "stands in for it" in text  # the router's default (fcfs + least-predicted-tokens) is no yardstick arm
-    assert str(inputs.yardstick) in text and "python benchmarks/policies.py --tiny" in text
+    assert str(inputs.yardstick) in text and "python -m benchmarks.policies --tiny" in text
     assert "Yardstick, steady loads, 1+2 cluster, batch 16: short-request against overall P99" in text  # the figure
 
 
@@ -192,7 +192,7 @@ def test_no_yardstick_results_say_what_to_run(tmp_path: Path, inputs: Inputs, mo
     res = write_report(ReportInputs(inputs.run), tmp_path / "r.html")
     assert res.sections == ("run", "value")
     text = res.path.read_text()
-    assert "No scheduling yardstick results were found" in text and "benchmarks/bench_yardstick.py" in text
+    assert "No scheduling yardstick results were found" in text and "python -m benchmarks.bench_yardstick" in text
     assert not parse(res.path).images
 
 
@@ -288,7 +288,7 @@ def test_refuses_bad_policy_rows_and_missing_paths(tmp_path: Path, inputs: Input
 def test_refuses_bad_yardstick_rows_and_missing_paths(tmp_path: Path, inputs: Inputs,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     err = _bad(tmp_path, "--run", inputs.run, "--yardstick", tmp_path / "nope.jsonl", capsys=capsys)
-    assert "nope.jsonl: no yardstick cells file there" in err and "bench_yardstick.py" in err
+    assert "nope.jsonl: no yardstick cells file there" in err and "python -m benchmarks.bench_yardstick" in err
     (tmp_path / "ys").mkdir()
     bad = tmp_path / "ys" / "cells.jsonl"  # a folder's *cells.jsonl
     bad.write_text(inputs.yardstick.read_text().splitlines()[0] + "\n{not json\n")

@@ -1,4 +1,4 @@
-"""Helpers for the router's tests: the server processes of route_procs.py, a router served on loopback
+"""Helpers for the router's tests: the server processes of benchmarks/route_procs.py, a router served on loopback
 from a thread (its state stays inspectable), and SSE parsing."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from route_procs import (
+from benchmarks.route_procs import (
     LlamaServer,
     RouterProcess,
     ServeProcess,

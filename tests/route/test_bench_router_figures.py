@@ -6,9 +6,7 @@ import argparse
 
 import pytest
 
-from bench_scripts import load_benchmark
-
-br = load_benchmark("router_ab")
+from benchmarks import router_ab as br
 
 
 def _rec(t_send, first, e2e, out, backend="a"):
@@ -126,7 +124,7 @@ def test_load_generator_does_not_collect_while_it_measures():
     router's added latency), and it is back as it was afterwards."""
     import gc
 
-    rl = load_benchmark("router_load")
+    from benchmarks import router_load as rl
     runs: list[int] = []
 
     def count(phase, info):

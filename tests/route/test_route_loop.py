@@ -11,14 +11,12 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from bench_scripts import load_benchmark
+from benchmarks import router_report as report
 from lenpred.errors import ConfigError
 from lenpred.route.backends import Backend, Flight, Pool, QueueTimeout
 from lenpred.route.bodies import _TEXT, SSECounter
 from lenpred.route.config import BackendConfig, RouterConfig
 from lenpred.route.prometheus import GcTimer
-
-report = load_benchmark("router_report")
 
 
 def test_gc_timer_counts_each_collection_by_generation_while_installed():

@@ -132,7 +132,7 @@ def test_a_head_of_another_model_is_refused_at_start(tiny_target: Path, count_he
 
 def test_a_head_without_a_recorded_model_is_refused(tmp_path: Path) -> None:
     from lenpred.predictors.registry import make_predictor
-    from predictors.synth import planted
+    from lenpred.predictors.synthetic import planted
 
     d = planted(40, 2, seed=0)
     make_predictor("ridge").fit(d["X"], d["y"]).save(tmp_path / "h", card={"sampling": {"max_new_tokens": 1024}})

@@ -9,9 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench_scripts import load_benchmark
-
-bk = load_benchmark("bench_kv")
+from benchmarks import bench_kv as bk
 
 
 def test_arms_differ_only_in_the_rules() -> None:
@@ -57,11 +55,13 @@ def test_goal_needs_every_seed(tmp_path: Path) -> None:
 
 
 def test_bad_loads_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bk.main(["--loads", "0.9,x"]) == 1
+    with pytest.raises(SystemExit) as e:  # not numbers: argparse's error (benchmarks/flags.py), exit 2
+        bk.main(["--loads", "0.9,x"])
+    assert e.value.code == 2 and "argument --loads: 'x' is not a number -- fix: " in capsys.readouterr().err
     assert bk.main(["--loads", "0"]) == 1
     assert bk.main(["--budgets", "1.5"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all("fix:" in e for e in err)
+    assert len(err) == 2 and all("fix:" in e for e in err)
 
 
 def test_episode_row_over_every_request_equals_the_summary() -> None:

@@ -7,11 +7,10 @@ import json
 
 import pytest
 
-from bench_scripts import load_benchmark
-from lenpred.errors import ConfigError
-
-y = load_benchmark("bench_yardstick")
-rep = load_benchmark("yardstick_report")
+from benchmarks import bench_yardstick as y
+from benchmarks.report import yardstick_report as rep
+from lenpred.errors import ConfigError, DataError
+from lenpred.report.yardstick import read_cells
 
 
 def _args(*argv: str):  # noqa: ANN202 - the script's namespace
@@ -50,7 +49,7 @@ def test_bad_flags_fail_before_anything_runs(argv: list[str], match: str) -> Non
 def test_main_reports_a_bad_flag_on_one_line(capsys, tmp_path) -> None:
     assert y.main(["--loads", "0.9x,30", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --loads mixes") and not (tmp_path / "w").exists()
+    assert len(err) == 1 and err[0].startswith("python -m benchmarks.bench_yardstick: error: --loads mixes") and not (tmp_path / "w").exists()
 
 
 def _row(seed: int, base: float, arm: float, attain: float = 0.9) -> dict:
@@ -69,8 +68,10 @@ def test_rows_resume_and_ratios_span_the_seeds(tmp_path) -> None:
     with jl.open("a") as f:
         f.write('{"key": "cut')  # a kill mid-write
     y.append_row(jl, _row(1, 20.0, 16.0, attain=1.0))
-    assert [r["key"] for r in rep.read_cells(jl)] == ["k0", "k1"]
-    (e,) = [x for x in rep.summarize(rep.read_cells(jl), "fcfs+rr/-") if x["arm"] == "sjf/true"]
+    assert [r["key"] for r in read_cells(jl, partial=True)] == ["k0", "k1"]
+    with pytest.raises(DataError, match=r"cells.jsonl line 2 is not JSON"):
+        read_cells(jl)  # the cut line is an error where the file is not a run's work file
+    (e,) = [x for x in rep.summarize(read_cells(jl, partial=True), "fcfs+rr/-") if x["arm"] == "sjf/true"]
     assert (e["short_p99_s"]["min"], e["short_p99_s"]["max"]) == (5.0, 16.0)
     assert (e["short_p99_s vs base"]["min"], e["short_p99_s vs base"]["max"]) == (0.5, 0.8)
     assert e["attain_short vs base"]["min"] == pytest.approx(0.2) and e["attain_short vs base"]["max"] == pytest.approx(0.3)
@@ -88,7 +89,7 @@ def test_dry_run_counts_cells_and_uses_measured_rates(tmp_path) -> None:
     row = _row(0, 1.0, 1.0)
     row["key"] = "episode|1+2|b16|1.3x30s|poisson|s0"
     y.append_row(work / "cells.jsonl", row)  # 2000 us per request measured
-    text = rep.dry_run(a, y.grid(a), work, y.estimate)
+    text = y.dry_run(a, y.grid(a), work)
     assert text.splitlines()[0].startswith("done  episode|1+2|b16|1.3x30s|poisson|s0: 8 runs")
     assert text.splitlines()[1].startswith("to do episode|1+2|b16|1.3x30s|poisson|s1: 8 runs")
     assert "1 cell(s) to run" in text and "2000 us/request (measured" in text

@@ -11,19 +11,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench_scripts import load_benchmark
+from benchmarks import bench_sim_real as sr
 from lenpred.bench import Bootstrap, evaluate
 from lenpred.data.split import load_split
 from lenpred.errors import ConfigError, DataError
 from lenpred.predictors.pipeline import predict_run, train_on_run
+from lenpred.predictors.synthetic import CARD, write_run
 from lenpred.sim.config import LengthConfig, SimConfig, WorkloadConfig
 from lenpred.sim.workload import build_workload
-from predictors.synth import CARD, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-sr = load_benchmark("bench_sim_real")
 
 SMALL = {  # the committed experiment's arms on a cluster small enough for a test
     "name": "real_small", "seed": 0,

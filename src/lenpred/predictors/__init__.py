@@ -7,7 +7,8 @@ The trained heads (one file each: constant, prompt_length, ridge, mlp, softlabel
 proxy, probe, and the router-side text heads ngram and gbdt; the torch heads on
 :mod:`lenpred.predictors.torch_head`) follow the estimator contract of :mod:`lenpred.predictors.base`,
 are listed in :mod:`lenpred.predictors.registry`, and are saved / loaded by :mod:`lenpred.predictors.io`;
-:mod:`lenpred.predictors.pipeline` trains them on a run's split and predicts a run. The names below are
+:mod:`lenpred.predictors.pipeline` trains them on a run's split and predicts a run;
+:mod:`lenpred.predictors.synthetic` makes features and runs with a planted truth to check them on. The names below are
 imported lazily, so that importing this package does not import torch.
 """
 

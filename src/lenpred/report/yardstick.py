@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from lenpred.errors import DataError
 from lenpred.sched.recommended import RECOMMENDED
 
 __all__ = ["BASELINE", "MAX_OVERALL", "MAKE_COMMAND", "ROLES", "ArmStats", "Group", "Pick", "Span", "choose",
-           "default_paths", "load_cells", "summarize"]
+           "default_paths", "load_cells", "read_cells", "summarize"]
 
 BASELINE = "fcfs+rr/-"
 MAX_OVERALL = 1.05  # an arm's overall P99 at most this x FCFS + round robin's, in every pair
@@ -46,7 +46,7 @@ FREE_POLICIES = ("uniboost", "mlfq")
 STAND_IN_DEFAULT = "gboost/mlp"
 ROLES = ("baseline", "default", "best real predictor", "prediction-free", "true-length ceiling")
 CELL_FILES = ("steady-cells.jsonl", "episodes-cells.jsonl")
-MAKE_COMMAND = ("python benchmarks/bench_yardstick.py --regimes steady --clusters 1+2 --batches 16,256 --arms \"$ARMS\" "
+MAKE_COMMAND = ("python -m benchmarks.bench_yardstick --regimes steady --clusters 1+2 --batches 16,256 --arms \"$ARMS\" "
                 "--work out/yardstick-steady --out docs/yardstick/steady (and --regimes episode: docs/yardstick/README.md "
                 "gives $ARMS and both runs), then pass --yardstick out/yardstick-steady")
 
@@ -81,15 +81,37 @@ class _Row(BaseModel):
     diverging: list[str] = []
 
 
-def _parse(line: str, where: str) -> _Row | None:
-    """One line of a cells file; ``None`` for a goodput row (no per-arm P99 to read)."""
+def _object(line: str, where: str, partial: bool = False) -> dict[str, Any] | None:
+    """One line of a cells file as the JSON object it holds. ``partial`` (a work file a run is still
+    appending to): ``None`` for a line that a kill cut short, or that is no cell row (no ``key``)."""
     try:
         d = json.loads(line)
     except json.JSONDecodeError as e:
+        if partial:
+            return None
         raise DataError(f"{where} is not JSON ({e.msg})",
                         "re-create the file with benchmarks/bench_yardstick.py") from None
-    if not isinstance(d, dict):
+    if not isinstance(d, dict) or (partial and "key" not in d):
+        if partial:
+            return None
         raise DataError(f"{where} is not a JSON object", "each line is one cell row of benchmarks/bench_yardstick.py")
+    return d
+
+
+def _lines(path: Path, partial: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, the JSON object) of each cell row of one cells file, in file order: the one place the
+    file format is read (see :func:`read_cells` for ``partial``)."""
+    if partial and not path.is_file():
+        return
+    for i, line in enumerate(_text(path).splitlines(), 1):
+        where = f"{path} line {i}"
+        d = _object(line, where, partial) if line.strip() else None
+        if d is not None:
+            yield where, d
+
+
+def _parse(d: dict[str, Any], where: str) -> _Row | None:
+    """One cell row, validated; ``None`` for a goodput row (no per-arm P99 to read)."""
     if isinstance(d.get("cell"), dict) and d["cell"].get("regime") == "goodput":
         return None
     try:
@@ -128,12 +150,23 @@ def load_cells(paths: Sequence[Path]) -> list[_Row]:
             raise DataError(f"--yardstick {path}: no yardstick cells file there",
                             f"pass a cells .jsonl or a folder holding *cells.jsonl; make one with {MAKE_COMMAND}")
         for f in files:
-            for i, line in enumerate(_text(f).splitlines(), 1):
-                row = _parse(line, f"{f} line {i}") if line.strip() else None
+            for where, d in _lines(f):
+                row = _parse(d, where)
                 if row is not None:
                     c = row.cell
                     rows.setdefault((c.regime, c.cluster, c.batch, c.where, c.arrival, c.seed), row)
     return list(rows.values())
+
+
+def read_cells(path: Path, *, partial: bool = False) -> list[dict[str, Any]]:
+    """Every row of one cells file as written, goodput rows and every field included, in file order:
+    what the yardstick's own report and sizing read (:func:`load_cells` validates the rows the page reads).
+
+    ``partial=True`` reads a run's work file (``WORK/cells.jsonl`` of benchmarks/bench_yardstick.py) that
+    a run may still be appending to or was killed writing: a missing file has no rows yet, and a line that
+    is not a whole cell row (JSON object with a ``key``) is skipped, so that cell runs again. Without it
+    such a line is a :class:`~lenpred.errors.DataError` naming the line."""
+    return [d for _, d in _lines(path, partial)]
 
 
 def default_paths(roots: Iterable[Path] | None = None) -> list[Path]:

@@ -7,7 +7,7 @@ backend chosen over live load numbers by the dispatch policies the simulator run
 (load, health), ``priority``, ``openai`` (request checks, errors, SSE counting), ``upstream`` (requests to other servers,
 on aiohttp), ``router`` (one request: predict, pick a backend, retry), ``forward`` (one attempt on one
 backend: payload, headers, the answer relayed), ``app`` (the FastAPI app), ``server`` (under uvicorn). The stub backend and the server processes that the tests and
-benchmarks start are test support: tests/route/route_stub.py, tests/route/route_procs.py.
+benchmarks start live beside the benchmarks: benchmarks/route_stub.py, benchmarks/route_procs.py.
 """
 
 from lenpred.lazy import lazy_exports

@@ -1,8 +1,8 @@
 """A stub OpenAI-compatible backend that streams tokens at a fixed rate, for the router's load and fault
-tests and benchmarks (results that must not depend on CPU speed). Test support, not part of the package.
+tests and benchmarks (results that must not depend on CPU speed); not part of the lenpred package.
 Plain asyncio HTTP/1.1, no framework, so that 200 concurrent streams cost it little CPU.
 
-    python tests/route/route_stub.py --port 8001 --name a --tokens-per-s 50 --ttft-ms 20
+    python benchmarks/route_stub.py --port 8001 --name a --tokens-per-s 50 --ttft-ms 20
 
 * ``POST /v1/chat/completions`` and ``/v1/completions``: ``max_tokens`` tokens (``--default-tokens``
   when absent), the first after ``--ttft-ms``, then one every 1/``--tokens-per-s`` s, streamed (SSE,

@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import re
 import statistics
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from results_figures import count, made, pct, rng, table  # noqa: E402
+from benchmarks.report.results_figures import count, made, pct, rng, table
 
 # the router's overhead before and after each fix (two runs each), by the files' prefix, with the table's row
 # names: "" the relay fix (commit 69b5b9c, the first machine), "fastpath-" the completion routes past FastAPI's

@@ -3,8 +3,8 @@
 The template (docs/results.template.md, Jinja2) holds the prose, and as dated text the figures that have
 no committed JSON file behind them; every table this script renders comes from one of ``SOURCES``:
 
-    python benchmarks/results_page.py            # write docs/results.md
-    python benchmarks/results_page.py --check    # exit 1 (one line) if docs/results.md is not what it would write
+    python -m benchmarks.report.results_page            # write docs/results.md
+    python -m benchmarks.report.results_page --check    # exit 1 (one line) if docs/results.md is not what it would write
 
 Edit the template or rerun a benchmark (which rewrites its JSON), then rerun this script; the test suite
 runs ``--check`` (tests/test_results_page.py). ``--root DIR`` renders another checkout (or a copy).
@@ -20,9 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from results_figures import (  # noqa: E402
+from benchmarks import ROOT
+from benchmarks.report.results_figures import (
     bench_figures,
     bound_figures,
     curve_figures,
@@ -33,22 +32,27 @@ from results_figures import (  # noqa: E402
     sim_real_figures,
     transfer_figures,
 )
-from results_router import AB_RUNS, OVERHEAD_FIXES, _overhead_file, _overhead_source, router_figures  # noqa: E402
+from benchmarks.report.results_router import (
+    AB_RUNS,
+    OVERHEAD_FIXES,
+    _overhead_file,
+    _overhead_source,
+    router_figures,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = "docs/results.template.md"
 PAGE = "docs/results.md"
-COMMAND = "python benchmarks/results_page.py"
+COMMAND = "python -m benchmarks.report.results_page"
 
 
 SOURCES: dict[str, tuple[str, str]] = {
-    "policies": ("docs/policies/policies.json", "python benchmarks/bench_policies.py --out docs/policies"),
-    "draft": ("docs/draft_bench.json", "python benchmarks/bench_spec.py ... --out docs/draft_bench.json"),
-    "draft_k56": ("docs/draft_bench_k56.json", "python benchmarks/bench_spec.py ... --ks 5,6 --out docs/draft_bench_k56.json"),
+    "policies": ("docs/policies/policies.json", "python -m benchmarks.bench_policies --out docs/policies"),
+    "draft": ("docs/draft_bench.json", "python -m benchmarks.bench_spec ... --out docs/draft_bench.json"),
+    "draft_k56": ("docs/draft_bench_k56.json", "python -m benchmarks.bench_spec ... --ks 5,6 --out docs/draft_bench_k56.json"),
     "outlets_bench": ("docs/outlets_real/outlets_bench.json", "lenpred outlets bench ... --out docs/outlets_real"),
     "outlets_meta": ("docs/outlets_real/meta.json", "lenpred outlets bench ... --out docs/outlets_real"),
     "outlets_schedule": ("docs/outlets_real/schedule.json", "lenpred outlets schedule ... (schedule.json)"),
-    "outlets_cost": ("docs/outlets_real/cost.json", "python benchmarks/bench_outlets_cost.py ... (cost.json)"),
+    "outlets_cost": ("docs/outlets_real/cost.json", "python -m benchmarks.bench_outlets_cost ... (cost.json)"),
     # the predictor zoo: `bash benchmarks/zoo_reference.sh` writes them under out/ and copies them here
     "zoo_manifest": ("docs/results/manifest.json", "bash benchmarks/zoo_reference.sh"),
     "bound_all": ("docs/results/bound-all.json",
@@ -61,19 +65,19 @@ SOURCES: dict[str, tuple[str, str]] = {
                    "lenpred bench --run data/runs/smollm2-sharegpt ... (zoo_reference.sh)"),
     "bench_alpaca": ("docs/results/bench-smollm2-alpaca-eval.json",
                      "lenpred bench --run data/runs/smollm2-alpaca-eval ... (zoo_reference.sh)"),
-    "transfer": ("docs/results/transfer.json", "python benchmarks/bench_transfer.py ... (zoo_reference.sh)"),
+    "transfer": ("docs/results/transfer.json", "python -m benchmarks.bench_transfer ... (zoo_reference.sh)"),
     "learning_curve": ("docs/results/learning_curve.json",
-                       "python benchmarks/bench_learning_curve.py ... (zoo_reference.sh)"),
-    "predictors": ("docs/results/predictors.json", "python benchmarks/bench_predictors.py ... (zoo_reference.sh)"),
-    "sim_real": ("docs/results/sim_real.json", "python benchmarks/bench_sim_real.py ... (zoo_reference.sh)"),
+                       "python -m benchmarks.bench_learning_curve ... (zoo_reference.sh)"),
+    "predictors": ("docs/results/predictors.json", "python -m benchmarks.bench_predictors ... (zoo_reference.sh)"),
+    "sim_real": ("docs/results/sim_real.json", "python -m benchmarks.bench_sim_real ... (zoo_reference.sh)"),
     # the router (bench_router.py on an idle machine, 2026-12-02; copied here with `logs` set to null, see the manifest)
     **{_overhead_source(fix, when, i): (f"docs/results/{_overhead_file(fix, when, i)}",
-                                        "python benchmarks/bench_router.py overhead --rounds 6 --out OUT.json, then "
-                                        f"python benchmarks/results_page.py --adopt OUT.json {_overhead_file(fix, when, i)}")
+                                        "python -m benchmarks.bench_router overhead --rounds 6 --out OUT.json, then "
+                                        f"python -m benchmarks.report.results_page --adopt OUT.json {_overhead_file(fix, when, i)}")
        for fix in OVERHEAD_FIXES for when in ("before", "after") for i in (1, 2)},
     **{f"router_ab_run{i}": (f"docs/results/router/ab-run{i}.json",
-                             "python benchmarks/bench_router.py ab --requests 192 ... (the flags: docs/results.md, "
-                             f"run {i}), then python benchmarks/results_page.py --adopt OUT.json router/ab-run{i}.json")
+                             "python -m benchmarks.bench_router ab --requests 192 ... (the flags: docs/results.md, "
+                             f"run {i}), then python -m benchmarks.report.results_page --adopt OUT.json router/ab-run{i}.json")
        for i in range(1, AB_RUNS + 1)},
 }
 

@@ -5,10 +5,9 @@ template's values."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from benchmarks.report import policies_report as pr
 
 
 # ----------------------------------------------------------------------------------------------- tables
@@ -23,19 +22,9 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
 
-def _policies_report() -> ModuleType:
-    """benchmarks/policies_report.py, whose summary the study's own report (policies.md) is made of."""
-    spec = importlib.util.spec_from_file_location("policies_report", Path(__file__).with_name("policies_report.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def policies_figures(d: dict[str, Any]) -> dict[str, Any]:
     """The policy study (policies.json): short-request P99 change by load for the study's figure arms on
     ShareGPT / Poisson (as policies.md computes it), and the recommended default with its candidates."""
-    pr = _policies_report()
     rows = d["rows"]
     sm = pr.summary(rows)
     loads = sorted({r["load"] for r in rows})

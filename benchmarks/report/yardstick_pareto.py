@@ -9,7 +9,7 @@ constraint; FCFS + round robin itself, ratio 1, is always allowed), and the shar
 cut the best real-predictor arm (prompt or trajectory) recovers, ``(1 - best real) / (1 - best true)``.
 The goal (issue 30): >= 50% in every episode and seed, with the short P50 down >= 30%.
 
-    .venv/bin/python benchmarks/yardstick_pareto.py --work out/yardstick-ep --out docs/yardstick
+    .venv/bin/python -m benchmarks.report.yardstick_pareto --work out/yardstick-ep --out docs/yardstick
 """
 
 from __future__ import annotations
@@ -22,11 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from yardstick_report import read_cells  # noqa: E402
-
-from lenpred.report.yardstick import BASELINE, MAX_OVERALL  # noqa: E402  (the page applies the same constraint)
+from lenpred.report.yardstick import BASELINE, MAX_OVERALL, read_cells  # the page applies the same constraint
 
 LEVELS = {"-": "none", "mlp": "prompt", "proxy": "prompt", "samples": "prompt", "prompt-median": "prompt",
           "outlets": "trajectory", "true": "true"}
@@ -153,10 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--work", default="out/yardstick-ep", help="the folder holding cells.jsonl")
     ap.add_argument("--out", default="docs/yardstick", help="pareto.md, pareto.json and the figures")
     a = ap.parse_args(argv)
-    rows = [r for r in read_cells(Path(a.work) / "cells.jsonl") if BASELINE in r.get("arms", {})]
+    rows = [r for r in read_cells(Path(a.work) / "cells.jsonl", partial=True) if BASELINE in r.get("arms", {})]
     if not rows:
-        print(f"error: no episode cells in {a.work}/cells.jsonl -- fix: run benchmarks/bench_yardstick.py "
-              "--regimes episode first", file=sys.stderr)
+        print(f"yardstick_pareto: error: no episode cells in {a.work}/cells.jsonl -- fix: run "
+              "python -m benchmarks.bench_yardstick --regimes episode first", file=sys.stderr)
         return 1
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,7 @@
-"""Synthetic data with a planted ground truth for the predictor tests (and their bad-input rows).
+"""Synthetic features and run directories with a planted ground truth, for checking heads end to end:
+the predictor tests and their bad-input rows, and the training-time benchmark's synthetic mode
+(``python -m benchmarks.bench_predictors`` without ``--features``). The length analogue for the bound is
+:mod:`lenpred.stats.synthetic`.
 
 A latent vector u_i (4 dims) per prompt sets its mean length mu_i = 220 * exp(0.55 * s_i), where
 s_i = u_i . w is standard normal; every hidden-state block is a different noisy linear image of u_i

@@ -1,5 +1,5 @@
-"""Server processes on loopback for the router's tests and benchmarks (test support, not part of the package;
-benchmarks/bench_router.py puts this folder on ``sys.path``): stub backends, llama.cpp servers
+"""Server processes on loopback for the router's benchmarks and tests (not part of the lenpred package;
+``from benchmarks.route_procs import ...`` from the repository root): stub backends, llama.cpp servers
 (llama-cpp-python with the embedded GGUF), a ``lenpred route`` process and a ``lenpred serve`` process.
 
 Each is a :class:`Proc`: started on a free port, waited for until it answers, its output in a log file
@@ -116,7 +116,7 @@ class Proc:
 
 
 class Stub(Proc):
-    """``python tests/route/route_stub.py`` (fixed token rate, scripted faults; see its module doc)."""
+    """``python benchmarks/route_stub.py`` (fixed token rate, scripted faults; see its module doc)."""
 
     ready_path = "/health"
 

@@ -1,4 +1,5 @@
-"""The yardstick's report and its sizing (for benchmarks/bench_yardstick.py).
+"""The yardstick's report (for benchmarks/bench_yardstick.py), from its work file read by
+:func:`lenpred.report.yardstick.read_cells`.
 
 ``OUT/yardstick.json``: every cell row as run, and per (regime, cluster, batch, load or episode,
 arrival) and arm the min / max / mean over seeds of each figure and of its ratio to the baseline
@@ -11,30 +12,14 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lenpred.report.yardstick import read_cells
+
 FIGURES = ("short_p99_s", "p99_s", "short_p50_s", "attain_all", "attain_short", "attain_long", "drain_s")
 RATIO = ("short_p99_s", "p99_s", "short_p50_s", "drain_s")  # the rest (attainment) as a difference
-# CPU microseconds per simulated request (one arm), measured on the 2-core shared machine with one
-# small cell each (docs/yardstick.md); rows in cells.jsonl replace them with their own figures
-US_PER_REQUEST = {256: 55.0, 16: 170.0}
-
-
-def read_cells(path: Path) -> list[dict[str, Any]]:
-    """The rows of WORK/cells.jsonl (a line cut by a kill is skipped: its cell runs again)."""
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and "key" in row:
-            rows.append(row)
-    return rows
 
 
 def _span(xs: Sequence[float]) -> dict[str, float | int | None]:
@@ -170,7 +155,7 @@ def markdown(summary: list[dict[str, Any]], goodput: list[dict[str, Any]], rows:
 
 
 def write_report(jl: Path, out: Path, baseline: str) -> list[Path]:
-    rows = read_cells(jl)
+    rows = read_cells(jl, partial=True)
     out.mkdir(parents=True, exist_ok=True)
     summary, goodput = summarize(rows, baseline), goodput_summary(rows, baseline)
     js, md = out / "yardstick.json", out / "yardstick.md"
@@ -181,40 +166,3 @@ def write_report(jl: Path, out: Path, baseline: str) -> list[Path]:
         tmp.write_text(text)
         tmp.replace(path)
     return [js, md]
-
-
-# ---------------------------------------------------------------- sizing
-def _us_per_request(rows: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
-    """Measured CPU microseconds per simulated request, per (cluster, batch), from the rows run."""
-    acc: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for r in rows:
-        k = (r["cell"]["cluster"], int(r["cell"]["batch"]))
-        acc[k][0] += r["cpu_s"]
-        acc[k][1] += r["n_simulated"]
-    return {k: 1e6 * c / n for k, (c, n) in acc.items() if n}
-
-
-def dry_run(a: Any, cells: list[Any], work: Path, estimate: Callable[..., tuple[int, int, int]]) -> str:
-    """The cells, the runs they need (``estimate(a, cell, capacities)``: runs, simulated requests if
-    every steady cell converges at 2 n0, if none does) and their CPU time from measured rates."""
-    rows = read_cells(work / "cells.jsonl")
-    have = {r["key"] for r in rows}
-    cap_path = work / "capacity.json"  # nominal capacities (estimate's) until measured
-    caps = json.loads(cap_path.read_text()) if cap_path.is_file() else {}
-    rates = _us_per_request(rows)
-    lines, tot = [], [0, 0, 0, 0.0, 0.0]
-    for c in cells:
-        runs, lo, hi = estimate(a, c, caps)
-        us = rates.get((c.cluster, c.batch), US_PER_REQUEST[c.batch])
-        done = c.key in have
-        lines.append(f"{'done ' if done else 'to do'} {c.key}: {runs} runs, {lo:,}-{hi:,} requests, "
-                     f"{lo * us / 1e6 / 60:.1f}-{hi * us / 1e6 / 60:.1f} CPU min")
-        if not done:
-            for i, v in enumerate((1, runs, lo, lo * us / 1e6, hi * us / 1e6)):
-                tot[i] += v
-    src = "measured in cells.jsonl" if rates else "nominal"
-    lines.append(f"{int(tot[0])} cell(s) to run, about {int(tot[1])} simulations; estimated CPU "
-                 f"{tot[3] / 3600:.1f} h (every steady cell converging at 2 n0) to {tot[4] / 3600:.1f} h (none "
-                 f"converging), at {', '.join(f'{k}: {v:.0f}' for k, v in sorted(rates.items())) or US_PER_REQUEST} "
-                 f"us/request ({src}); capacities {'from ' + str(cap_path) if caps else 'nominal'}")
-    return "\n".join(lines)
