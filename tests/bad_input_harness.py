@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-
 # rows whose message does not name its fix yet: the router's config messages, rewritten in parallel
 # (issue 39 part 2; lenpred/route/config.py). The set may only shrink.
 FIX_PENDING = {"route-negative-aging", "route-negative-drain"}

@@ -46,7 +46,7 @@ _ROWS = {
     "route-no-backends": _route("backends is empty -- fix: list at least one backend", _cfg({"backends": []})),
     "route-bad-url": _route("backends[0].url: backend url 'localhost:8000' is not an http(s) URL",
                             _cfg({"backends": [{"url": "localhost:8000"}]})),
-    "route-bad-policy": _route("config.policy: unknown policy 'shortest' -- fix: use one of: least-predicted-tokens",
+    "route-bad-policy": _route("config.policy: unknown policy 'shortest' -- fix: use one of: least-kv, least-observed-load",
                                _cfg({"backends": _OK_BACKENDS, "policy": "shortest"})),
     "route-bad-priority-mode": _route("backends[0].priority", _cfg({"backends": [{"url": "http://h:1",
                                                                                  "priority": "yes"}]})),

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from bad_input_harness import read_only, writable
 from traj_helpers import CAP, LENGTHS, make_run, save_head, save_model, tiny_llama
 
+from bad_input_harness import read_only, writable
 from lenpred.draft.io import load_draft
 from lenpred.draft.speculative import teacher_forced_draft_states
 from lenpred.draft.target import Target

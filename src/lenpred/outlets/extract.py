@@ -42,8 +42,15 @@ from lenpred.features.work import WorkDir, work_path
 from lenpred.io.artifacts import check_out
 from lenpred.io.fileio import canonical_json, file_sha256
 from lenpred.outlets.features import TrajectoryConfig, block_names, make_spec, positions, sample_rows
-from lenpred.outlets.inputs import (CACHE_MAX_SEQ, Prompt, check_cache_writable, keys_sha, open_cache, select_prompts,
-                                    shard_prompts)
+from lenpred.outlets.inputs import (
+    CACHE_MAX_SEQ,
+    Prompt,
+    check_cache_writable,
+    keys_sha,
+    open_cache,
+    select_prompts,
+    shard_prompts,
+)
 from lenpred.outlets.store import KIND, Trajectory, load_trajectory, save_trajectory
 from lenpred.outlets.teacher import StatesOnlyTarget, resolve_compute_dtype
 from lenpred.progress import Progress
