@@ -170,10 +170,10 @@ def run_guidellm(exe: str, url: str, fmt: str, n: int, tokenizer: Path, prompt_t
     cmd = [exe, "run",
            "--backend", f"kind=openai_http,target={url},model={ALIAS},request_format={fmt},max_tokens={output_tokens}",
            "--profile", "kind=concurrent,streams=2",
-           "--constraint", f"kind=max_requests,value={n}",
+           "--constraint", f"kind=max_requests,count={n}",
            "--data", f"kind=synthetic_text,prompt_tokens={prompt_tokens},output_tokens={output_tokens}",
            "--tokenizer", f"kind=huggingface_auto,model={tokenizer}",
-           "--output", f"kind=json,filename={report}", "--disable-console-interactive"]
+           "--output", f"kind=json,path={report}", "--disable-console-interactive"]
     t0 = time.monotonic()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)

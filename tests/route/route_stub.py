@@ -21,7 +21,8 @@ Plain asyncio HTTP/1.1, no framework, so that 200 concurrent streams cost it lit
   when the body has a ``priority`` field, like vLLM without ``--scheduling-policy priority``),
   ``string-content`` (HTTP 500 with llama-cpp-python's chat-template error when a message's content is
   not a string, as its templates answer a list of parts),
-  ``unhealthy`` (also /v1/models and /health answer 503), ``ok``.
+  ``unhealthy`` (also /v1/models and /health answer 503), ``linger`` (a stream's ``[DONE]``, then 10 s before
+  the body ends, as a server that is slow to close), ``ok``.
 * ``GET /stub/requests``: the bodies (without prompts; ``content_kinds``: each message's content type,
   ``str`` or ``list``) and ``x-lenpred-*`` headers of the last 1000 completions; ``POST /stub/reset``
   clears them.
@@ -245,6 +246,9 @@ class StubServer:
                  "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}}
             tail += b"data: " + json.dumps(u).encode() + b"\n\n"
         _chunk(writer, tail + b"data: [DONE]\n\n")
+        if fault == "linger":
+            await writer.drain()
+            await asyncio.sleep(10)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True

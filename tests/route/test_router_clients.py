@@ -49,6 +49,14 @@ def _until(cond, what: str) -> None:
         time.sleep(0.02)
 
 
+def _outcomes(r: RouterThread) -> dict[tuple[str, ...], float]:
+    """lenpred_route_requests_total by (backend, outcome)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fams = text_string_to_metric_families(httpx.get(r.url + "/metrics").text)
+    return {tuple(s.labels.values()): s.value for f in fams for s in f.samples if s.name == "lenpred_route_requests_total"}
+
+
 def _post(url: str, body: dict) -> httpx.Response:
     return httpx.post(url + "/v1/chat/completions", json=body, timeout=15)
 
@@ -148,6 +156,8 @@ def test_the_openai_client_through_the_router(two):
         raw = client.chat.completions.with_raw_response.create(
             model="stub", messages=[{"role": "user", "content": PARTS}], max_tokens=2)
         assert raw.headers["x-lenpred-estimator"] == "chars" and raw.parse().choices[0].message.content == " t0 t1"
+        for s in (a, b):  # [DONE], then a body that stays open 10 s: the client leaves at [DONE]
+            s.fault("linger", count=1)
         text = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
             model="stub", messages=[{"role": "user", "content": PARTS}], max_tokens=4, stream=True) if ch.choices)
         assert text == " t0 t1 t2 t3"
@@ -164,5 +174,8 @@ def test_the_openai_client_through_the_router(two):
         assert e.value.status_code == 400 and e.value.body["param"] == "messages[0].role"
         with pytest.raises(openai.NotFoundError):
             client.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
+        # the client closes a stream as soon as it has read [DONE]: a whole answer, counted as ok (not client_gone)
+        _until(lambda: sum(v for k, v in _outcomes(r).items() if k[0] != "-") == 7, "7 requests accounted for")
+        assert {k[1] for k in _outcomes(r) if k[0] != "-"} == {"ok"}, _outcomes(r)
     assert {tuple(q["content_kinds"]) for q in a.requests() if q["path"].endswith("chat/completions")} == {("str",)}
     assert ("list",) in {tuple(q["content_kinds"]) for q in b.requests()}

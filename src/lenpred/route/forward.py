@@ -427,7 +427,9 @@ class Forwarder:
                 outcome = "stream_error"
                 yield sse_error_event(err)
         except BaseException:
-            outcome = "stopped" if self.drain.over else "client_gone"
+            # a client that leaves once it has read [DONE] (openai-python closes the response there, before the
+            # end of the chunked body) got the whole answer
+            outcome = "stopped" if self.drain.over else "ok" if counter.done else "client_gone"
             raise
         finally:
             r.close()
