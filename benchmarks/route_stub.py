@@ -15,13 +15,17 @@ Plain asyncio HTTP/1.1, no framework, so that 200 concurrent streams cost it lit
   answers at most N tokens whatever ``max_tokens`` asks (0: no cap), for a fuzzer's large values.
 * ``GET /v1/models``, ``GET /health``.
 * ``POST /stub/fault {"mode": M, "count": N}``: the next N completions (all, when N is null) fail as M:
-  ``500``, ``503``, ``429``, ``400`` (an HTTP error), ``garbage`` (200 with an HTML page),
+  ``500``, ``502``, ``503``, ``504``, ``429``, ``400`` (an HTTP error), ``garbage`` (200 with an HTML page),
   ``hang`` (never answers), ``empty`` (a 200 stream that ends before any token), ``hang-after:K`` /
   ``close-after:K`` (K tokens, then silence / a dropped connection), ``reject-priority`` (HTTP 400
   when the body has a ``priority`` field, like vLLM without ``--scheduling-policy priority``),
-  ``unhealthy`` (also /v1/models and /health answer 503), ``ok``.
-* ``GET /stub/requests``: the bodies (without prompts) and ``x-lenpred-*`` headers of the last 1000
-  completions; ``POST /stub/reset`` clears them.
+  ``string-content`` (HTTP 500 with llama-cpp-python's chat-template error when a message's content is
+  not a string, as its templates answer a list of parts),
+  ``unhealthy`` (also /v1/models and /health answer 503), ``linger`` (a stream's ``[DONE]``, then 10 s before
+  the body ends, as a server that is slow to close), ``ok``.
+* ``GET /stub/requests``: the bodies (without prompts; ``content_kinds``: each message's content type,
+  ``str`` or ``list``) and ``x-lenpred-*`` headers of the last 1000 completions; ``POST /stub/reset``
+  clears them.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Any
 __all__ = ["StubServer", "main"]
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
-            500: "Internal Server Error", 503: "Service Unavailable"}
+            500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
 
 class StubServer:
@@ -62,7 +66,7 @@ class StubServer:
     # -- fault control
     def _take_fault(self) -> str:
         mode = self.fault
-        if mode in ("ok", "unhealthy", "reject-priority"):
+        if mode in ("ok", "unhealthy", "reject-priority", "string-content"):
             return mode
         if self.fault_left is not None:
             self.fault_left -= 1
@@ -139,16 +143,20 @@ class StubServer:
         self.requests.append({
             "path": path, "t": time.monotonic(),
             "body": {k: v for k, v in body.items() if k not in ("messages", "prompt")},
+            "content_kinds": [type(m.get("content")).__name__ for m in body.get("messages") or [] if isinstance(m, dict)],
             "headers": {k: v for k, v in headers.items() if k.startswith("x-lenpred") or k == "x-request-id"},
         })
         fault = self._take_fault()
-        if fault in ("500", "503", "429", "400"):
+        if fault in ("500", "502", "503", "504", "429", "400"):
             return await self._json(writer, int(fault), {"error": {"message": f"stub {self.name}: scripted {fault}"}})
         if fault == "unhealthy":
             return await self._json(writer, 503, {"error": {"message": "stub is unhealthy"}})
         if fault == "reject-priority" and "priority" in body:
             return await self._json(writer, 400, {"object": "error", "message": "Got priority 3 but Priority "
                                                   "scheduling is not enabled.", "type": "BadRequestError", "code": 400})
+        if fault == "string-content" and any(not isinstance(m.get("content"), str) for m in body.get("messages", [])):
+            return await self._json(writer, 500, {"error": {"message": 'can only concatenate str (not "list") to str',
+                                                            "type": "internal_server_error", "param": None, "code": None}})
         if fault == "garbage":
             return await self._send(writer, 200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
         if fault == "hang":
@@ -238,6 +246,9 @@ class StubServer:
                  "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}}
             tail += b"data: " + json.dumps(u).encode() + b"\n\n"
         _chunk(writer, tail + b"data: [DONE]\n\n")
+        if fault == "linger":
+            await writer.drain()
+            await asyncio.sleep(10)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True

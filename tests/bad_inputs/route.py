@@ -83,6 +83,23 @@ _ROWS = {
                                              _cfg({"backends": _OK_BACKENDS, "estimator": {
                                                  "kind": "inline", "head": str(_HEADS / "ngram-smollm2-sharegpt"),
                                                  "runtime": "onnx"}})),
+    # issue 39: a backend URL with a path was kept without a word (every request a 404 at .../v1/chat/completions/v1/
+    # chat/completions); a boolean written as a word was read as true. With --check: today's code would print the
+    # config and exit 0
+    "route-backend-url-with-path": _route(
+        "backends[0].url: backend url 'http://127.0.0.1:8000/v1/chat/completions' has the path '/v1/chat/completions'; "
+        "the router adds /v1/chat/completions and the other endpoints itself -- fix: give the server's root URL, "
+        "http://127.0.0.1:8000", _cfg({"backends": [{"url": "http://127.0.0.1:8000/v1/chat/completions"}]}),
+        ["route", "--config", "{cfg}", "--check"]),
+    "route-backend-url-prefix": _route(
+        "backend url 'http://gw:80/llm' has the path '/llm'", _cfg({"backends": [{"url": "http://gw:80/llm"}]}),
+        ["route", "--config", "{cfg}", "--check"]),
+    "route-hints-osl-word": _route("config.hints.osl: input should be a valid boolean",
+                                   _cfg({"backends": _OK_BACKENDS, "hints": {"osl": "yes"}}),
+                                   ["route", "--config", "{cfg}", "--check"]),
+    "route-flatten-content-word": _route("config.backends[0].flatten_content: input should be a valid boolean",
+                                         _cfg({"backends": [{"url": "http://h:1", "flatten_content": "true"}]}),
+                                         ["route", "--config", "{cfg}", "--check"]),
 }
 
 CASES: list[BadInput] = [BadInput(k, argv, setup, expect=expect) for k, (argv, setup, expect) in _ROWS.items()]

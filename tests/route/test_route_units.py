@@ -12,7 +12,7 @@ import pytest
 
 from lenpred.errors import ConfigError
 from lenpred.route.backends import Flight, Pool, QueueFull, QueueTimeout, expected_remaining
-from lenpred.route.bodies import ApiError, SSECounter, parse_request
+from lenpred.route.bodies import ApiError, SSECounter, flatten_content, parse_request
 from lenpred.route.config import BackendConfig, PriorityConfig, RouterConfig, normalize_url
 from lenpred.route.estimators import CharsEstimator, EstimateFailed, RemoteEstimator, WithFallback
 from lenpred.route.priority import PriorityMapper
@@ -53,6 +53,20 @@ def test_url_normalised_and_example_configs_load():
     assert normalize_url("http://h:8000/v1/") == "http://h:8000"
     assert normalize_url("https://h/prefix/v1") == "https://h/prefix"
     assert BackendConfig(url="http://10.0.0.5:8000/v1").label == "10.0.0.5:8000"
+    # a backend's URL is its server's root (/v1 dropped); a gateway's path goes in prefix, said so
+    assert BackendConfig(url="http://h:8000/v1/").base == "http://h:8000"
+    assert BackendConfig(url="https://gw", prefix="/openai/v1").base == "https://gw/openai"
+    for url, path in [("http://h:8000/v1/chat/completions", "/v1/chat/completions"), ("http://h:8000/llm", "/llm")]:
+        with pytest.raises(ConfigError) as e:
+            BackendConfig(url=url)
+        assert f"has the path '{path}'" in str(e.value) and "-- fix: give the server's root URL, http://h:8000" in str(e.value)
+    with pytest.raises(ConfigError, match="prefix 'openai' is not a URL path"):
+        BackendConfig(url="http://h:1", prefix="openai")
+    same = {"backends": [{"url": "http://gw", "prefix": "/a"}, {"url": "http://gw/v1", "prefix": "/a/", "name": "x"}]}
+    with pytest.raises(ConfigError, match="backend url 'http://gw/a' is listed 2 times"):
+        RouterConfig.from_dict(same)
+    RouterConfig.from_dict({"backends": [{"url": "http://gw", "prefix": "/a"}, {"url": "http://gw", "prefix": "/b",
+                                                                              "name": "b"}]})
     files = sorted((ROOT / "experiments" / "route").glob("*.json"))
     assert files
     for f in files:
@@ -84,6 +98,42 @@ def test_request_checks():
     assert q.prompt == "ab" and q.n_sequences == 6
     _, q = parse_request(b'{"model": "m", "prompt": [1, 2, 3]}', "completion")
     assert q.prompt is None and q.prompt_token_ids == 3
+
+
+@pytest.mark.parametrize("where", ["hints.osl", "log_requests", "gc.freeze", "backends[0].flatten_content"])
+def test_booleans_are_strict(where):
+    """"yes", "true", 1 are not true: a typo of a boolean is refused, not read as one."""
+    for bad in ("yes", "true", 1):
+        data: dict = {"backends": [{"url": "http://a:1"}]}
+        *path, key = where.replace("[0]", ".0").split(".")
+        node = data
+        for k in path:
+            node = node[int(k)] if k.isdigit() else node.setdefault(k, {})
+        node[key] = bad
+        with pytest.raises(ConfigError) as e:
+            RouterConfig.from_dict(data, "config")
+        assert f"config.{where}" in str(e.value) and "boolean" in str(e.value), str(e.value)
+    assert RouterConfig.from_dict({"backends": [{"url": "http://a:1"}], "hints": {"osl": True}}).hints.osl
+
+
+def test_roles_and_content_parts():
+    e = _bad(b'{"model": "m", "messages": [{"role": "user", "content": "x"}, {"role": "robot", "content": "y"}]}')
+    assert (e.status, e.param) == (400, "messages[1].role") and 'got "robot"' in e.message and "user" in e.message
+    for role in ("system", "developer", "user", "assistant", "tool", "function"):
+        parse_request(json.dumps({"model": "m", "messages": [{"role": role, "content": "x"}]}).encode(), "chat")
+    text = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "world"}]
+    raw = {"model": "m", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]}
+    body, q = parse_request(json.dumps(raw).encode(), "chat")
+    assert q.parts and q.media is None and q.chars == len("be brief") + len("Hello\nworld")
+    flat = flatten_content(body)
+    assert flat["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Hello\nworld"}]
+    assert body["messages"][1]["content"] == text  # the request's own body is unchanged
+    _, q = parse_request(b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}', "chat")
+    assert not q.parts and q.media is None
+    raw["messages"].append({"role": "user", "content": [{"type": "text", "text": "and"},
+                                                        {"type": "image_url", "image_url": {"url": "data:,"}}]})
+    _, q = parse_request(json.dumps(raw).encode(), "chat")
+    assert (q.media, q.media_type) == ("messages[2].content[1]", "image_url")
 
 
 def test_values_no_backend_can_take_are_refused():

@@ -56,6 +56,8 @@ MALFORMED = [
      "/v1/chat/completions", "messages[0].content[0]"),
     ("a text part without text", {"model": "stub", "messages": [{"role": "user", "content": [{"type": "text"}]}]},
      "/v1/chat/completions", "messages[0].content[0].text"),
+    ("a role OpenAI does not have", {"model": "stub", "messages": [{"role": "robot", "content": "beep"}]},
+     "/v1/chat/completions", "messages[0].role"),
     ("a temperature that is a word", {"model": "stub", "messages": USER, "temperature": "hot"},
      "/v1/chat/completions", "temperature"),
     ("a negative temperature", {"model": "stub", "messages": USER, "temperature": -1}, "/v1/chat/completions",
@@ -79,7 +81,7 @@ MALFORMED = [
 
 def test_a_malformed_request_is_400_before_any_backend_sees_it(two):
     a, b = two
-    a.fault("500")  # as llama.cpp answers some of these: without the check, retried on b and answered 502
+    a.fault("500")  # as llama.cpp answers some of these: without the check, the client would get its 500
     b.fault("500")
     with RouterThread(_cfg(two)) as r:
         for what, body, path, param in MALFORMED:

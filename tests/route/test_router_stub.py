@@ -112,15 +112,16 @@ def test_failures_before_the_first_token_are_retried_elsewhere(two):
     a, b = two
     # least-requests on idle backends always tries a first (ties go to the lowest index)
     with RouterThread(_cfg(two, policy="least-requests")) as r:
-        for mode, stream in [("500", False), ("500", True), ("429", False), ("429", True), ("garbage", False),
-                             ("garbage", True), ("empty", True), ("hang", True)]:
+        for mode, stream in [("503", False), ("503", True), ("502", False), ("504", True), ("429", False),
+                             ("429", True), ("garbage", False), ("garbage", True), ("empty", True), ("hang", True)]:
             a.fault(mode, count=1)
             resp = _post(r.url, _chat(3, stream=stream))  # a hang costs read_s (3 s), then b answers
             assert resp.status_code == 200, (mode, stream, resp.text)
             assert _text(resp) == " t0 t1 t2"
             assert (resp.headers["x-lenpred-attempts"], resp.headers["x-lenpred-backend"]) == ("2", "b"), mode
         retried = {k[1]: v for k, v in _counter(r, "lenpred_route_retries_total").items()}
-        assert retried == {"http_500": 2, "http_429": 2, "garbage": 2, "empty": 1, "timeout": 1}, retried
+        assert retried == {"http_503": 2, "http_502": 1, "http_504": 1, "http_429": 2, "garbage": 2, "empty": 1,
+                           "timeout": 1}, retried
         assert r.router.pool.backends[0].outstanding_requests() == 0
     # a non-streamed request to a silent backend ends at the total timeout with a 504
     with RouterThread(_cfg(two, backends=[{"url": a.url, "name": "a"}], timeouts={"total_s": 1.5})) as r:
@@ -156,11 +157,11 @@ def test_backend_errors_after_retries_and_client_errors_are_openai_errors(two, c
     caplog.set_level(logging.INFO, logger="lenpred.route")
     with RouterThread(_cfg(two, policy="least-requests", log_requests=True)) as r:
         a.fault("503")
-        b.fault("500")
+        b.fault("502")
         for stream in (False, True):
             resp = _post(r.url, _chat(3, stream=stream))
             assert resp.status_code == 502 and resp.json()["error"]["code"] == "backend_error"  # the last one's
-            assert "backend b answered HTTP 500: stub b: scripted 500" == resp.json()["error"]["message"]
+            assert "backend b answered HTTP 502: stub b: scripted 502" == resp.json()["error"]["message"]
             assert resp.headers["x-lenpred-attempts"] == "2"
         # a's failures were retried on b; b's, the last attempts, were not retried
         assert _counter(r, "lenpred_route_retries_total") == {("a", "http_503"): 2}

@@ -1,11 +1,13 @@
 """The router as an ASGI app (FastAPI): ``/v1/chat/completions``, ``/v1/completions`` (SSE or not),
-``/v1/models``, ``/healthz``, ``/metrics``, and in annotate mode every other path passed through.
+``/v1/models``, ``/health`` (vLLM's: 200 and an empty body while a backend is healthy; route mode), ``/healthz``
+(the backends' state), ``/metrics``, and in annotate mode every other path passed through.
 
 What happens to one request is :mod:`lenpred.route.router` (predict, priority, which backend, retries)
-and :mod:`lenpred.route.forward` (one attempt on one backend). A failure before the first token reaches
-the client (unreachable, 5xx, 429, garbage, no first token within ``read_s``) is retried on another
-backend; a failure after it ends the stream with an SSE error event and ``[DONE]``. The backend's own
-4xx (a bad parameter) is passed on as it is. Every outcome, the router's own 404 / 405 / 500 included,
+and :mod:`lenpred.route.forward` (one attempt on one backend). A failure of the backend before the first token reaches
+the client (unreachable, 429, 502, 503, 504, garbage, no first token within ``read_s``) is retried on
+another backend; a failure after it ends the stream with an SSE error event and ``[DONE]``. Any other
+status of the backend (a 4xx, a 500 from a chat template) is its answer to the request, passed on as it
+is (:data:`lenpred.route.forward.RETRIED_STATUSES`). Every outcome, the router's own 404 / 405 / 500 included,
 is an OpenAI-format error with the right status code, and so is the end of a request still running at a
 stop's drain limit (:class:`lenpred.route.forward.Drain`: every HTTP request's task is registered with it).
 The OpenAPI document describes the request bodies the router accepts (:mod:`lenpred.route.schema`).
@@ -109,6 +111,14 @@ def create_app(cfg: RouterConfig, estimator: Any = None) -> RouterApp:
     @app.get("/v1/models", summary="the union of the backends' models")
     async def models() -> dict[str, Any]:
         return router.models()
+
+    if cfg.mode == "route":  # a sidecar (annotate) passes /health on to its upstream, as every other path
+        @app.get("/health", summary="vLLM's health path: 200 with an empty body while at least one backend is "
+                                    "healthy, else 503", responses={503: ERROR_RESPONSES[503]})
+        async def health() -> Response:
+            if router.healthy:
+                return Response(status_code=200)
+            return error_response(ApiError(503, "no healthy backend", "server_error", code="no_backend"))
 
     @app.get("/healthz", summary="200 while at least one backend is healthy; the backends' state")
     async def healthz() -> JSONResponse:

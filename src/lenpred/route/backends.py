@@ -77,7 +77,7 @@ class Backend:
 
     def __init__(self, cfg: BackendConfig, index: int) -> None:
         self.cfg, self.index = cfg, index
-        self.label, self.url = cfg.label, cfg.url
+        self.label, self.url = cfg.label, cfg.base
         self.max_outstanding = cfg.max_outstanding
         self.healthy = True
         self.models: dict[str, dict[str, Any]] | None = (

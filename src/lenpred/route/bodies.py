@@ -5,9 +5,9 @@ malformed is refused here with 400, before any backend sees it: a backend may an
 500 (llama.cpp does for ``"content": null`` or ``"temperature": "hot"``), which the router would take for
 a failing backend and retry. Checked: the body is a JSON object nested at most
 :data:`lenpred.serve.wire.MAX_JSON_DEPTH` levels; ``model`` is a string; chat requests have ``messages``
-(objects with a string ``role`` and a ``content`` that is a string or a list of content parts, null only
-for an assistant or function message; a part is an object with a string ``type``, a ``text`` part has
-a string ``text``), completions a ``prompt`` (a string, a list of strings, or token ids); the common
+(objects with one of OpenAI's roles, :data:`ROLES`, and a ``content`` that is a string or a list of content
+parts, null only for an assistant or function message; a part is an object with a string ``type``, a ``text``
+part has a string ``text``), completions a ``prompt`` (a string, a list of strings, or token ids); the common
 fields, when present and not null, have OpenAI's types and ranges (:data:`INTEGERS`, :data:`NUMBERS`,
 ``stream``, ``stop``, ``stream_options``, ``logprobs``, ...). Unknown fields pass through untouched. Text
 that is not Unicode (a lone surrogate) is refused too: no backend can read it. The error body and a
@@ -25,8 +25,8 @@ from typing import Any
 
 from lenpred.serve.wire import content_text, error_body, find_lone_surrogate, may_hold_surrogate, too_deep
 
-__all__ = ["INT64", "INTEGERS", "NO_CONTENT_ROLES", "NUMBERS", "ApiError", "Query", "SSECounter", "parse_request", "with_osl",
-           "sse_error_event"]
+__all__ = ["INT64", "INTEGERS", "NO_CONTENT_ROLES", "NUMBERS", "ROLES", "ApiError", "Query", "SSECounter", "flatten_content",
+           "parse_request", "with_osl", "sse_error_event"]
 
 # integer fields: the lowest value allowed (None: any); every integer must fit in 64 bits, as the engines parse it
 INTEGERS: dict[str, int | None] = {"n": 1, "max_tokens": 1, "max_completion_tokens": 1, "seed": None,
@@ -39,6 +39,9 @@ NUMBERS: dict[str, tuple[float | None, float | None]] = {
     "presence_penalty": (-2.0, 2.0), "min_p": (0.0, 1.0), "repetition_penalty": (0.0, None)}
 # roles whose message may have no content (a tool call instead)
 NO_CONTENT_ROLES = frozenset({"assistant", "function"})
+# OpenAI's message roles (function: the deprecated form of tool); any other is refused here, not by a backend
+# (llama-cpp-python's chat template answers an unknown role with a 500)
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 class ApiError(Exception):
@@ -71,6 +74,9 @@ class Query:
     prompt_token_ids: int | None  # completions given as token ids: how many
     n_sequences: int  # choices generated: n x number of prompts
     max_tokens: int | None
+    parts: bool = False  # chat: some message's content is a list of parts (a string-only backend needs it flattened)
+    media: str | None = None  # chat: where the first part that is not text is ("messages[0].content[1]")
+    media_type: str | None = None  # ... and its type ("image_url")
 
     @property
     def chars(self) -> int:
@@ -192,18 +198,43 @@ def _content_text(content: Any, i: int, role: str) -> str:
     raise ApiError(400, f"{where} must be a string or a list of content parts, got {_shown(content)}", param=where)
 
 
-def _messages(body: dict[str, Any]) -> tuple[dict[str, str], ...]:
+def _messages(body: dict[str, Any]) -> tuple[tuple[dict[str, str], ...], bool, tuple[str, str] | None]:
+    """(role + text of each message, whether any content is a list of parts, where the first non-text part is
+    and its type)."""
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise ApiError(400, "'messages' must be a non-empty list of {role, content} objects", param="messages")
     out = []
+    parts, media = False, None
     for i, m in enumerate(msgs):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ApiError(400, f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]")
+        if m["role"] not in ROLES:
+            raise ApiError(400, f"messages[{i}].role must be one of {', '.join(ROLES)}; got {_shown(m['role'])}",
+                           param=f"messages[{i}].role")
         if m.get("name") is not None and not isinstance(m["name"], str):
             raise ApiError(400, f"messages[{i}].name must be a string", param=f"messages[{i}].name")
-        out.append({"role": m["role"], "content": _content_text(m.get("content"), i, m["role"])})
-    return tuple(out)
+        content = m.get("content")
+        out.append({"role": m["role"], "content": _content_text(content, i, m["role"])})
+        if isinstance(content, list):
+            parts = True
+            if media is None:
+                j = next((j for j, p in enumerate(content) if p["type"] != "text"), None)
+                if j is not None:
+                    media = f"messages[{i}].content[{j}]", content[j]["type"]
+    return tuple(out), parts, media
+
+
+def flatten_content(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with every chat message's list of text parts joined into one string (newlines between the
+    parts, as vLLM does for a model whose template takes strings): for a backend that takes only string
+    content (llama-cpp-python's chat templates answer a list with a 500). A new dict; the request's own body
+    is not changed. Non-text parts must have been kept away from such a backend (``Query.media``)."""
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not any(isinstance(m.get("content"), list) for m in msgs):
+        return body
+    flat = [{**m, "content": content_text(m["content"])} if isinstance(m.get("content"), list) else m for m in msgs]
+    return {**body, "messages": flat}
 
 
 def _prompt(body: dict[str, Any]) -> tuple[str | None, int | None, int]:
@@ -257,14 +288,15 @@ def parse_request(raw: bytes, kind: str) -> tuple[dict[str, Any], Query]:
         raise ApiError(400, "'stream' must be true or false", param="stream")
     _check_common(body, kind)
     if kind == "chat":
-        messages = _messages(body)
+        messages, parts, media = _messages(body)
     else:
         text, ids, n_prompts = _prompt(body)
     n = _int_field(body, "n", 1) or 1
     max_tokens = _int_field(body, "max_tokens", 1)
     if kind == "chat":
         max_tokens = _int_field(body, "max_completion_tokens", 1) or max_tokens
-        q = Query("chat", model, bool(stream), None, messages, None, n, max_tokens)
+        q = Query("chat", model, bool(stream), None, messages, None, n, max_tokens, parts,
+                  *(media or (None, None)))
     else:
         q = Query("completion", model, bool(stream), text, None, ids, n * n_prompts, max_tokens)
     return body, q

@@ -17,7 +17,7 @@ import math
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 from lenpred.config import Config
 from lenpred.errors import ConfigError, FieldError
@@ -36,8 +36,11 @@ __all__ = [
 GC_THRESHOLDS = (50_000, 10, 10)
 
 
-def normalize_url(url: str, what: str = "url") -> str:
-    """``http(s)://host[:port][/prefix]`` without a trailing ``/`` or ``/v1`` (the router adds ``/v1/...``)."""
+def normalize_url(url: str, what: str = "url", path: bool = True) -> str:
+    """``http(s)://host[:port][/prefix]`` without a trailing ``/`` or ``/v1`` (the router adds ``/v1/...``).
+    With ``path`` False, a path other than ``/v1`` is refused: an OpenAI-compatible server (vLLM, SGLang,
+    llama.cpp) serves ``/v1/...`` at its root, and a path kept silently (``.../v1/chat/completions``, a typo)
+    would turn every request into a 404."""
     if not isinstance(url, str) or not url.strip():
         raise FieldError(f"{what} is empty", "give a URL such as http://127.0.0.1:8000")
     u = urlsplit(url.strip())
@@ -50,10 +53,17 @@ def normalize_url(url: str, what: str = "url") -> str:
         raise FieldError(f"{what} {url!r} has an invalid port", "use a port number from 1 to 65535") from None
     if u.query or u.fragment:
         raise FieldError(f"{what} {url!r} has a query or fragment", "give only scheme, host, port and path")
-    path = u.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[: -len("/v1")]
-    return f"{u.scheme}://{u.netloc}{path}"
+    prefix = u.path.rstrip("/")
+    if prefix.endswith("/v1"):
+        prefix = prefix[: -len("/v1")]
+    if prefix and not path:
+        root = f"{u.scheme}://{u.netloc}"
+        fix = f"give the server's root URL, {root} (or {root}/v1)"
+        if "v1" not in prefix.split("/"):  # not an endpoint's path: perhaps a gateway's prefix
+            fix += f"; for a server under a path prefix, add \"prefix\": \"{prefix}\""
+        raise FieldError(f"{what} {url!r} has the path {u.path!r}; the router adds /v1/chat/completions and the "
+                         "other endpoints itself", fix)
+    return f"{u.scheme}://{u.netloc}{prefix}"
 
 
 def _positive(where: str, **values: float | None) -> None:
@@ -65,18 +75,40 @@ def _positive(where: str, **values: float | None) -> None:
 class BackendConfig(Config):
     """One OpenAI-compatible server (vLLM, SGLang, llama.cpp server, ...)."""
 
-    url: str = Field(description="base URL, e.g. http://10.0.0.5:8000 (a /v1 suffix is accepted and dropped)")
+    url: str = Field(description="the server's root URL, e.g. http://10.0.0.5:8000 (a /v1 suffix is accepted and "
+                                 "dropped; any other path is refused: see prefix)")
+    prefix: str = Field("", description="a path the server's /v1/... endpoints sit under (a gateway's, e.g. "
+                                        "/openai for KServe); empty for vLLM, SGLang and llama.cpp")
     name: str | None = Field(None, description="name in headers, logs and metrics (default host:port)")
     models: tuple[str, ...] = Field((), description="models it serves; empty = discovered from GET /v1/models")
     priority: Literal["auto", "on", "off"] = Field(
         "auto", description="send the priority field: on, off (the backend rejects it), or auto (send it and "
                             "turn it off for this backend the first time it answers 400 about the field)")
     max_outstanding: int = Field(256, description="requests in flight at once on this backend; more wait")
+    flatten_content: StrictBool = Field(False, description="the server takes only a string as a chat message's content "
+                                                     "(llama-cpp-python's chat templates): a list of text parts is "
+                                                     "joined into one string (newlines between parts) before it is "
+                                                     "sent; a request with another part (an image) is not sent to it")
 
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:
-        return normalize_url(v, "backend url")
+        return normalize_url(v, "backend url", path=False)
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        p = v.strip().rstrip("/")
+        if p.endswith("/v1"):
+            p = p[: -len("/v1")]
+        if p and (not p.startswith("/") or "?" in p or "#" in p or "//" in p):
+            raise FieldError(f"prefix {v!r} is not a URL path", "give a path such as /openai, or leave it empty")
+        return p
+
+    @property
+    def base(self) -> str:
+        """Where the server's ``/v1/...`` endpoints are: the URL and the prefix."""
+        return self.url + self.prefix
 
     @field_validator("max_outstanding")
     @classmethod
@@ -357,7 +389,7 @@ class HintsConfig(Config):
     """The prediction as request metadata for the serving layer behind the router (the
     ``x-lenpred-predicted-tokens`` header is always sent)."""
 
-    osl: bool = Field(False, description="set nvext.agent_hints.osl (NVIDIA Dynamo: expected output tokens, for "
+    osl: StrictBool = Field(False, description="set nvext.agent_hints.osl (NVIDIA Dynamo: expected output tokens, for "
                                          "its router's output-block tracking) unless the client set it")
 
 
@@ -365,7 +397,7 @@ class GcConfig(Config):
     """The garbage collector of the router's long-lived process: set once the router has started, put back
     as it was when it stops (docs/route.md, "The router's own loop", has the measurements)."""
 
-    freeze: bool = Field(True, description="after start-up, move every object then alive (FastAPI, pydantic, a "
+    freeze: StrictBool = Field(True, description="after start-up, move every object then alive (FastAPI, pydantic, a "
                                            "head) out of the collector's sight (gc.freeze)")
     thresholds: tuple[int, int, int] | None = Field(
         GC_THRESHOLDS, description="gc.set_threshold while serving: allocations between two young collections, "
@@ -401,7 +433,7 @@ class RouterConfig(Config):
     timeouts: TimeoutConfig = Field(default_factory=TimeoutConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
-    log_requests: bool = Field(True, description="one log line per request (id, backend, prediction, outcome)")
+    log_requests: StrictBool = Field(True, description="one log line per request (id, backend, prediction, outcome)")
     gc: GcConfig = Field(default_factory=GcConfig)
     hints: HintsConfig = Field(default_factory=HintsConfig)
 
@@ -419,7 +451,7 @@ class RouterConfig(Config):
         if self.mode == "annotate" and len(self.backends) != 1:
             raise ConfigError(f"mode 'annotate' forwards to one upstream, got {len(self.backends)} backends",
                               "list exactly one backend, or use mode 'route'")
-        urls = [b.url for b in self.backends]
+        urls = [b.base for b in self.backends]
         same = sorted({u for u in urls if urls.count(u) > 1})
         if same:  # two names for one server would double its share of the traffic and its in-flight count
             raise ConfigError(f"backend url {same[0]!r} is listed {urls.count(same[0])} times",

@@ -1,7 +1,13 @@
-"""Forwarding one request to one backend: the payload (with the priority field) and headers, the answer
-relayed (JSON, or SSE as it streams), the load drawn down as tokens arrive, and which failures are
-retried on another backend (:class:`Retry`: nothing has reached the client yet) and which are the
-client's answer. :class:`Forwarder` is the half of :class:`lenpred.route.router.Router` that talks to a
+"""Forwarding one request to one backend: the payload (with the priority field, its content parts
+flattened for a backend that takes only strings) and headers, the answer relayed (JSON, or SSE as it
+streams), the load drawn down as tokens arrive, and which failures are retried on another backend
+(:class:`Retry`: nothing has reached the client yet) and which are the client's answer.
+
+The rule (:data:`RETRIED_STATUSES`, docs/route.md "Retries"): what says the backend, not the request, is
+at fault is retried: no connection, a timeout, a broken or garbled answer, and the statuses 429, 502, 503
+and 504 (Envoy's ``gateway-error`` plus 429). Every other status, a 500 included, is the backend's answer
+to this request (a bad parameter, a chat template that cannot render the messages): another backend would
+answer it the same, so it goes to the client as it is, the backend's status and error body. :class:`Forwarder` is the half of :class:`lenpred.route.router.Router` that talks to a
 backend; the router decides which backend, and how often to try. :class:`Drain` ends the requests still
 running when a stop's drain limit passes, each with an answer.
 """
@@ -21,7 +27,15 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from yarl import URL
 
 from lenpred.route.backends import Backend, Flight, Pool
-from lenpred.route.bodies import ApiError, Query, SSECounter, backend_message, sse_error_event, with_osl
+from lenpred.route.bodies import (
+    ApiError,
+    Query,
+    SSECounter,
+    backend_message,
+    flatten_content,
+    sse_error_event,
+    with_osl,
+)
 from lenpred.route.calibrate import OnlineCalibrator
 from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import Estimate
@@ -29,9 +43,13 @@ from lenpred.route.priority import PriorityMapper
 from lenpred.route.prometheus import RouterMetrics
 from lenpred.route.upstream import Client, UpstreamError, UpstreamResponse
 
-__all__ = ["Ctx", "Drain", "Forwarder", "RelayStream", "Retry", "close", "error_response"]
+__all__ = ["RETRIED_STATUSES", "Ctx", "Drain", "Forwarder", "RelayStream", "Retry", "close", "error_response"]
 
 log = logging.getLogger("lenpred.route")
+
+# a backend's statuses that another backend may not repeat: it is busy (429), down (503), or a gateway in front
+# of it failed (502, 504). Any other (4xx, 500, 501, ...) is about the request, and passed on as it is
+RETRIED_STATUSES = frozenset({429, 502, 503, 504})
 
 
 class Retry(Exception):
@@ -55,6 +73,7 @@ class Ctx:
     t_in: float
     deadline: float
     in_headers: list[tuple[str, str]]
+    skip: frozenset[int] = frozenset()  # backends never tried for it (string-only ones for a non-text part)
     attempts: int = 0
     priority: int | None = None
     backend: Backend | None = None
@@ -202,6 +221,8 @@ class Forwarder:
 
     def _payload(self, ctx: Ctx, b: Backend) -> bytes:
         body = with_osl(ctx.body, ctx.tokens) if self.cfg.hints.osl else ctx.body
+        if ctx.query.parts and b.cfg.flatten_content:
+            body = flatten_content(body)
         if self.cfg.priority.sends and b.priority_on:
             ctx.priority = self.prio.value(ctx.flight.key)
             return json.dumps({**body, self.cfg.priority.field: ctx.priority}).encode()
@@ -238,9 +259,10 @@ class Forwarder:
         return False
 
     def _status_error(self, b: Backend, status: int, content: bytes, ctx: Ctx) -> Response:
-        """A non-200 answer: raise Retry for 429 / 5xx, return the backend's own 4xx as it is."""
+        """A non-200 answer: raise Retry for :data:`RETRIED_STATUSES`; return any other (the backend's answer to
+        this request: a 4xx, a 500 from a chat template) with the backend's status and error body."""
         msg = backend_message(content)
-        if status == 429 or status >= 500:
+        if status in RETRIED_STATUSES:
             code = status if status in (429, 503) else 502
             raise Retry(ApiError(code, f"backend {b.label} answered HTTP {status}: {msg}", "server_error",
                                   code="backend_error"), f"http_{status}")
@@ -251,8 +273,9 @@ class Forwarder:
             ok = False
         if ok:
             return Response(content, status, headers=self._reply_headers(ctx), media_type="application/json")
-        return error_response(ApiError(status, f"backend {b.label} answered HTTP {status}: {msg}", code="backend_error"),
-                      self._reply_headers(ctx))
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        return error_response(ApiError(status, f"backend {b.label} answered HTTP {status}: {msg}", kind,
+                                       code="backend_error"), self._reply_headers(ctx))
 
     def _upstream_error(self, b: Backend, e: UpstreamError, what: str) -> Retry:
         if e.kind == "connect":
@@ -404,7 +427,9 @@ class Forwarder:
                 outcome = "stream_error"
                 yield sse_error_event(err)
         except BaseException:
-            outcome = "stopped" if self.drain.over else "client_gone"
+            # a client that leaves once it has read [DONE] (openai-python closes the response there, before the
+            # end of the chunked body) got the whole answer
+            outcome = "stopped" if self.drain.over else "ok" if counter.done else "client_gone"
             raise
         finally:
             r.close()

@@ -22,7 +22,7 @@ from fastapi.responses import Response
 from yarl import URL
 
 from lenpred.route.backends import Flight, Pool, QueueFull, QueueTimeout
-from lenpred.route.bodies import ApiError, parse_request
+from lenpred.route.bodies import ApiError, Query, parse_request
 from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import make_estimator
 from lenpred.route.forward import Ctx, Drain, Forwarder, RelayStream, Retry, close, error_response
@@ -59,6 +59,7 @@ class Router(Forwarder):
         self.client = Client(cfg.timeouts.connect_s)  # backend requests and health checks
         # each backend's endpoints, parsed once
         self.targets = [{kind: URL(b.url + path) for kind, path in PATHS.items()} for b in self.pool.backends]
+        self._string_only = frozenset(b.index for b in self.pool.backends if b.cfg.flatten_content)
         self._health: asyncio.Task[None] | None = None
         self._lag: asyncio.Task[None] | None = None
         self.drain = Drain()
@@ -104,6 +105,7 @@ class Router(Forwarder):
             raw = await self._read_body(request)
             body, q = parse_request(raw, kind)
             self._check_model(q.model)
+            skip = self._text_only(q)
             est = await self.estimator.estimate(q)
         except ApiError as e:
             self.metrics.requests.labels("-", "rejected").inc()
@@ -125,7 +127,7 @@ class Router(Forwarder):
         prompt_tokens = q.prompt_token_ids if q.prompt_token_ids is not None else q.chars / 4.0
         flight = Flight(rid, load, spread, key, prefill=self.cfg.prompt_weight * prompt_tokens * n,
                         prompt=prompt_tokens * n)
-        ctx = Ctx(rid, q, body, est, tokens, flight, t_in, t_in + self.cfg.timeouts.total_s, headers)
+        ctx = Ctx(rid, q, body, est, tokens, flight, t_in, t_in + self.cfg.timeouts.total_s, headers, skip)
         try:
             return await self._dispatch(ctx)
         except ApiError as e:
@@ -154,10 +156,20 @@ class Router(Forwarder):
             raise ApiError(404, f"The model '{model}' does not exist on any backend (served: {served})",
                            code="model_not_found", param="model")
 
+    def _text_only(self, q: Query) -> frozenset[int]:
+        """The backends a request must not go to: for one with a part that is not text (an image), those that
+        take only string content (``flatten_content``). A 400 when they are all that serve its model."""
+        if q.media is None or not self._string_only:
+            return frozenset()
+        if not any(b.serves(q.model) for b in self.pool.backends if b.index not in self._string_only):
+            raise ApiError(400, f"{q.media} is a part of type {q.media_type!r}, and every backend that serves model "
+                                f"'{q.model}' takes text only (flatten_content); send text parts only", param=q.media)
+        return self._string_only
+
     async def _dispatch(self, ctx: Ctx) -> Response:
         """Attempts on backends until one answers, or the failure that nothing can retry."""
         lim = self.cfg.limits
-        exclude: set[int] = set()
+        exclude: set[int] = set(ctx.skip)
         last: Retry | None = None  # the failure of the last attempt; retried when another backend is found
         while ctx.attempts < lim.max_attempts:
             wait = min(lim.queue_timeout_s, max(0.001, ctx.deadline - time.monotonic()))
@@ -235,6 +247,11 @@ class Router(Forwarder):
             for k, v in (b.models or {}).items():
                 seen.setdefault(k, v)
         return {"object": "list", "data": list(seen.values())}
+
+    @property
+    def healthy(self) -> bool:
+        """At least one backend is healthy (``/health``: vLLM's readiness path)."""
+        return any(b.healthy for b in self.pool.backends)
 
     def health(self) -> tuple[int, dict[str, Any]]:
         bs = [b.describe() for b in self.pool.backends]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lenpred.route.bodies import INT64, INTEGERS, NO_CONTENT_ROLES, NUMBERS
+from lenpred.route.bodies import INT64, INTEGERS, NO_CONTENT_ROLES, NUMBERS, ROLES
 
 __all__ = ["CHAT_REQUEST", "COMPLETION_REQUEST", "ERROR_RESPONSES", "request_body"]
 
@@ -45,7 +45,7 @@ _PART = {  # a content part: any type; a text part carries a string 'text' (anot
 _CONTENT = {"anyOf": [_STR, {"type": "array", "items": _PART}]}
 _MESSAGE = {
     "type": "object", "required": ["role"],
-    "properties": {"role": _STR, "name": {"type": ["string", "null"]}, "content": {"anyOf": [_CONTENT, _NULL]}},
+    "properties": {"role": {"enum": list(ROLES)}, "name": {"type": ["string", "null"]}, "content": {"anyOf": [_CONTENT, _NULL]}},
     # only an assistant (or function) message may come without content: one that calls a tool
     "if": {"properties": {"role": {"enum": sorted(NO_CONTENT_ROLES)}}},
     "then": {},
