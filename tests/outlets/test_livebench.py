@@ -199,3 +199,30 @@ def test_cli_writes_the_live_json_and_labels_heads(live_run, tmp_path, capsys) -
     # --strict-series: the head was trained on rows holding both series, so it passes
     assert main(["outlets", "bench", "--traj", str(p["traj"]), "--run", str(p["run"]), "--heads", str(head),
                  "--n-boot", "20", "--no-plots", "--strict-series", "--out", str(tmp_path / "b2")]) == 0
+
+
+def test_report_page_shows_the_live_series_first(live_run, tmp_path) -> None:
+    """The report's OUTLETS section puts the live table and plots first when the bench has them."""
+    from lenpred.io.artifacts import load_artifact
+    from lenpred.outlets.bench_files import BenchRequest
+    from lenpred.outlets.evaluate import OutletsBench
+    from lenpred.outlets.pipeline import bench
+    from lenpred.report.outlets import write_bench
+    from lenpred.report.page.serving import outlets_section
+
+    root, data, p = live_run
+    out = tmp_path / "bench"
+    from lenpred.data.rundir import RunDir
+    from lenpred.predictions import Predictions
+
+    ids = pd.concat([data[r]["lengths"] for r in data])["prompt_id"].unique()
+    Predictions.from_frame(pd.DataFrame({"prompt_id": ids, "pred_tokens": 150.0, "q10": 60.0, "q50": 150.0,
+                                         "q90": 300.0}), made_by="mlp",
+                           card=RunDir.open(p["run"]).card).write(tmp_path / "pre.parquet")
+    done = bench(BenchRequest(str(p["traj"]), str(p["run"]), prefill_predictions=(f"mlp={tmp_path / 'pre.parquet'}",),
+                              boot=Bootstrap(20)), str(out))
+    write_bench(done, out, plots=False)
+    art = load_artifact(out, kind="outlets-bench")
+    sec = outlets_section(art, OutletsBench.from_dict(art.read_json("outlets_bench.json")))
+    assert sec.tables[0].title.startswith("Live series") and sec.figures[0].name == "outlets_mae_live.png"
+    assert sorted(r[0] for r in sec.tables[0].rows) == ["carried-mlp", "carried-oracle", "t-only"]

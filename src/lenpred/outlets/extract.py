@@ -321,7 +321,8 @@ def _compute_all(job: _Job, todo: list[Prompt], done: dict[Any, Any], work: Work
     states = StatesOnlyTarget(target.model, job.layers, dtype)
     model_d = job.head.model.to(device)
     model_d.attach_embeddings(target.embedding)
-    n_tokens = sum(len(r) for p in todo for s, r, _ in p.samples if (p.prompt_id, s) not in done)  # the bar: samples' L
+    # the bar counts the response tokens the rows need (all of L for fraction rows, up to the last live point for live)
+    n_tokens = sum(len(_forced(r, cfg)) for p in todo for s, r, _ in p.samples if (p.prompt_id, s) not in done)
     bar = Progress("trajectory", total=n_tokens, unit="tokens", enabled=job.req.progress and n_todo > 0)
     n_chunks = 0
     try:
@@ -401,7 +402,7 @@ def _compute_chunk(job: _Job, group: list[Prompt], done: dict[Any, Any], models:
             keys.append((p.prompt_id, i))
             stats["computed"] += 1
             stats["from_cache"] += int((p.prompt_id, i) in pre)
-            bar.update(L)
+            bar.update(int(ts.max()) if ts.size else 0)  # = len(_forced(r, cfg))
     names = list(parts[0]) if parts else []
     dtype = np.float16 if cfg.dtype == "float16" else np.float32
     tensors: dict[str, np.ndarray] = {}
