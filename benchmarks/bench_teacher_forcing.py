@@ -14,8 +14,10 @@ sorted by samples per prompt, then id, so the mix of samples per prompt is the r
 * ``states-prefix``: the same, the prompt once and its samples batched (right-padded) on its cache;
 * ``full-prefix``: the whole model with its LM head (no log-softmax), batched exactly as ``states-prefix``;
 
-each in float32 and bf16 autocast (bf16 only where ``lscpu`` shows amx_bf16 or avx512_bf16, else
-marked emulated), at each thread count. Rate = the workload's response tokens / wall seconds;
+each in float32 and bf16 autocast, at each thread count. bf16 runs only where the CPU has bf16 hardware
+(``amx_bf16`` or ``avx512_bf16`` in /proc/cpuinfo, the test ``--compute-dtype auto`` makes); elsewhere
+(an AVX2-only CPU, where torch emulates bf16 ~6x slower than float32) the bf16 settings are skipped with
+a line saying so, or run with ``--emulated-bf16`` and labelled ``"bf16": "emulated"`` in their rows. Rate = the workload's response tokens / wall seconds;
 projection = the run's response tokens (train, val and test) / rate.
 
 Agreement: the trajectory rows (blocks draft, fused, target.j at the scheme's positions, through the draft
@@ -60,6 +62,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--settings", nargs="+", default=["draft-cache", "states-b1", "states-prefix", "full-prefix"])
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("--emulated-bf16", action="store_true",
+                    help="run the bf16 settings on a CPU without bf16 hardware too (emulated: slow; rows labelled so)")
     args = ap.parse_args(argv)
     if args.out and Path(args.out).exists():  # replace only this benchmark's own figures, checked before any work
         try:
@@ -110,6 +114,12 @@ class Bench:
         self.bf16 = cpu_bf16()
         print(f"CPU: {cpu_model()}; bf16 hardware: {self.bf16 or 'none'}; torch {torch.__version__}; "
               f"layers {self.layers}")
+        self.dtypes = ("float32", "bfloat16") if self.bf16 or args.emulated_bf16 else ("float32",)
+        if not self.bf16:
+            print("bf16: this CPU has neither amx_bf16 nor avx512_bf16, so torch would emulate it (slower than "
+                  "float32): " + ("running it anyway, rows labelled emulated (--emulated-bf16)" if args.emulated_bf16
+                                  else "bf16 settings skipped (as --compute-dtype auto picks float32 here; "
+                                  "--emulated-bf16 runs them)"))
 
     def run_draft_cache(self, work: list[Any] | None = None) -> None:
         work = self.work if work is None else work
@@ -160,7 +170,7 @@ def timings(b: Bench, args: argparse.Namespace) -> tuple[list[dict[str, Any]], d
     for threads in args.threads:
         torch.set_num_threads(threads)
         for setting in args.settings:
-            for dtype in ("float32", "bfloat16"):
+            for dtype in b.dtypes:
                 if setting == "draft-cache" and dtype == "bfloat16":
                     continue
                 # untimed warm-up on the shortest prompt (kernel selection, allocator), then the timed workload
@@ -181,7 +191,8 @@ def timings(b: Bench, args: argparse.Namespace) -> tuple[list[dict[str, Any]], d
                 row = {"setting": setting, "dtype": dtype, "threads": threads, "seconds": round(sec, 2),
                        "response_tokens_per_s": round(rate, 1),
                        "projected_run_hours": round(b.run_resp / rate / 3600, 3),
-                       "bf16_hardware": bool(b.bf16) if dtype == "bfloat16" else None}
+                       "bf16_hardware": bool(b.bf16) if dtype == "bfloat16" else None,
+                       "bf16": ("native" if b.bf16 else "emulated") if dtype == "bfloat16" else None}
                 rows.append(row)
                 print(f"{setting:14s} {dtype:9s} threads {threads}: {sec:7.1f} s, {rate:7.0f} response tokens/s, "
                       f"run ~{b.run_resp / rate / 3600:.2f} h")
@@ -244,15 +255,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = Bench(args)
     rows, states = timings(b, args)
     agree = agreement(b, states, args.head)
-    res = {"bench": "teacher_forcing", "cpu": cpu_model(), "bf16_hardware": b.bf16, "torch": torch.__version__,
+    res = {"bench": "teacher_forcing", "cpu": cpu_model(), "bf16_hardware": b.bf16,
+           "bf16": "native" if b.bf16 else ("emulated" if args.emulated_bf16 else "skipped"), "torch": torch.__version__,
            "run": args.run, "run_prompts": len(b.everything), "run_samples": b.run_samples,
            "run_response_tokens": b.run_resp, "run_prompt_tokens": b.run_prompt,
            "workload": {"every_kth_prompt": b.k, "prompts": len(b.work), "samples": b.w_samples,
                         "response_tokens": b.w_resp},
            "layers": list(b.layers), "rows": rows, "agreement": agree,
            "command": "python -m benchmarks.bench_teacher_forcing " + " ".join(
-               f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-               for k, v in vars(args).items() if v is not None and k != "out")}
+               f"--{k.replace('_', '-')}" + ("" if v is True else f" {' '.join(map(str, v)) if isinstance(v, list) else v}")
+               for k, v in vars(args).items() if v is not None and v is not False and k != "out")}
     if args.out:
         from lenpred.io.fileio import atomic_write_json
 

@@ -62,7 +62,9 @@ done
 
 # 3. the bench on all test samples, with the carried prefill heads and the carried prefill oracle;
 #    the re-predictions table the simulator reads
+#    (the trajectory of step 1 has fraction rows: it holds the live points from 32 tokens on, not t = 16;
+#    `outlets features --rows both` in step 1 would add it, and the live bench would then take its default)
 run outlets bench --traj "$TRAJ" --run $R --heads "$OUT"/heads/* \
     --prefill-predictions mlp="$OUT/preds/mlp.parquet" ridge="$OUT/preds/ridge.parquet" \
-    --anchors outlets-anchored="$OUT/anchor" --out "$OUT/bench"
+    --anchors outlets-anchored="$OUT/anchor" --live-points 32,64,128,256,512 --out "$OUT/bench"
 run outlets predict --head "$OUT/heads/outlets" --traj "$TRAJ" --run $R --roles test --out "$OUT/outlets-test.parquet"

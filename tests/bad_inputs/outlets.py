@@ -227,10 +227,12 @@ CASES += [
     BadInput("outlets-train-trajectory-of-another-run", ["outlets", "train", "--traj", "{traj}", "--run", "{run}",
                                                          "--out", "{tmp}/h"],
              _eval_foreign_run, expect="under another card"),
-    BadInput("outlets-bench-head-of-another-draft", [*_B[:3], "{traj2}", *_B[4:], "--heads", "{head}"],
+    # (the synthetic trajectory has fraction rows: the live points it holds are named, t = 16 is not among them)
+    BadInput("outlets-bench-head-of-another-draft", [*_B[:3], "{traj2}", *_B[4:], "--heads", "{head}",
+                                                     "--live-points", "32,64"],
              _eval_head_of_another_draft, expect="trajectory features come from another draft head"),
-    BadInput("outlets-bench-prefill-head-as-outlets-head", [*_B, "--heads", "{head}"], _eval_prefill_head,
-             expect="is a constant head, not an outlets head"),
+    BadInput("outlets-bench-prefill-head-as-outlets-head", [*_B, "--heads", "{head}", "--live-points", "32,64"],
+             _eval_prefill_head, expect="is a constant head, not an outlets head"),
     BadInput("outlets-bench-nothing", _B, None, expect="nothing to bench"),
     BadInput("outlets-bench-n-boot", [*_B, "--prefill-predictions", "{tmp}/p.parquet", "--n-boot", "3"], None,
              expect="--n-boot must be at least 10"),
@@ -299,4 +301,37 @@ CASES += [
     # argparse took -1/2 for an option ("expected one argument"); the shard check names the valid form
     BadInput("outlets-features-negative-shard", [*_F, "--shard", "-1/2"], _run_and_draft,
              expect="--shard -1/2: slice index must be in 0..1 (and N >= 1) -- fix: pass --shard I/N with 0 <= I < N"),
+]
+
+
+# ------------------------------------------------------------------ issue 38: the live series
+def _eval_fraction_head(tmp: Path) -> dict[str, Path]:
+    """A head trained on the synthetic fraction rows (its spec has no positions.rows: fraction)."""
+    from lenpred.outlets.head import OutletsHead
+    from lenpred.outlets.store import load_trajectory
+    from outlets.eval_synth import CAP, CARD
+
+    p = _eval_run(tmp)
+    OutletsHead(epochs=2).fit(load_trajectory(p["traj"]), cap=CAP).save(tmp / "head", card=CARD)
+    return {**p, "head": tmp / "head"}
+
+
+CASES += [
+    BadInput("outlets-bench-trajectory-without-live-rows", [*_B, "--prefill-predictions", "{tmp}/p.parquet"], _eval_run,
+             expect="no row at t = 16 for"),  # the message goes on: "... (lenpred outlets features --rows live ..."
+    BadInput("outlets-bench-trajectory-without-live-rows-names-the-flag",
+             [*_B, "--prefill-predictions", "{tmp}/p.parquet"], _eval_run,
+             expect="fix: compute the trajectory with live rows (lenpred outlets features --rows live"),
+    BadInput("outlets-bench-strict-series-fraction-head",
+             [*_B, "--heads", "{head}", "--live-points", "32,64", "--strict-series"], _eval_fraction_head,
+             expect="was trained on fraction rows (t = floor(f L): placed with the true length), not on the live series"),
+    BadInput("outlets-bench-live-points-not-numbers", [*_B, "--heads", "{tmp}/h", "--live-points", "16,soon"], None,
+             expect="--live-points '16,soon' is not a list of token counts"),
+    BadInput("outlets-bench-live-points-and-every", [*_B, "--heads", "{tmp}/h", "--live-points", "16",
+                                                     "--live-every", "8"], _eval_run,
+             expect="--live-points and --live-every both name the live series"),
+    BadInput("outlets-features-live-every-without-live-rows", [*_F, "--live-every", "8"], _run_and_draft,
+             expect="--live-every (live_every) needs live rows, but --rows is fraction"),
+    BadInput("outlets-features-unknown-row-scheme", [*_F, "--rows", "sometimes"], _run_and_draft,
+             expect="invalid choice: 'sometimes'"),
 ]

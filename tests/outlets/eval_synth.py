@@ -43,9 +43,15 @@ CARD = {
 }
 
 
-def positions(length: int) -> list[int]:
+LIVE_SPEC: dict[str, Any] = {**SPEC, "positions": {**SPEC["positions"], "rows": "both", "live": {"first": 16, "every": None}}}
+
+
+def positions(length: int, live: bool = False) -> list[int]:
+    """The fraction scheme's positions; ``live``: also the live points 16, 32, 64, ... (rows "both")."""
     ts = {0, 32, 64, 128, 256, 512} | {int(np.floor(f * length)) for f in (0.1, 0.25, 0.5, 0.75)}
     ts |= set(range(0, length, 48))
+    if live:
+        ts |= {16 * 2**k for k in range(6)}
     return sorted(t for t in ts if t < length)
 
 
@@ -61,13 +67,14 @@ def lengths(n: int, k: int, seed: int, prefix: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def trajectory(samples: pd.DataFrame, seed: int, spec: dict[str, Any] | None = None, noise: float = 0.1) -> Trajectory:
+def trajectory(samples: pd.DataFrame, seed: int, spec: dict[str, Any] | None = None, noise: float = 0.1,
+               live: bool = False) -> Trajectory:
     rng = np.random.default_rng(seed + 1000)
     maps = np.random.default_rng(12345)
     a_draft, a_fused, a_target = (maps.standard_normal((2, D)) for _ in range(3))
     idx, draft, fused, target, running = [], [], [], [], []
     for r in samples.itertuples(index=False):
-        ts = np.array(positions(int(r.n_tokens)), dtype=float)
+        ts = np.array(positions(int(r.n_tokens), live), dtype=float)
         rem = r.n_tokens - ts
         z = np.column_stack([np.log1p(rem) - 4.5, np.full(ts.size, r.s)])
         dr = z @ a_draft + noise * rng.standard_normal((ts.size, D))
@@ -81,15 +88,16 @@ def trajectory(samples: pd.DataFrame, seed: int, spec: dict[str, Any] | None = N
     blocks = {"draft": np.vstack(draft), "fused": np.vstack(fused), "target.10": np.vstack(target),
               "draft_running": np.vstack(running)}
     return Trajectory(pd.concat(idx, ignore_index=True), {k: v.astype(np.float32) for k, v in blocks.items()},
-                      dict(spec or SPEC))
+                      dict(spec or (LIVE_SPEC if live else SPEC)))
 
 
-def parts(n_train: int = 240, n_val: int = 60, n_test: int = 50, seed: int = 0) -> dict[str, Any]:
-    """Train (2 samples per prompt), validation (2) and test (8) trajectories and their lengths."""
+def parts(n_train: int = 240, n_val: int = 60, n_test: int = 50, seed: int = 0, live: bool = False) -> dict[str, Any]:
+    """Train (2 samples per prompt), validation (2) and test (8) trajectories and their lengths
+    (``live``: with the live rows t = 16, 32, ... too, as ``--rows both`` writes them)."""
     out: dict[str, Any] = {}
     for i, (role, n, k) in enumerate((("train", n_train, 2), ("val", n_val, 2), ("test", n_test, 8))):
         s = lengths(n, k, seed + 10 * i, f"{role[:2]}")
-        out[role] = {"lengths": s, "traj": trajectory(s, seed + 10 * i)}
+        out[role] = {"lengths": s, "traj": trajectory(s, seed + 10 * i, live=live)}
     return out
 
 
@@ -109,6 +117,6 @@ def write_run(root: Path, data: dict[str, Any], spec: dict[str, Any] | None = No
     write_split(Split(rd.card_hash, SplitConfig(), roles), rd)
     trajs = [data[r]["traj"] for r in ("train", "val", "test")]
     full = Trajectory(pd.concat([t.index for t in trajs], ignore_index=True),
-                      {k: np.vstack([t.blocks[k] for t in trajs]) for k in trajs[0].blocks}, dict(spec or SPEC))
+                      {k: np.vstack([t.blocks[k] for t in trajs]) for k in trajs[0].blocks}, dict(spec or trajs[0].spec))
     save_trajectory(root / "traj", full, rd.card, dtype="float32")
     return {"run": rd.path, "traj": root / "traj"}

@@ -22,6 +22,9 @@ from lenpred.outlets.evaluate import (
 )
 from outlets.eval_synth import parts, write_run
 
+# the synthetic trajectory has the fraction scheme's rows (t = 0, 32 ... 512, fractions, a 48 grid): it holds the
+# live points from 32 on but not t = 16, so the CLI benches name the live points it has
+LIVE_HELD = "32,64,128,256,512"
 
 # ---------------------------------------------------------------- points and scoring, by hand
 def _index(rows: list[tuple[str, int, int, int]]) -> pd.DataFrame:
@@ -108,7 +111,7 @@ def bench(tmp_path_factory):
     out = root / "report"
     assert main(["outlets", "bench", "--traj", str(p["traj"]), "--run", str(p["run"]), "--heads", str(root / "outlets"),
                  str(root / "probe"), "--prefill-predictions", f"mlp={root / 'pre.parquet'}", "--n-boot", "100",
-                 "--out", str(out)]) == 0
+                 "--live-points", LIVE_HELD, "--out", str(out)]) == 0
     return {"root": root, "paths": p, "out": out, "data": data,
             "json": json.loads((out / "outlets_bench.json").read_text())}
 
@@ -116,7 +119,8 @@ def bench(tmp_path_factory):
 def test_bench_writes_the_report(bench):
     names = sorted(x.name for x in bench["out"].iterdir())
     assert names == ["meta.json", "outlets_bench.json", "outlets_bench.md", "outlets_bench.schema.json",
-                     "outlets_coverage.png", "outlets_mae_progress.png", "outlets_mae_tokens.png"]
+                     "outlets_coverage.png", "outlets_coverage_live.png", "outlets_live.json", "outlets_mae_live.png",
+                     "outlets_mae_progress.png", "outlets_mae_tokens.png"]
     md = (bench["out"] / "outlets_bench.md").read_text()
     assert "## Remaining-length MAE by progress" in md and "| oracle-prompt |" in md
 
@@ -129,8 +133,9 @@ def test_bench_json_follows_its_schema(bench):
     ids = [p["id"] for p in d["points"]]
     assert ids == [p.id for p in default_points()][: len(ids)] and ids[:5] == ["t0", "f10", "f25", "f50", "f75"]
     assert d["series"]["progress"] == ["t0", "f10", "f25", "f50", "f75"]
-    assert res.names() == ["outlets", "probe", "prefill-mlp", "prefill-constant", "oracle-prompt"]
-    assert [m.family for m in res.methods] == ["outlets", "probe", "prefill", "prefill", "oracle"]
+    assert res.names() == ["outlets", "probe", "prefill-mlp", "prefill-constant", "t-only", "oracle-prompt"]
+    assert [m.family for m in res.methods] == ["outlets", "probe", "prefill", "prefill", "baseline", "oracle"]
+    assert [m.made_for for m in res.methods] == ["fraction", "fraction", None, None, None, None]
     for m in d["methods"]:
         assert set(m["points"]) == set(ids)
         for s in m["points"].values():
@@ -300,13 +305,13 @@ def test_anchor_through_the_cli_is_benched_beside_its_inputs(bench, tmp_path, ca
     out = tmp_path / "report"
     assert main(["outlets", "bench", "--traj", str(p["traj"]), "--run", str(p["run"]), "--heads", str(root / "probe"),
                  "--prefill-predictions", f"mlp={root / 'pre.parquet'}", "--anchors", f"outlets-anchored={anc}",
-                 "--n-boot", "20", "--no-plots", "--out", str(out)]) == 0
+                 "--n-boot", "20", "--no-plots", "--live-points", LIVE_HELD, "--out", str(out)]) == 0
     res = OutletsBench.from_dict(json.loads((out / "outlets_bench.json").read_text()))
     a, probe, pre = res.method("outlets-anchored"), res.method("probe"), res.method("prefill-mlp")
     for pid in a.points:
         assert a.points[pid].mae <= 1.1 * min(probe.points[pid].mae, pre.points[pid].mae) + 1.0
     capsys.readouterr()
     assert main(["outlets", "bench", "--traj", str(p["traj"]), "--run", str(p["run"]), "--anchors", str(anc),
-                 "--out", str(tmp_path / "r2")]) == 1
+                 "--live-points", LIVE_HELD, "--out", str(tmp_path / "r2")]) == 1
     assert "--prefill-predictions mlp=FILE" in capsys.readouterr().err
     assert not (tmp_path / "r2").exists()

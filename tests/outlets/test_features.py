@@ -304,3 +304,37 @@ def test_cli_end_to_end_on_a_tiny_target(tmp_path, model, capsys) -> None:
     traj = load_trajectory(tmp_path / "traj", card=run.card)
     assert traj.spec["target_fingerprint"] == fp and traj.spec["positions"]["stride"] == 32
     assert "samples" in err and "rows" in err
+
+
+# ------------------------------------------------------------------------------------------ live rows (issue 38)
+def test_live_rows_are_the_live_positions_and_equal_the_fraction_runs_rows(setup, model, tmp_path) -> None:
+    """``--rows live`` keeps t = 0, 16, 32, ... below L, records the scheme, teacher-forces only up to the
+    last kept position, and its rows equal those of a fraction run at the same positions (causal: the
+    tokens after a row do not change it); ``--rows both`` is the union of the two schemes."""
+    run, head = setup
+    f32 = {"dtype": "float32"}
+    live = _compute(run, head, tmp_path / "live", model, cfg=TrajectoryConfig(rows="live", **f32))
+    frac = _compute(run, head, tmp_path / "frac", model, cfg=TrajectoryConfig(stride=16, **f32))
+    both = _compute(run, head, tmp_path / "both", model, cfg=TrajectoryConfig(rows="both", stride=16, **f32))
+    tl, tf, tb = (load_trajectory(tmp_path / n, card=run.card) for n in ("live", "frac", "both"))
+    assert tl.spec["positions"]["rows"] == "live" and tl.spec["positions"]["live"]["first"] == 16
+    assert "fractions" not in tl.spec["positions"] and tb.spec["positions"]["rows"] == "both"
+    s = run.samples()
+    for r in s.itertuples():
+        L = int(r.n_tokens)
+        for traj, want in ((tl, positions(L, rows="live")), (tb, positions(L, 16, rows="both"))):
+            got = traj.index[(traj.index.prompt_id == r.prompt_id) & (traj.index.sample_idx == r.sample_idx)]["t"]
+            assert got.tolist() == want.tolist()
+    # forcing stops at the last live point below L: fewer target tokens than the whole responses
+    p_tokens = run.prompts().set_index("prompt_id")["n_prompt_tokens"]
+    n_prompts = s["prompt_id"].nunique()
+    assert live.tokens == sum(int(p_tokens[p]) for p in s["prompt_id"].unique()) + sum(
+        int(positions(int(n), rows="live").max()) for n in s["n_tokens"])
+    assert live.tokens < frac.tokens and n_prompts == len(LENGTHS)
+    key = ["prompt_id", "sample_idx", "t"]
+    m = tl.index[key].reset_index().merge(tf.index[key].reset_index(), on=key, suffixes=("_l", "_f"))
+    assert len(m) == tl.n  # every live row is also a row of the fraction run here (stride 16)
+    for b in tl.blocks:
+        a, c = tl.blocks[b][m["index_l"]], tf.blocks[b][m["index_f"]]
+        np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-4 * float(np.abs(c).max()))
+    assert both.rows == tb.n

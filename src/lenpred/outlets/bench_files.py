@@ -1,8 +1,10 @@
 """The OUTLETS bench from files (``lenpred outlets bench``): the trajectory's test rows, the heads,
-carried prefill tables and anchors it names, scored by :mod:`lenpred.outlets.evaluate`.
+carried prefill tables and anchors it names, scored on the live series (:mod:`lenpred.outlets.livebench`,
+the headline) and at the fraction-of-L and token points (:mod:`lenpred.outlets.evaluate`, secondary).
 
-:class:`BenchRequest` is what the command builds from its flags; :func:`run_bench` loads everything,
-predicts every method on the test rows and scores them.
+:class:`BenchRequest` is what the command builds from its flags; :func:`load_methods` loads everything
+and predicts every method on the test rows; :func:`run_bench` scores the secondary table,
+:func:`run_live` the live series, :func:`run_benches` both from one load.
 """
 
 from __future__ import annotations
@@ -34,8 +36,19 @@ from lenpred.outlets.evaluate import (
     short_threshold_of,
     total_at_start,
 )
+from lenpred.outlets.features import rows_of
+from lenpred.outlets.livebench import (
+    T_ONLY,
+    LiveBench,
+    LiveRequest,
+    check_live_rows,
+    check_strict,
+    live_point_set,
+    score_live,
+)
 
-__all__ = ["BenchRequest", "anchored_method", "head_method", "named", "run_bench"]
+__all__ = ["BenchRequest", "Loaded", "anchored_method", "head_method", "load_methods", "named", "run_bench",
+           "run_benches", "run_live"]
 
 
 def named(items: Sequence[str]) -> list[tuple[str | None, str]]:
@@ -61,13 +74,17 @@ class BenchRequest:
     reference: str | None = None
     split: str | None = None
     boot: Bootstrap = Bootstrap()
+    live: LiveRequest = LiveRequest()
 
     def config(self) -> dict[str, Any]:
         """The inputs the ``outlets-bench`` artifact records."""
+        live = {k: v for k, v in (("live_points", list(self.live.points) if self.live.points is not None else None),
+                                  ("live_every", self.live.every), ("strict_series", self.live.strict or None))
+                if v is not None}
         return {"traj": self.traj, "run": self.run, "heads": list(self.heads),
                 "prefill_predictions": list(self.prefill_predictions),
                 **({"anchors": list(self.anchors)} if self.anchors else {}), "reference": self.reference,
-                "split": self.split, "n_boot": self.boot.n_boot, "seed": self.boot.seed}
+                "split": self.split, "n_boot": self.boot.n_boot, "seed": self.boot.seed, **live}
 
 
 def head_method(path: str | os.PathLike[str], traj: Any, card: Mapping[str, Any] | None, name: str | None = None
@@ -82,7 +99,10 @@ def head_method(path: str | os.PathLike[str], traj: Any, card: Mapping[str, Any]
     variant = (art.meta.get("train") or {}).get("variant") or "outlets"
     name = name or variant
     d = head.predict_dist(traj)
-    return MethodInput(name, _family(name), str(path), Remaining(d.q10, d.q50, d.q90, f"outlets head ({variant})"))
+    made_for = rows_of(art.meta.get("feature_spec"))  # the rows of the trajectory it was trained on
+    return MethodInput(name, _family(name), str(path),
+                       Remaining(d.q10, d.q50, d.q90, f"outlets head ({variant}; trained on {made_for} rows)"),
+                       extra={"made_for": made_for})
 
 
 def anchored_method(name: str | None, path: str, methods: Sequence[Any], traj: Any, card: Mapping[str, Any]) -> Any:
@@ -107,29 +127,53 @@ def anchored_method(name: str | None, path: str, methods: Sequence[Any], traj: A
             raise DataError(f"anchor {path} was fitted on another OUTLETS head than {head_path} (weights differ)",
                             "refit the anchor on this head (`lenpred outlets anchor`)")
     rem = a.apply(head.remaining, pre.remaining, traj.index["t"].to_numpy())
-    return MethodInput(name or "outlets-anchored", "outlets", str(path), rem)
+    return MethodInput(name or "outlets-anchored", "outlets", str(path), rem, extra=dict(head.extra))
 
 
-def run_bench(req: BenchRequest, points: Sequence[PointSpec] | None = None) -> OutletsBench:
-    """Load everything, predict every method on the test rows, score (a prefill table's name gets the
-    ``prefill-`` prefix)."""
+@dataclass
+class Loaded:
+    """What :func:`load_methods` read: the run, its test rows and every method predicted on them."""
+
+    rd: Any  # RunDir
+    traj_path: str
+    traj: Any  # the whole trajectory (its spec)
+    test: Any  # the test prompts' rows
+    cap: float | None
+    test_lengths: Any  # DataFrame: one row per sample of the test prompts (capped)
+    methods: list[MethodInput]
+
+    @property
+    def rows(self) -> str:
+        return rows_of(self.traj.spec)
+
+
+def load_methods(req: BenchRequest, live_points: bool = False) -> Loaded:
+    """Load everything and predict every method on the test rows (a prefill table's name gets the
+    ``prefill-`` prefix): the heads, the carried prefill tables, the anchors, the carried constant,
+    ``t-only`` and the carried oracle. ``live_points``: first check that the trajectory holds every
+    row of the live series (before any head is run)."""
     from lenpred.data.lengths import sample_lengths
     from lenpred.data.rundir import RunDir
     from lenpred.outlets.store import role_rows
     from lenpred.predictions import read_predictions
     from lenpred.predictors.pipeline import run_cap
 
-    traj_path, run, split, reference, boot = req.traj, req.run, req.split, req.reference, req.boot
-    n_boot, ci, seed = boot.n_boot, boot.ci, boot.seed
-    if n_boot < 10:
-        raise ConfigError(f"--n-boot must be at least 10, got {n_boot}", "pass --n-boot 10 or more (default 1000)")
-    rd = RunDir.open(run)
-    traj, sp, test = role_rows(traj_path, rd, "test", "compute trajectory features for the split's test prompts", split)
+    if req.boot.n_boot < 10:
+        raise ConfigError(f"--n-boot must be at least 10, got {req.boot.n_boot}",
+                          "pass --n-boot 10 or more (default 1000)")
+    rd = RunDir.open(req.run)
+    traj, sp, test = role_rows(req.traj, rd, "test", "compute trajectory features for the split's test prompts",
+                               req.split)
     cap = run_cap(rd.card)
+    if live_points:
+        idx = test.index
+        check_live_rows(idx, live_point_set(req.live, traj.spec, cap, int(idx["length"].max()) if len(idx) else 0),
+                        traj.spec, str(req.traj))
     lengths = sample_lengths(rd, with_prompts=False)
     if cap is not None:
         lengths["n_tokens"] = np.minimum(lengths["n_tokens"], int(cap))
-    constant = CarriedConstant.from_samples(lengths[lengths["prompt_id"].isin(sp.train)])
+    train = lengths[lengths["prompt_id"].isin(sp.train)]
+    constant = CarriedConstant.from_samples(train)
     idx = test.index
     methods: list[MethodInput] = []
     for name, path in named(req.heads):
@@ -143,20 +187,64 @@ def run_bench(req: BenchRequest, points: Sequence[PointSpec] | None = None) -> O
         methods.append(MethodInput(nm, "prefill", str(path), rem, point.to_numpy(dtype=np.float64)))
     if req.anchors:
         methods.extend([anchored_method(name, path, methods, test, rd.card) for name, path in named(req.anchors)])
-    const_rem = constant.predict(idx["t"].to_numpy())
+    t = idx["t"].to_numpy()
+    const_rem = constant.predict(t)
     methods.append(MethodInput(CONSTANT, "prefill", "run", const_rem))
+    # t-only: every training sample still running at t is one row a server meets there (weight 1 each)
+    t_only = CarriedConstant(train["n_tokens"].to_numpy(dtype=np.float64)).predict(t)
+    t_only.note = "median (q10, q90) of L - t over the training samples with L > t, each sample one row: no prompt, no state"
+    methods.append(MethodInput(T_ONLY, "baseline", "run", t_only))
     test_lengths = lengths[lengths["prompt_id"].isin(set(idx["prompt_id"].astype(str)))]
     methods.append(MethodInput(ORACLE, "oracle", "run", carried_oracle(idx, test_lengths, fallback=const_rem)))
-    infos, results, ref = score_methods(idx, methods, points=points, reference=reference, boot=boot)
-    bound = bound_on(test_lengths, n_boot, ci, seed)
-    total = total_at_start(idx, methods, bound, n_boot=n_boot, ci=ci, seed=seed)
-    prot = Protocol(run=str(rd.path), card_hash=rd.card_hash, trajectory=str(traj_path),
-                    trajectory_spec=_jsonable(traj.spec), cap=cap, test_prompts=int(idx["prompt_id"].nunique()),
-                    test_samples=int(len(idx[["prompt_id", "sample_idx"]].drop_duplicates())), test_rows=int(test.n),
-                    reference=ref, short_threshold=_f(short_threshold_of(idx)), n_boot=n_boot, ci=ci, seed=seed)
-    return OutletsBench(protocol=prot, points=infos, series=series_of([p for p in (points or default_points())
+    return Loaded(rd, str(req.traj), traj, test, cap, test_lengths, methods)
+
+
+def run_bench(req: BenchRequest, points: Sequence[PointSpec] | None = None, loaded: Loaded | None = None
+              ) -> OutletsBench:
+    """The secondary table: t = 0, the fraction-of-L points (which use the true length; only where the
+    trajectory holds fraction rows) and the token points, every method scored by
+    :func:`lenpred.outlets.evaluate.score_methods`."""
+    ld = loaded or load_methods(req)
+    boot = req.boot
+    n_boot, ci, seed = boot.n_boot, boot.ci, boot.seed
+    if points is None:
+        points = default_points() if ld.rows in ("fraction", "both") else default_points(fractions=())
+    if req.live.strict and any(p.kind == "fraction" for p in points):
+        check_strict(ld.methods, "fraction")
+    idx = ld.test.index
+    infos, results, ref = score_methods(idx, ld.methods, points=points, reference=req.reference, boot=boot)
+    bound = bound_on(ld.test_lengths, n_boot, ci, seed)
+    total = total_at_start(idx, ld.methods, bound, n_boot=n_boot, ci=ci, seed=seed)
+    prot = Protocol(run=str(ld.rd.path), card_hash=ld.rd.card_hash, trajectory=str(ld.traj_path),
+                    trajectory_spec=_jsonable(ld.traj.spec), cap=ld.cap, test_prompts=int(idx["prompt_id"].nunique()),
+                    test_samples=int(len(idx[["prompt_id", "sample_idx"]].drop_duplicates())),
+                    test_rows=int(ld.test.n), reference=ref, short_threshold=_f(short_threshold_of(idx)),
+                    n_boot=n_boot, ci=ci, seed=seed)
+    return OutletsBench(protocol=prot, points=infos, series=series_of([p for p in points
                                                                          if any(i.id == p.id for i in infos)]),
                         methods=results, total_t0=total)
+
+
+def run_live(req: BenchRequest, loaded: Loaded | None = None) -> LiveBench:
+    """The headline: every method on the live series (:func:`lenpred.outlets.livebench.score_live`)."""
+    ld = loaded or load_methods(req)
+    idx = ld.test.index
+    points = live_point_set(req.live, ld.traj.spec, ld.cap, int(idx["length"].max()) if len(idx) else 0)
+    check_live_rows(idx, points, ld.traj.spec, ld.traj_path)
+    if req.live.strict:
+        check_strict(ld.methods, "live")
+    protocol = {"run": str(ld.rd.path), "card_hash": ld.rd.card_hash, "trajectory": ld.traj_path,
+                "trajectory_rows": ld.rows}
+    return score_live(idx, ld.methods, points, reference=req.reference, boot=req.boot,
+                      short_threshold=short_threshold_of(idx), protocol=protocol)
+
+
+def run_benches(req: BenchRequest) -> tuple[LiveBench, OutletsBench]:
+    """Both tables from one load: the live series (checked first: a trajectory without its rows is
+    refused before anything is scored) and the secondary table."""
+    ld = load_methods(req, live_points=True)
+    live = run_live(req, ld)
+    return live, run_bench(req, loaded=ld)
 
 
 def _jsonable(d: Mapping[str, Any]) -> dict[str, Any]:

@@ -64,7 +64,7 @@ FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 TOKENS = (32, 64, 128, 256, 512)
 ORACLE = "oracle-prompt"
 CONSTANT = "prefill-constant"
-Family = Literal["outlets", "probe", "prefill", "oracle"]
+Family = Literal["outlets", "probe", "prefill", "oracle", "baseline"]
 Interval = tuple[float | None, float | None]
 
 
@@ -145,9 +145,11 @@ class Score(Config):
 
 
 class MethodResult(Config):
-    name: str = Field(description="outlets*, probe, prefill-<name>, prefill-constant or oracle-prompt")
+    name: str = Field(description="outlets*, probe, prefill-<name>, prefill-constant, oracle-prompt or t-only")
     family: Family
     source: str = Field(description="head directory, predictions file, or 'run' (computed from the run)")
+    made_for: str | None = Field(None, description="heads: the rows of the trajectory they were trained on (fraction, "
+                                                   "live or both); null for the rest")
     note: str = ""
     fallback_rows: int = Field(0, description="rows that took a fallback value (carried oracle: no other sample left)")
     points: dict[str, Score] = Field(description="point id -> score")
@@ -255,6 +257,8 @@ def _family(name: str) -> str:
         return "prefill"
     if name.startswith("oracle-"):
         return "oracle"
+    if name == "t-only":
+        return "baseline"
     raise ConfigError(f"method name {name!r} does not say its family",
                       "name heads outlets* or probe*, prefill tables prefill-*")
 
@@ -388,6 +392,7 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
             beats_ci[s] = ids[bc] if bc is not None else None
         results.append(MethodResult(
             name=m.name, family=m.family, source=m.source, note=m.remaining.note,  # type: ignore[arg-type]
+            made_for=m.extra.get("made_for") if m.family in ("outlets", "probe") else None,
             fallback_rows=m.remaining.fallback_rows, points=pts, mean_mae_progress=mean_prog,
             ratio_progress_vs_reference=rp, ratio_progress_vs_reference_ci=rp_ci, beats_oracle_from=beats,
             beats_oracle_from_ci=beats_ci))

@@ -41,7 +41,7 @@ from lenpred.errors import CardMismatchError, ConfigError, DataError
 from lenpred.features.work import WorkDir, work_path
 from lenpred.io.artifacts import check_out
 from lenpred.io.fileio import canonical_json, file_sha256
-from lenpred.outlets.features import TrajectoryConfig, block_names, make_spec, positions, sample_rows
+from lenpred.outlets.features import TrajectoryConfig, block_names, make_spec, sample_rows
 from lenpred.outlets.inputs import (
     CACHE_MAX_SEQ,
     Prompt,
@@ -342,7 +342,8 @@ def _compute_all(job: _Job, todo: list[Prompt], done: dict[Any, Any], work: Work
     states = StatesOnlyTarget(target.model, job.layers, dtype)
     model_d = job.head.model.to(device)
     model_d.attach_embeddings(target.embedding)
-    n_tokens = sum(len(r) for p in todo for s, r, _ in p.samples if (p.prompt_id, s) not in done)
+    # the bar counts the response tokens the rows need (all of L for fraction rows, up to the last live point for live)
+    n_tokens = sum(len(_forced(r, cfg)) for p in todo for s, r, _ in p.samples if (p.prompt_id, s) not in done)
     bar = Progress("trajectory", total=n_tokens, unit="tokens", enabled=job.req.progress and n_todo > 0)
     n_chunks = 0
     try:
@@ -404,12 +405,13 @@ def _compute_chunk(job: _Job, group: list[Prompt], done: dict[Any, Any], models:
                         cached[i] = st.aux
         missing = [(i, r) for i, r, _ in ss if i not in cached]
         if missing:  # no cache, or too long for it: the states-only pass
-            for (i, _), a in zip(missing, states.sample_states(p.ids, [r for _, r in missing]), strict=True):
+            forced = [_forced(r, cfg) for _, r in missing]
+            for (i, _), a in zip(missing, states.sample_states(p.ids, forced), strict=True):
                 aux_mem[i] = a.half().float() if cache is not None else a  # one precision per artifact
-            stats["tokens"] += P + sum(len(r) for _, r in missing)
+            stats["tokens"] += P + sum(len(r) for r in forced)
         for i, r, tr in ss:
             L = len(r)
-            ts = positions(L, cfg.stride, cfg.max_positions)
+            ts = cfg.positions(L)
             aux = cached[i].astype(np.float32) if i in cached else aux_mem[i]
             blocks = sample_rows(draft, aux, np.asarray(p.ids + r, dtype=np.int64), P, ts, layers)
             parts.append(blocks)
@@ -421,7 +423,7 @@ def _compute_chunk(job: _Job, group: list[Prompt], done: dict[Any, Any], models:
             keys.append((p.prompt_id, i))
             stats["computed"] += 1
             stats["from_cache"] += int((p.prompt_id, i) in pre)
-            bar.update(L)
+            bar.update(int(ts.max()) if ts.size else 0)  # = len(_forced(r, cfg))
     names = list(parts[0]) if parts else []
     dtype = np.float16 if cfg.dtype == "float16" else np.float32
     tensors: dict[str, np.ndarray] = {}
@@ -434,6 +436,16 @@ def _compute_chunk(job: _Job, group: list[Prompt], done: dict[Any, Any], models:
     for k in _IDX:
         tensors[f"_idx.{k}"] = np.concatenate(idx[k]) if idx[k] else np.zeros(0, np.int64)
     return keys, pids, tensors
+
+
+# ---- row selection: how much of a response the rows need (kept apart from the chunk bookkeeping above)
+def _forced(response: Sequence[int], cfg: TrajectoryConfig) -> Sequence[int]:
+    """The part of ``response`` the kept rows read: row t reads states up to x_{P+t-2} and the token
+    x_{P+t-1}, so teacher forcing stops at the last kept position (attention is causal: the states
+    before it do not depend on what follows). Live rows end at the last doubling point below L, so a
+    long answer is forced only up to about half its length."""
+    ts = cfg.positions(len(response))
+    return response[: int(ts.max())] if ts.size else response[:0]
 
 
 def _assemble(keys: list[tuple[str, int]], done: dict[Any, tuple[int, int, int]],

@@ -23,12 +23,21 @@ online loop both apply it through :class:`RowBuilder`, the one place a row is ma
 * ``draft_running``: the mean of the draft states of t' = 0..t (s = P-2 .. P+t-2): a running summary
   of the answer so far.
 
-**Positions kept** (:func:`positions`): t = 0 always (also for an empty response, L = 0, so the t = 0
-rows cover every sample, like a prefill head's evaluation), then the fixed points {32, 64, 128, 256,
-512} and {floor(f L) for f in 0.1, 0.25, 0.5, 0.75} and a stride grid {stride, 2 stride, ...}, all
-with t < L; unique and sorted. With ``max_positions`` the fixed points are kept first (0, the
-fractions, then the absolute points; the evaluation reads exactly those) and the grid points that
-fit are spread evenly over the grid.
+**Positions kept** (:func:`positions`), by the row scheme ``rows`` (recorded in the spec's
+``positions.rows``; a spec without it is ``fraction``, the only scheme before):
+
+* ``fraction`` (the default): t = 0 always (also for an empty response, L = 0, so the t = 0 rows cover
+  every sample, like a prefill head's evaluation), then the fixed points {32, 64, 128, 256, 512} and
+  {floor(f L) for f in 0.1, 0.25, 0.5, 0.75} and a stride grid {stride, 2 stride, ...}, all with
+  t < L. The fractions of L place rows with the answer's own length: a server never meets them.
+* ``live``: the rows a live server meets, placed by tokens generated only: t = 0 and every
+  re-prediction point a sample reaches, t in {16, 32, 64, 128, ...} (doubling, :data:`LIVE_FIRST`)
+  with t < L, and with ``live_every`` K also {K, 2K, ...} < L.
+* ``both``: the union.
+
+Unique and sorted. With ``max_positions`` the fixed points are kept first (0, the fractions, the
+absolute points, the live points; the evaluations read exactly those) and the grid points (stride
+grid, every-K grid) that fit are spread evenly over the grid.
 
 **Labels are lengths as served.** A sample stopped at max_new_tokens has L = the cap and exactly
 ``remaining = cap - t`` tokens left under the card (what a server generates and a scheduler sees),
@@ -42,26 +51,34 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from lenpred.config import Config
 from lenpred.errors import ConfigError, DataError, FieldError
 
 __all__ = [
-    "FIXED_TOKENS", "FRACTIONS", "MIN_POSITIONS", "SPEC_VERSION", "RowBuilder", "TrajectoryConfig",
-    "block_names", "fixed_positions", "make_spec", "positions", "sample_rows", "state_position", "target_block",
+    "FIXED_TOKENS", "FRACTIONS", "LIVE_FIRST", "MIN_POSITIONS", "ROW_SCHEMES", "SPEC_VERSION", "RowBuilder",
+    "TrajectoryConfig", "block_names", "fixed_positions", "live_positions", "live_tokens", "make_spec", "positions",
+    "rows_of", "sample_rows", "state_position", "target_block",
 ]
 
 FIXED_TOKENS = (32, 64, 128, 256, 512)
 FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 MIN_POSITIONS = 1 + len(FRACTIONS) + len(FIXED_TOKENS)  # every fixed point fits under the cap
 SPEC_VERSION = 1
+LIVE_FIRST = 16  # the first re-prediction point of the live scheme; then doubling (32, 64, ...)
+ROW_SCHEMES = ("fraction", "live", "both")
+RowScheme = Literal["fraction", "live", "both"]
 STATE_RULE = "row t reads the draft state o_s at s = n_prompt + t - 2 (the newest the loop holds after t tokens)"
 
 
 class TrajectoryConfig(Config):
     """How positions are sampled and rows stored (flags of ``lenpred outlets features``)."""
 
+    rows: RowScheme = Field("fraction", description="which rows to keep: fraction (t = 0, fractions of L, 32..512, "
+                                                    "the stride grid), live (t = 0, 16, 32, 64, ... tokens: what a live "
+                                                    "server meets), or both")
+    live_every: int | None = Field(None, ge=1, description="with --rows live or both: also a row every K tokens")
     stride: int = Field(64, ge=1, description="grid of positions every STRIDE tokens, besides the fixed points")
     max_positions: int | None = Field(None, description="at most N positions per sample (fixed points kept first)")
     chunk_prompts: int = Field(4, ge=1, description="prompts per resumable chunk (a kill loses at most one chunk)")
@@ -78,6 +95,22 @@ class TrajectoryConfig(Config):
                              f"{len(FIXED_TOKENS)} token counts are kept for the evaluation), got {v}",
                              f"pass --max-positions {MIN_POSITIONS} or more, or leave it out (no cap)")
         return v
+
+    @model_validator(mode="after")
+    def _room_for_live(self) -> TrajectoryConfig:
+        # ConfigError, not a ValueError: pydantic lets it through as it is (a check of two fields together)
+        if self.rows == "both" and self.max_positions is not None and self.max_positions < MIN_POSITIONS + 1:
+            raise ConfigError(f"max_positions must be >= {MIN_POSITIONS + 1} with --rows both (the fixed points and "
+                              f"the live point {LIVE_FIRST}), got {self.max_positions}",
+                              f"pass --max-positions {MIN_POSITIONS + 1} or more, or leave it out")
+        if self.live_every is not None and self.rows == "fraction":
+            raise ConfigError("--live-every (live_every) needs live rows, but --rows is fraction",
+                              "pass --rows live or --rows both with --live-every")
+        return self
+
+    def positions(self, length: int) -> np.ndarray:
+        """The positions kept for a sample of ``length`` generated tokens under this config."""
+        return positions(length, self.stride, self.max_positions, rows=self.rows, live_every=self.live_every)
 
 
 # ---------------------------------------------------------------------------------------- positions
@@ -96,14 +129,52 @@ def fixed_positions(length: int) -> list[int]:
     return out
 
 
-def positions(length: int, stride: int = 64, max_positions: int | None = None) -> np.ndarray:
-    """Sorted unique positions t kept for a sample of ``length`` generated tokens (int64)."""
+def live_tokens(limit: int, first: int = LIVE_FIRST) -> list[int]:
+    """The live re-prediction points below ``limit``: first, 2 first, 4 first, ... (16, 32, 64, ...)."""
+    out, t = [], int(first)
+    while t < limit:
+        out.append(t)
+        t *= 2
+    return out
+
+
+def live_positions(length: int, every: int | None = None) -> list[int]:
+    """The rows a live server meets for a sample of L generated tokens, in priority order: t = 0, the
+    doubling points 16, 32, ... below L, then (``every`` K) the grid K, 2K, ... below L."""
+    out = [0] + live_tokens(length)
+    if every is not None:
+        out += [t for t in range(every, length, every) if t not in out]
+    return out
+
+
+def rows_of(spec: Mapping[str, Any] | None) -> str:
+    """The row scheme a trajectory spec (or a head's ``feature_spec``) records: ``fraction``, ``live`` or
+    ``both``; a spec from before the schemes (no ``positions.rows``) is ``fraction``."""
+    pos = (spec or {}).get("positions") or {}
+    return str(pos.get("rows", "fraction"))
+
+
+def positions(length: int, stride: int = 64, max_positions: int | None = None, *, rows: str = "fraction",
+              live_every: int | None = None) -> np.ndarray:
+    """Sorted unique positions t kept for a sample of ``length`` generated tokens (int64) under the row
+    scheme ``rows`` (see the module docstring)."""
     if length < 0:
         raise DataError(f"a sample cannot have {length} generated tokens", "re-collect the run's samples")
     if stride < 1:
         raise ConfigError(f"stride must be >= 1, got {stride}", "pass --stride 1 or more")
-    fixed = fixed_positions(length)
-    grid = [t for t in range(stride, length, stride) if t not in fixed]
+    if rows not in ROW_SCHEMES:
+        raise ConfigError(f"unknown row scheme {rows!r}", f"use one of {', '.join(ROW_SCHEMES)}")
+    fixed: list[int] = []
+    grid: list[int] = []
+    if rows in ("fraction", "both"):
+        fixed = fixed_positions(length)
+        grid = list(range(stride, length, stride))
+    if rows in ("live", "both"):
+        live = [0] + live_tokens(length)
+        fixed += [t for t in live if t not in fixed]
+        if live_every is not None:
+            grid += list(range(live_every, length, live_every))
+    grid = sorted(set(grid) - set(fixed))
     if max_positions is not None:
         room = max_positions - len(fixed)
         if room < 0:
@@ -268,6 +339,17 @@ def sample_rows(draft: Any, aux: Any, tokens: Any, n_prompt: int, ts: Sequence[i
 
 
 # ---------------------------------------------------------------------------------------- spec
+def _positions_spec(cfg: TrajectoryConfig) -> dict[str, Any]:
+    """The spec's ``positions``: the row scheme and its parameters."""
+    out: dict[str, Any] = {"rows": cfg.rows, "t0": "always", "max_positions": cfg.max_positions}
+    if cfg.rows in ("fraction", "both"):
+        out.update({"fixed_tokens": list(FIXED_TOKENS), "fractions": list(FRACTIONS), "stride": cfg.stride})
+    if cfg.rows in ("live", "both"):
+        out["live"] = {"first": LIVE_FIRST, "growth": 2, "every": cfg.live_every,
+                       "rule": "t = 0 and t = 16, 32, 64, ... (and every K tokens) with t < L"}
+    return out
+
+
 def make_spec(*, target: Mapping[str, Any], draft: Mapping[str, Any], layers: Sequence[int], widths: Mapping[str, int],
               cfg: TrajectoryConfig, target_states: str) -> dict[str, Any]:
     """The trajectory spec (meta.json ``trajectory_spec``): what the rows mean and what made them.
@@ -284,8 +366,7 @@ def make_spec(*, target: Mapping[str, Any], draft: Mapping[str, Any], layers: Se
                    "convention": "hidden_states index: the residual stream entering decoder layer j"},
         "blocks": {k: int(v) for k, v in widths.items()},
         "state": STATE_RULE,
-        "positions": {"fixed_tokens": list(FIXED_TOKENS), "fractions": list(FRACTIONS), "t0": "always",
-                      "stride": cfg.stride, "max_positions": cfg.max_positions},
+        "positions": _positions_spec(cfg),
         "labels": {"remaining": "length - t, as served (a sample stopped at max_new_tokens: cap - t)",
                    "truncated": "the sample hit max_new_tokens (length = the cap)"},
         "target_states": target_states,

@@ -7,10 +7,10 @@
   trajectory spec (draft head, target);
 * :func:`predict_table` -- a predictions table with re-predictions
   (:func:`lenpred.outlets.schedule.outlets_predictions`) for the simulator;
-* :func:`bench` -- every method along the trajectory on the test prompts
-  (:mod:`lenpred.outlets.evaluate`), for a report folder (an ``outlets-bench`` artifact that
-  :func:`lenpred.report.outlets.write_bench` writes: ``outlets_bench.json``, its schema,
-  ``outlets_bench.md`` and the plots);
+* :func:`bench` -- every method on the test prompts: on the live series (:mod:`lenpred.outlets.livebench`,
+  the headline) and at the fraction-of-L and token points (:mod:`lenpred.outlets.evaluate`), for a report
+  folder (an ``outlets-bench`` artifact that :func:`lenpred.report.outlets.write_bench` writes:
+  ``outlets_live.json``, ``outlets_bench.json``, its schema, ``outlets_bench.md`` and the plots);
 * :func:`schedule` -- the simulator's value-for-scheduling experiment
   (:func:`lenpred.outlets.schedule.run_schedule`), re-predictions made from a head if needed; its
   table and plots are :func:`lenpred.report.outlets.write_schedule`'s.
@@ -156,6 +156,7 @@ class BenchRun:
     result: Any
     config: dict[str, Any]
     card: dict[str, Any]
+    live: Any = None  # the live series (lenpred.outlets.livebench.LiveBench): the headline
 
 
 def bench(req: BenchRequest, out: str) -> BenchRun:
@@ -163,13 +164,13 @@ def bench(req: BenchRequest, out: str) -> BenchRun:
     rows, once ``out`` is known to be writable (an ``outlets-bench`` report folder, written by
     :func:`lenpred.report.outlets.write_bench`)."""
     from lenpred.data.rundir import RunDir
-    from lenpred.outlets.bench_files import run_bench
+    from lenpred.outlets.bench_files import run_benches
 
     check_out(Path(out), kind="outlets-bench")
     if not req.heads and not req.prefill_predictions and not req.anchors:
         raise ConfigError("nothing to bench", "pass --heads HEAD... and/or --prefill-predictions FILE...")
-    res = run_bench(req)
-    return BenchRun(res, req.config(), RunDir.open(req.run).card)
+    live, res = run_benches(req)
+    return BenchRun(res, req.config(), RunDir.open(req.run).card, live)
 
 
 # ---------------------------------------------------------------- schedule

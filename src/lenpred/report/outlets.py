@@ -21,7 +21,8 @@ from typing import Any
 
 from lenpred.outlets.evaluate import ORACLE, OutletsBench
 
-__all__ = ["render_markdown", "write_plots", "mae_rows", "schedule_markdown", "write_bench", "write_schedule"]
+__all__ = ["render_markdown", "render_live_markdown", "write_plots", "write_live_plots", "mae_rows", "schedule_markdown",
+           "write_bench", "write_schedule"]
 
 
 def _n(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -53,7 +54,51 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return out + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def render_markdown(res: OutletsBench) -> str:
+def render_live_markdown(live: Any) -> str:
+    """The live series (:class:`lenpred.outlets.livebench.LiveBench`): the headline tables."""
+    ref = live.reference
+    pts = [str(p) for p in live.points]
+    shown = pts if len(pts) <= 12 else [p for p in pts if p == "0" or (int(p) >= 16 and int(p) & (int(p) - 1) == 0)]
+    out = ["## The live series: rows a server meets (headline)", "",
+           f"Every test sample at t = 0 and at each live point it reaches (t = {', '.join(pts[1:6])}"
+           f"{', ...' if len(pts) > 6 else ''} tokens generated, t < L): {live.n_samples} samples of {live.n_prompts} "
+           f"prompts, {live.rows} rows; trajectory rows: {live.trajectory_rows}. Reference: {ref}. Per row: every "
+           "(sample, t) row weighs the same (a request that runs longer is met more often); per sample: each "
+           f"sample's mean over its rows. {100 * live.ci_level:g}% intervals over {live.n_boot} prompt resamples, "
+           "paired. `made for`: the rows a head was trained on (fraction rows are placed with the true length).", ""]
+    rows = []
+    for name, m in live.methods.items():
+        c = m.clear_below_from
+        rows.append([name, m.made_for, f"{_n(m.mae)} ({_ci(m.mae_ci)})", f"{_n(m.ratio, '{:.3f}')} ({_ci(m.ci, '{:.3f}')})",
+                     f"{_n(m.per_sample.mae)} ({_ci(m.per_sample.mae_ci)})",
+                     f"{_n(m.per_sample.ratio, '{:.3f}')} ({_ci(m.per_sample.ci, '{:.3f}')})",
+                     f"{_n(m.short_at_64.get('precision'), '{:.2f}')} / {_n(m.short_at_64.get('recall'), '{:.2f}')}",
+                     ", ".join(f"{b}: {'never' if v is None else v}" for b, v in c.items()) or "-"])
+    out += _table(["method", "made for", "MAE per row", f"/ {ref}", "MAE per sample", f"/ {ref} (per sample)",
+                   "short P / R at 64 tok", "CI-clear below from (tokens)"], rows) + [""]
+    out += ["MAE by tokens generated (only samples still running; 95% interval):", ""]
+    out += _table(["method"] + [f"{p} tok" for p in shown],
+                  [[n] + [f"{_n(m.points[p].mae)} ({_ci(m.points[p].mae_ci)})" if p in m.points else "-" for p in shown]
+                   for n, m in live.methods.items()]) + [""]
+    out += [f"MAE / {ref} by tokens generated (paired 95% interval):", ""]
+    out += _table(["method"] + [f"{p} tok" for p in shown],
+                  [[n] + [f"{_n(m.points[p].ratio, '{:.3f}')} ({_ci(m.points[p].ratio_ci, '{:.2f}')})"
+                          if p in m.points else "-" for p in shown] for n, m in live.methods.items()]) + [""]
+    out += ["80% interval coverage by tokens generated (goal 75-85%):", ""]
+    out += _table(["method"] + [f"{p} tok" for p in shown],
+                  [[n] + [_n(None if p not in m.points or m.points[p].coverage80 is None else 100 * m.points[p].coverage80,
+                             "{:.0f}%") for p in shown] for n, m in live.methods.items()]) + [""]
+    out += [f"Label \"short\" (t + predicted remaining < {_n(live.short_threshold, '{:.0f}')} tokens, the test samples' "
+            "median length), precision / recall among the requests still running:", ""]
+    out += _table(["method"] + [f"{p} tok" for p in shown],
+                  [[n] + [f"{_n(m.points[p].short_precision, '{:.2f}')} / {_n(m.points[p].short_recall, '{:.2f}')}"
+                          if p in m.points else "-" for p in shown] for n, m in live.methods.items()]) + [""]
+    out += ["Points: " + ", ".join(f"{p} tok: {next(iter(live.methods.values())).points[p].n_samples} samples"
+                                   for p in shown), ""]
+    return "\n".join(out)
+
+
+def render_markdown(res: OutletsBench, live: Any = None) -> str:
     p = res.protocol
     lab = _labels(res)
     out = ["# OUTLETS: remaining-length prediction along the trajectory", "",
@@ -63,8 +108,15 @@ def render_markdown(res: OutletsBench) -> str:
            f"intervals: {100 * p.ci:g}% over {p.n_boot} prompt resamples (seed {p.seed})",
            "- MAE of the remaining length L - t in tokens, averaged over prompts; lengths as served "
            "(a sample cut at max_new_tokens counts as max_new_tokens)", ""]
+    if live is not None:
+        out += [render_live_markdown(live), "## Secondary: points at fractions of the true length and token points", "",
+                "The progress series places rows at t = floor(f L): it uses each sample's true length L, which a "
+                "server does not know. Averaged over prompts (each prompt's mean over its samples).", ""]
+    made = {m.name: m.made_for for m in res.methods if m.made_for}
+    if made:
+        out += ["Heads and the rows they were trained on: " + ", ".join(f"{k}: {v}" for k, v in made.items()), ""]
     for s, ids in res.series.items():
-        title = {"progress": "by progress (share of the sample's own length)",
+        title = {"progress": "by progress (share of the sample's own length: uses the true length)",
                  "tokens": "by tokens generated (only samples longer than that)"}.get(s, s)
         out += [f"## Remaining-length MAE {title}", ""]
         out += _table(["method"] + [lab[i] for i in ids], mae_rows(res, ids)) + [""]
@@ -187,6 +239,50 @@ def write_plots(res: OutletsBench, out: Path) -> list[Path]:
     return paths
 
 
+def write_live_plots(live: Any, out: Path) -> list[Path]:
+    """``outlets_mae_live.png`` (MAE vs tokens generated, one line per method, the carried oracle as its
+    95% band) and ``outlets_coverage_live.png`` (80% interval coverage per live point) in ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    pts = [str(p) for p in live.points]
+    x = list(range(len(pts)))
+    paths = []
+    for what, ylabel, fname in (("mae", "remaining-length MAE (tokens)", "outlets_mae_live.png"),
+                                ("coverage80", "rows inside the 80% interval (%)", "outlets_coverage_live.png")):
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        for name, m in live.methods.items():
+            sc = [m.points.get(p) for p in pts]
+            scale = 100.0 if what == "coverage80" else 1.0
+            y = [scale * getattr(s, what) if s is not None and getattr(s, what) is not None else float("nan") for s in sc]
+            if name == "carried-oracle" and what == "mae":
+                lo = [s.mae_ci[0] if s is not None and s.mae_ci[0] is not None else float("nan") for s in sc]
+                hi = [s.mae_ci[1] if s is not None and s.mae_ci[1] is not None else float("nan") for s in sc]
+                ax.fill_between(x, lo, hi, color="grey", alpha=0.3, label=f"{name} (95% CI)")
+                ax.plot(x, y, color="grey", ls="--", lw=1)
+            else:
+                ax.plot(x, y, marker="o", ms=3, lw=1.5 if m.family in ("outlets", "probe") else 1.0,
+                        ls="-" if m.family in ("outlets", "probe") else ":", label=f"{name} ({m.made_for})")
+        if what == "coverage80":
+            ax.axhspan(75, 85, color="tab:green", alpha=0.15)
+            ax.axhline(80, color="tab:green", lw=1)
+        else:
+            ax.set_ylim(bottom=0)
+        ax.set_xticks(x, pts, fontsize=7 if len(pts) > 12 else 9)
+        ax.set_xlabel("tokens generated (live re-prediction points)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"live series: {live.n_samples} samples, {live.rows} rows", fontsize=9)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        paths.append(out / fname)
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    return paths
+
+
 def schedule_markdown(rows: list[dict[str, Any]], res: Any) -> str:
     """``schedule.md``: one row per (load, arm) of :func:`lenpred.outlets.schedule.schedule_table`."""
     def f(x: Any, fmt: str) -> str:
@@ -213,17 +309,19 @@ def write_bench(run: Any, out: str | Path, plots: bool = True) -> tuple[Any, str
 
     from lenpred.io.artifacts import ArtifactHeader, write_artifact
 
-    res = run.result
-    md = render_markdown(res)
+    res, live = run.result, getattr(run, "live", None)
+    md = render_markdown(res, live)
     files = {"outlets_bench.md": md.encode()}
     if plots:
         with tempfile.TemporaryDirectory() as tmp:
-            for path in write_plots(res, Path(tmp)):
+            for path in write_plots(res, Path(tmp)) + (write_live_plots(live, Path(tmp)) if live is not None else []):
                 files[path.name] = path.read_bytes()
+    json_files = {"outlets_bench.json": res.to_dict(), "outlets_bench.schema.json": OutletsBench.json_schema()}
+    if live is not None:
+        json_files["outlets_live.json"] = live.to_json()
     art = write_artifact(Path(out), ArtifactHeader(kind="outlets-bench", schema_version=1, config=run.config,
                                                    card=run.card, card_scope="run"),
-                         json_files={"outlets_bench.json": res.to_dict(),
-                                     "outlets_bench.schema.json": OutletsBench.json_schema()}, files=files)
+                         json_files=json_files, files=files)
     return art, md
 
 

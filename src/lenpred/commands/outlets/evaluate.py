@@ -22,21 +22,45 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of prompts for intervals")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--live-points", default=None, metavar="T,T,...",
+                   help="the live series: these token counts (0 is always scored; default: the trajectory's live "
+                        "scheme, t = 16, 32, 64, ... and its every-K grid)")
+    p.add_argument("--live-every", type=int, default=None, metavar="K",
+                   help="the live series: t = 0, K, 2K, ... below the cap (the trajectory needs those rows)")
+    p.add_argument("--strict-series", action="store_true",
+                   help="refuse a head trained on rows of another series than the one scored (default: score it, "
+                        "labelled with the rows it was trained on)")
 
 
 def run_bench(a: argparse.Namespace) -> int:
     from lenpred.outlets.bench_files import BenchRequest
     from lenpred.outlets.evaluate import Bootstrap
+    from lenpred.outlets.livebench import LiveRequest
     from lenpred.outlets.pipeline import bench
     from lenpred.report.outlets import write_bench
 
     req = BenchRequest(a.traj, a.run, heads=a.heads, prefill_predictions=a.prefill_predictions, anchors=a.anchors,
-                       reference=a.reference, split=a.split, boot=Bootstrap(n_boot=a.n_boot, seed=a.seed))
+                       reference=a.reference, split=a.split, boot=Bootstrap(n_boot=a.n_boot, seed=a.seed),
+                       live=LiveRequest(points=_token_list(a.live_points), every=a.live_every, strict=a.strict_series))
     done = bench(req, a.out)
     art, md = write_bench(done, a.out, plots=not a.no_plots)
     print(md)
     print(f"report: {art.path}/outlets_bench.md")
     return 0
+
+
+def _token_list(text: str | None) -> tuple[int, ...] | None:
+    from lenpred.errors import ConfigError
+
+    if text is None:
+        return None
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--live-points {text!r} is not a list of token counts", "e.g. --live-points 16,32,64,128") from None
+    if not out:
+        raise ConfigError("--live-points names no point", "e.g. --live-points 16,32,64,128")
+    return out
 
 
 # ------------------------------------------------------------------------------------------ schedule

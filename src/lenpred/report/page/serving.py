@@ -25,6 +25,9 @@ OUTLETS_PLOTS = {
                                 "carried per-prompt oracle",
     "outlets_mae_tokens.png": "Remaining-length MAE by tokens generated (samples longer than that)",
     "outlets_coverage.png": "Share of trajectory rows inside each method's 80% interval, by progress",
+    "outlets_mae_live.png": "The live series: remaining-length MAE at the rows a server meets (t = 0, 16, 32, ... "
+                            "tokens, while running); the grey band is the carried per-prompt oracle",
+    "outlets_coverage_live.png": "The live series: share of rows inside each method's 80% interval",
 }
 
 
@@ -56,7 +59,35 @@ def outlets_section(art: Artifact, res: OutletsBench) -> Section:
                                                       Column("/ reference"), Column("below the carried oracle from", "left")),
                             tuple(summary)))
     sec.figures = figures_from_writer(lambda d: write_plots(res, d), OUTLETS_PLOTS)
+    live = _live_of(art)
+    if live is not None:  # the live series is the headline: its table and plots first
+        from lenpred.report.outlets import write_live_plots
+
+        ref = live.reference
+        sec.paragraphs.append(
+            f"Live series (the headline): every test sample at t = 0 and at each re-prediction point it reaches "
+            f"({', '.join(str(x) for x in live.points[1:6])}{', ...' if len(live.points) > 6 else ''} tokens); "
+            f"{live.n_samples} samples, {live.rows} rows; ratios to {ref}, per row (as a server meets them) and per "
+            "sample. The progress table below places rows at fractions of each sample's true length.")
+        rows = tuple((n, m.made_for, _f(m.mae), f"{_f(m.ratio, '.3f')} ({_f(m.ci[0], '.3f')}-{_f(m.ci[1], '.3f')})",
+                      _f(m.per_sample.ratio, ".3f"),
+                      f"{_f(m.short_at_64.get('precision'), '.2f')} / {_f(m.short_at_64.get('recall'), '.2f')}")
+                     for n, m in live.methods.items())
+        sec.tables.insert(0, Table(f"Live series: remaining-length MAE per row and its ratio to {ref} (95% interval)",
+                                   (Column("method", "left"), Column("made for", "left"), Column("MAE per row"),
+                                    Column(f"/ {ref}"), Column("/ ref. per sample"), Column("short P / R at 64")),
+                                   rows))
+        sec.figures = figures_from_writer(lambda d: write_live_plots(live, d), OUTLETS_PLOTS) + sec.figures
     return sec
+
+
+def _live_of(art: Artifact) -> Any:
+    """The bench's live series (``outlets_live.json``), or None for a bench made before it."""
+    from lenpred.outlets.livebench import LiveBench
+
+    if "outlets_live.json" not in (art.meta.get("files") or {}):
+        return None
+    return LiveBench.from_json(art.read_json("outlets_live.json"), where=f"{art.path}/outlets_live.json")
 
 
 # ---------------------------------------------------------------------------------------------- value
