@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -91,11 +92,11 @@ def llama_server(name: str, gguf: str, logs: Path) -> Server:
     return Server(name, cmd, f"http://127.0.0.1:{port}", "/v1/models", logs)
 
 
-def router(backends: list[str], logs: Path) -> Server:
+def router(backends: list[str], logs: Path, flatten: bool = True) -> Server:
     port = _free_port()
     cfg = {"port": port, "policy": "least-predicted-tokens", "log_requests": False,
            "backends": [{"url": u, "name": f"llama-{chr(97 + i)}", "priority": "off", "max_outstanding": 1,
-                         "flatten_content": True} for i, u in enumerate(backends)],
+                         "flatten_content": flatten} for i, u in enumerate(backends)],
            "estimator": {"kind": "chars"}, "timeouts": {"read_s": 300.0, "total_s": 1200.0},
            "limits": {"queue_timeout_s": 600.0}}
     path = logs / "router.json"
@@ -165,7 +166,7 @@ def save_tokenizer(folder: Path) -> Path:
 def run_guidellm(exe: str, url: str, fmt: str, n: int, tokenizer: Path, prompt_tokens: int, output_tokens: int,
                  logs: Path) -> dict[str, Any]:
     """One ``guidellm run`` against the router; its request counts from its JSON report."""
-    name = fmt.rsplit("/", 1)[-1]
+    name = fmt.strip("/").replace("/", "-")  # v1-chat-completions, v1-completions
     report = logs / f"guidellm-{name}.json"
     cmd = [exe, "run",
            "--backend", f"kind=openai_http,target={url},model={ALIAS},request_format={fmt},max_tokens={output_tokens}",
@@ -176,11 +177,18 @@ def run_guidellm(exe: str, url: str, fmt: str, n: int, tokenizer: Path, prompt_t
            "--output", f"kind=json,path={report}", "--disable-console-interactive"]
     t0 = time.monotonic()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    (logs / f"guidellm-{name}.log").write_text(proc.stdout + proc.stderr)
-    out: dict[str, Any] = {"command": " ".join(cmd), "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 1)}
-    if proc.returncode != 0 or not report.exists():
-        out["error"] = (proc.stderr or proc.stdout)[-800:]
+    log = logs / f"guidellm-{name}.log"
+    with open(log, "wb") as f:  # its own process group: guidellm's worker processes end with it
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=1800)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    out: dict[str, Any] = {"command": " ".join(cmd), "rc": rc, "seconds": round(time.monotonic() - t0, 1)}
+    if rc != 0 or not report.exists():
+        out["error"] = log.read_text(errors="replace")[-800:]
         return out
     return {**out, **guidellm_counts(json.loads(report.read_text()))}
 
@@ -235,12 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=64)
     p.add_argument("--max-tokens", type=int, default=32, help="output tokens asked of each request")
     p.add_argument("--tokenizer-dir", type=Path, default=Path("out/bench/router/smollm2-tokenizer"))
+    p.add_argument("--no-flatten", action="store_true",
+                   help="the control: flatten_content off (llama-cpp-python's template then answers a list of parts "
+                        "with a 500, which the router passes on)")
     p.add_argument("--out", type=Path, default=Path("out/bench/router/clients.json"))
     args = p.parse_args(argv)
     for name in ("openai_requests", "guidellm_requests", "prompt_tokens", "max_tokens"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)} -- fix: give a positive count")
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stop (timeout, kill) still stops the servers
     logs = Path(tempfile.mkdtemp(prefix="bench-clients-"))
     procs: list[Server] = []
     try:
@@ -254,10 +266,11 @@ def main(argv: list[str] | None = None) -> int:
             for s in procs:
                 s.wait()
             urls = [s.url for s in procs]
-        r = router(urls, logs)
+        r = router(urls, logs, flatten=not args.no_flatten)
         procs.append(r)
         r.wait(120)
         result: dict[str, Any] = {"machine": machine(), "backends": urls, "logs": str(logs),
+                                  "flatten_content": not args.no_flatten, "argv": sys.argv[1:],
                                   "health": httpx.get(r.url + "/health", timeout=10).status_code}
         result["openai"] = run_openai(r.url, args.openai_requests, args.max_tokens)
         if args.guidellm:
