@@ -1,7 +1,7 @@
 """Real clients nobody here wrote, through `lenpred route` in front of two llama.cpp servers (issue 39):
 the official ``openai`` Python client and guidellm, each request counted as done or as an error.
 
-    nice -n 10 .venv/bin/python benchmarks/bench_clients.py --guidellm /path/to/venv/bin/guidellm
+    nice -n 10 .venv/bin/python -m benchmarks.bench_clients --guidellm /path/to/venv/bin/guidellm
 
 * Two llama-cpp-python servers with the embedded SmolLM2 GGUF (one slot, one thread each) and a
   ``lenpred route`` process over them, configured as ``experiments/route/two-llamacpp.json`` is
