@@ -51,7 +51,7 @@ KV_TOKENS = 66144  # DistServe max_num_tokens.csv, opt-13b tp=1 pp=1
 def import_distserve() -> Any:
     """DistServe's simulator from ``PYTHONPATH``, or a one-line exit that says how to put it there."""
     try:
-        import simdistserve  # noqa: F401
+        import simdistserve
         import simpy  # noqa: F401
     except ImportError as e:
         raise SystemExit(f"bench_distserve: error: cannot import DistServe's simulator ({e}) -- fix: clone "

@@ -127,7 +127,7 @@ def render(root: Path = ROOT, template: str = TEMPLATE) -> str:
             ctx[key] = make(*(read_source(root, n) for n in names))
         except PageError:
             raise
-        except Exception as e:  # a figure file of another shape than its benchmark writes
+        except Exception as e:  # noqa: BLE001 - a figure file of another shape than its benchmark writes
             raise PageError(f"cannot read the figures of {', '.join(SOURCES[n][0] for n in names)} "
                             f"({type(e).__name__}: {e}) -- fix: rerun the benchmark that writes them") from None
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)

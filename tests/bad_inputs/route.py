@@ -16,7 +16,7 @@ _HEADS = Path(__file__).resolve().parents[2] / "data" / "heads"
 _held: list[socket.socket] = []  # a listening socket kept open while its row runs
 
 
-def _cfg(data: object, name: str = "router.json"):  # noqa: ANN202 - a setup callable
+def _cfg(data: object, name: str = "router.json"):  # a setup callable
     def setup(tmp: Path) -> dict[str, Path]:
         p = tmp / name
         p.write_text(data if isinstance(data, str) else json.dumps(data))
@@ -33,7 +33,7 @@ def _port_taken(tmp: Path) -> dict[str, Path]:
     return _cfg({"backends": _OK_BACKENDS, "port": s.getsockname()[1]})(tmp)
 
 
-def _route(expect: str, setup=None, argv: list[str] | None = None) -> tuple:  # noqa: ANN001
+def _route(expect: str, setup=None, argv: list[str] | None = None) -> tuple:
     return argv or ["route", "--config", "{cfg}"], setup, expect
 
 

@@ -14,7 +14,7 @@ from bad_input_harness import BadInput
 HEADER = "arrival_s,prompt_tokens,output_tokens\n"
 
 
-def _csv(name: str, body: str):  # noqa: ANN202 - a setup callable
+def _csv(name: str, body: str):  # a setup callable
     def setup(tmp: Path) -> dict[str, Path]:
         p = tmp / name
         p.write_text(HEADER + body)
@@ -133,7 +133,7 @@ CASES += [  # issue 29 part 11: the last bad-input tail
 ]
 
 
-def _with(workload_arrival: dict | None = None, sweep: dict | None = None):  # noqa: ANN202 - a setup callable
+def _with(workload_arrival: dict | None = None, sweep: dict | None = None):  # a setup callable
     """The tiny config with its arrival process and/or sweep replaced."""
 
     def setup(tmp: Path) -> dict[str, Path]:

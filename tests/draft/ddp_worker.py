@@ -14,13 +14,13 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from draft_helpers import tiny_llama, tiny_split  # noqa: E402
+from draft_helpers import tiny_llama, tiny_split
 
-from lenpred.data.rundir import RunDir  # noqa: E402
-from lenpred.draft.target import Target  # noqa: E402
-from lenpred.draft.train import TrainJob, train_draft  # noqa: E402
-from lenpred.draft.train_config import DraftTrainConfig  # noqa: E402
-from lenpred.draft.train_data import DraftSource  # noqa: E402
+from lenpred.data.rundir import RunDir
+from lenpred.draft.target import Target
+from lenpred.draft.train import TrainJob, train_draft
+from lenpred.draft.train_config import DraftTrainConfig
+from lenpred.draft.train_data import DraftSource
 
 
 def main() -> None:

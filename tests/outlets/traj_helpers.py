@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "draft"))
-from draft_helpers import tiny_head, tiny_llama  # noqa: E402
+from draft_helpers import tiny_head, tiny_llama
 
 __all__ = ["CAP", "FAKE_FP", "LENGTHS", "make_run", "save_head", "save_model", "tiny_head", "tiny_llama"]
 

@@ -13,7 +13,7 @@ from lenpred.errors import ConfigError, DataError
 from lenpred.report.yardstick import read_cells
 
 
-def _args(*argv: str):  # noqa: ANN202 - the script's namespace
+def _args(*argv: str):  # the script's namespace
     return y.resolve(y.parse(list(argv)))
 
 

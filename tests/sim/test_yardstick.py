@@ -156,7 +156,7 @@ def test_load_lists_and_units() -> None:
 
 
 # ---------------------------------------------------------------- convergence rule
-def _stub(table: dict[int, float]):  # noqa: ANN202 - a runner
+def _stub(table: dict[int, float]):  # a runner
     calls: list[int] = []
 
     def run(n: int) -> dict[str, float]:

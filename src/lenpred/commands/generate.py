@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     session = open_generation(text, spec)
     opts = StreamOptions(json=args.json, length_head=args.length_head is not None, quiet=args.quiet,
                          greedy=args.greedy, tree=args.tree if tree is not None else None, k=args.k)
-    events = open(args.events, "w", encoding="utf-8") if args.events else None  # noqa: SIM115
+    events = open(args.events, "w", encoding="utf-8") if args.events else None
     printer = StreamPrinter(opts, session.lm.tokenizer, events)
     try:
         res = session.run(printer)

@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schema", action="store_true", help="print the config's JSON schema and exit")
 
 
-def build_config(args: argparse.Namespace):  # noqa: ANN201 - RouterConfig, imported lazily
+def build_config(args: argparse.Namespace):  # RouterConfig, imported lazily
     from lenpred.route.config import RouterConfig
 
     if not args.config:

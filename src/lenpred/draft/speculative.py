@@ -81,15 +81,6 @@ class Generation:
         """Tokens committed per verifying target forward (target's own token included)."""
         return sum(self.committed) / len(self.committed) if self.committed else 0.0
 
-    def acceptance_by_position(self) -> list[tuple[int, int]]:
-        """(reached, accepted) for chain positions 1..k: position j is reached when drafts 1..j-1
-        were accepted, accepted when draft j was too."""
-        out = []
-        for j in range(1, self.k + 1):
-            reached = sum(1 for a in self.accepted if a >= j - 1)
-            out.append((reached, sum(1 for a in self.accepted if a >= j)))
-        return out
-
 
 class SpeculativeDecoder:
     """Batch-1 decoding with an optional EAGLE-3 head. ``sampling=None`` is greedy."""

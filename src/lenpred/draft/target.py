@@ -52,10 +52,6 @@ class Target:
             return DynamicCache()
 
     @staticmethod
-    def cache_length(cache: Any) -> int:
-        return int(cache.get_seq_length())
-
-    @staticmethod
     def crop(cache: Any, n: int) -> None:
         """Keep the first ``n`` positions. A negative argument removes tokens in every version."""
         cur = int(cache.get_seq_length())

@@ -187,7 +187,7 @@ class Extractor:
             torch.set_num_threads(cfg.threads)
         try:
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, cfg.compute_dtype))
-        except Exception as e:  # noqa: BLE001 - transformers raises many types
+        except Exception as e:  # transformers raises many types
             raise ModelError(f"transformers could not load {folder} ({type(e).__name__}: {e})".splitlines()[0],
                              "pass a model folder transformers can load (config.json and weights)") from e
         try:

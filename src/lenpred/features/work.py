@@ -109,7 +109,7 @@ class WorkDir:
             try:
                 with safe_open(str(p), framework="numpy") as f:
                     md = dict(f.metadata() or {})
-                    t = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
+                    t = {k: f.get_tensor(k) for k in f.keys()}  # safe_open has no __iter__
                 item = parse(md, t)
             except Exception as e:  # noqa: BLE001 - a damaged chunk: name it and the fix
                 if warn is None:

@@ -162,7 +162,7 @@ def resolve(name_or_path: str) -> ModelSpec:
         from huggingface_hub import snapshot_download
 
         folder = Path(snapshot_download(name, local_files_only=os.environ.get("HF_HUB_OFFLINE") == "1"))
-    except Exception as e:  # noqa: BLE001 - hub errors come in many types
+    except Exception as e:  # hub errors come in many types
         raise ModelError(
             f"cannot fetch Hugging Face model {name!r} ({type(e).__name__}: {str(e).splitlines()[0][:120]})",
             "check the id and network, or download it and pass the local folder",
@@ -233,7 +233,7 @@ def load_config(name_or_path: str | ModelSpec = EMBEDDED) -> Any:
     _, folder = hf_folder(name_or_path)
     try:
         return AutoConfig.from_pretrained(folder)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ModelError(f"transformers could not read the config of {folder} ({type(e).__name__}: {e})".splitlines()[0],
                          "pass a model folder with a valid config.json") from e
 
@@ -256,7 +256,7 @@ def load(name_or_path: str | ModelSpec = EMBEDDED, device: str = "cpu", dtype: s
     try:
         tok = AutoTokenizer.from_pretrained(folder) if tokenizer is None else tokenizer
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ModelError(f"transformers could not load {folder} ({type(e).__name__}: {e})".splitlines()[0],
                          "pass a model folder transformers can load (config.json and weights)") from e
     model.to(device).eval()

@@ -151,7 +151,7 @@ def _load_target_model(folder: Path, device: str) -> Any:
 
     try:
         m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ModelError(f"transformers could not load {folder} ({type(e).__name__}: {e})".splitlines()[0],
                          "pass the run's model as a folder transformers can load (--model)") from e
     return m.to(device).eval()

@@ -260,9 +260,3 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
             out[k.strip()] = v
     return out
 
-
-def head_summary(path: PathLike) -> dict[str, Any]:
-    """meta.json of a head, for printing."""
-    from lenpred.io.artifacts import load_artifact
-
-    return load_artifact(Path(path), kind="head", what="head", verify=False).meta

@@ -72,7 +72,7 @@ class RouterApp(FastAPI):
         request = Request(scope, receive)
         try:
             response = await self.state.router.handle(request, kind)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a server boundary: every failure becomes an answer
             response = _crash_response(request, exc)
         await response(scope, receive, send)
 

@@ -318,7 +318,7 @@ class Pool:
             slow = e.kind == "timeout"  # connected, but no answer in time: busy, perhaps, not dead
         except TimeoutError:
             ok, reason, slow = False, f"health check failed: no answer within {health.timeout_s:g} s", True
-        except Exception as e:  # never let one odd answer end the health loop
+        except Exception as e:  # noqa: BLE001 - never let one odd answer end the health loop
             ok, reason = False, f"health check failed: {type(e).__name__}: {e}".rstrip(": ")
         b.check_result(ok, reason, health, slow)
         if ok:

@@ -219,7 +219,7 @@ class InlineEstimator:
             return
         try:
             out = self.runner.predict_texts([t for t, _ in live])
-        except Exception as e:  # a head failure must not fail the requests: the fallback answers
+        except Exception as e:  # noqa: BLE001 - a head failure must not fail the requests: the fallback answers
             err = EstimateFailed(f"{type(e).__name__}: {e}", True)
             for _, f in live:
                 if not f.done():

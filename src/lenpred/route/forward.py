@@ -156,7 +156,7 @@ class RelayStream(StreamingResponse):
             try:
                 while (await receive())["type"] != "http.disconnect":
                     pass
-            except Exception:  # a server whose receive fails once the client is gone
+            except Exception:  # noqa: BLE001 - a server whose receive fails once the client is gone
                 pass
             gone = True
             task.cancel()

@@ -241,7 +241,7 @@ class PrefillRunner(Runner):
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(folder)
             mconfig = AutoConfig.from_pretrained(folder)
-        except Exception as e:  # noqa: BLE001 - transformers raises many types
+        except Exception as e:  # transformers raises many types
             raise ModelError(f"cannot load the tokenizer of {folder} ({type(e).__name__}: {e})".splitlines()[0],
                              "pass the head's model as a folder with its tokenizer and config.json") from e
         if self.chat_template:

@@ -450,9 +450,3 @@ class BoundSummary(Result):
         v = self.variants[self.headline]
         assert isinstance(v, VariantBound)
         return v
-
-    @property
-    def theory_bound(self) -> VariantBound:
-        v = self.variants[self.theory_variant]
-        assert isinstance(v, VariantBound)
-        return v
