@@ -96,7 +96,7 @@ def live_point_set(req: LiveRequest, spec: Mapping[str, Any], cap: float | None,
         return sorted({0, *(int(p) for p in req.points)})
     if req.every is not None:
         if req.every < 1:
-            raise ConfigError(f"--live-every must be >= 1, got {req.every}")
+            raise ConfigError(f"--live-every must be >= 1, got {req.every}", "pass --live-every K with K >= 1 tokens")
         return list(range(0, limit, req.every))
     live = ((spec.get("positions") or {}).get("live") or {})
     pts = {0, *live_tokens(limit, int(live.get("first") or LIVE_FIRST))}
