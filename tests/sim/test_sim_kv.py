@@ -117,9 +117,9 @@ def test_horizon_peak_by_hand(toy_profile: LatencyProfile) -> None:
     assert d._horizon_peak(r, truth=False) == 151.0
     assert d._horizon_peak(r, truth=True) == 181.0
     d.set_kv_rules("latest", "predicted-horizon")
-    d.cap_eff = 150.0
+    d.kv_rules.cap_eff = 150.0
     assert not d._admits(r, 131, empty=False)
-    d.cap_eff = 151.0
+    d.kv_rules.cap_eff = 151.0
     assert d._admits(r, 131, empty=False)
 
 

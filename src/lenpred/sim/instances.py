@@ -38,9 +38,9 @@ import heapq
 import math
 from typing import Any
 
-from lenpred.sched.queue import REFRESH_S, QueuePolicy
+from lenpred.sched.queue import NEVER, REFRESH_S, QueuePolicy
 from lenpred.sim.events import KICK, PREFILL_DONE, PRIO, STEP_DONE, TRANSFER_DONE, Event, finished, handoff
-from lenpred.sim.preemption import DecodeSetup, Preemption, kv_need
+from lenpred.sim.preemption import DecodeSetup, KvRules, kv_need
 from lenpred.sim.profiles import LatencyProfile
 from lenpred.sim.request import (
     NAN,
@@ -171,7 +171,7 @@ class PrefillInstance(_Instance):
         return events
 
 
-class DecodeInstance(_Instance, Preemption):
+class DecodeInstance(_Instance):
     """Continuous batching under a KV budget; in colocated mode it also prefills new requests."""
 
     def __init__(self, index: int, profile: LatencyProfile, policy: QueuePolicy, kv_capacity: int,
@@ -180,8 +180,6 @@ class DecodeInstance(_Instance, Preemption):
         self.profile = profile
         self.policy = policy
         self.cap = kv_capacity  # KV slots (tokens)
-        self.cap_eff = kv_capacity * (1.0 - setup.watermark)  # admission leaves this much headroom
-        self.cap_reserve = kv_capacity * (1.0 - setup.kv_reserve)  # admission "watermark"
         self.max_batch = profile.max_batch
         self.max_prefill_tokens = profile.max_prefill_tokens
         self.colocated = setup.colocated
@@ -190,7 +188,8 @@ class DecodeInstance(_Instance, Preemption):
         self.link_bw = setup.link_bw  # bytes/s
         self.link_latency = setup.link_latency  # s
         self.swap_bw = setup.swap_bw  # bytes/s
-        self.set_kv_rules(setup.victim, setup.admission)
+        self.setup = setup
+        self.kv_rules = KvRules(setup.victim, setup.admission, kv_capacity, setup)
         self.check = check
         # state
         self.step = 0  # decode steps completed
@@ -483,6 +482,62 @@ class DecodeInstance(_Instance, Preemption):
             self.check_invariants()
         events.extend(self.start_step(t))
         return events
+
+    # ---- KV preemption and admission (the rules' choices: lenpred.sim.preemption.KvRules)
+    def set_kv_rules(self, victim: str, admission: str) -> None:
+        """Replace the KV victim and admission rules (values of ``ArmPolicy.victim`` / ``admission``)."""
+        self.kv_rules = KvRules(victim, admission, self.cap, self.setup)
+
+    def _admits(self, r: Request, used: int, empty: bool) -> bool:
+        return self.kv_rules.admits(self, r, used, empty)
+
+    def _horizon_peak(self, r: Request, truth: bool) -> float:
+        return self.kv_rules.horizon_peak(self, r, truth)
+
+    def _preempt_one(self, t: float) -> float:
+        """Preempt the running request the victim rule names; returns the swap-out time it costs."""
+        return self._evict(self.kv_rules.pick_victim(self, t), t)
+
+    def _evict(self, victim: Request, t: float) -> float:
+        """Preempt ``victim`` (recompute or swap, as the cluster says); returns the swap-out time."""
+        victim.t_left = t
+        gen = self.gen_of(victim)
+        self._remove(victim, gen)
+        victim.gen = gen
+        victim.n_preempt += 1
+        self.n_preempt += 1
+        victim.q_rem = victim.pred_remaining(gen)
+        victim.need = NEED_SWAP_IN if self.swap else NEED_RECOMPUTE
+        heapq.heappush(self.waiting, (self.policy.key(victim, gen, t), self._next_seq(), victim))
+        self.waiting_pred += victim.q_rem
+        self.waiting_kv += kv_need(victim)
+        return (victim.prompt + gen) * self.kvb / self.swap_bw if self.swap else 0.0
+
+    def _fits(self, r: Request) -> bool:
+        """Whether queued ``r`` would be admitted now (a batch slot and its KV, as :meth:`_admit` asks)."""
+        slots = self.n_run + self.n_reserved
+        if slots >= self.max_batch:
+            return False
+        joins_now = r.need in (NEED_RECOMPUTE, NEED_SWAP_IN)
+        used = self.ctx + self.kv_reserved + self.n_run + kv_need(r) + (1 if joins_now else 0)
+        return self._admits(r, used, slots == 0 and self.kv_reserved == 0)
+
+    def _policy_preempt(self, t: float) -> float:
+        """While the first queued request finds no room and beats the worst running request (by the
+        policy's victim key), preempt that one; returns the swap-out time it costs."""
+        pol = self.policy
+        waiting = self.waiting
+        extra = 0.0
+        while waiting and self.n_run:
+            kw, _, r = waiting[0]
+            if self._fits(r):
+                break
+            victim, kr = pol.worst(self.running.values(), self.step)
+            if victim is None or kr == NEVER or not pol.beats(kw, kr):
+                break
+            extra += self._evict(victim, t)
+            self.n_policy_preempt += 1
+        return extra
 
     def check_invariants(self) -> None:
         """Recompute the incremental sums from scratch (tests / debugging; O(batch))."""
