@@ -15,7 +15,7 @@ The KV victim and the admission rule are the arm's (``ArmPolicy.victim`` / ``adm
   in-flight and the new request, prompt + max(predicted total, generated), fits too; ``true-peak``:
   prompt + true total instead (the ceiling); ``predicted-horizon``: fits now, and the most KV the
   batch would hold in the future, if every request ran to its predicted end and then left, fits
-  (:meth:`Preemption._horizon_peak`; requests do not all peak at once, which the sum of peaks
+  (:meth:`KvRules.horizon_peak`; requests do not all peak at once, which the sum of peaks
   assumes); ``true-horizon``: the same on true lengths (the ceiling). An empty instance admits
   whatever fits now. ``watermark``: fits-now against a larger reserve, the budget less ``kv_reserve`` (a
   share of the KV, default 0.1) kept free for the running requests to grow into: vLLM's watermark
