@@ -51,10 +51,12 @@ browser:
 	else echo "note: chromium not installed (needs apt-get as root); the report's browser test will be skipped"; fi
 
 test: install browser
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q tests
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 bench: install
 	$(BIN)/python -m benchmarks.bench_collect

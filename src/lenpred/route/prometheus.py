@@ -102,11 +102,11 @@ class RouterMetrics:
         self.gc_pause = Histogram("lenpred_route_gc_pause_seconds",
                                   "garbage collections after start-up by generation, and how long each stopped the "
                                   "event loop", ["generation"], buckets=_GC, registry=r)
-        r.register(_Backends(pool))  # type: ignore[arg-type]
+        r.register(_Backends(pool))
 
     def watch_gboost(self, state: Callable[[], Any]) -> None:
         """Export gboost's numbers (``state()``: a GboostState, read at each scrape)."""
-        self.registry.register(_Gboost(state))  # type: ignore[arg-type]
+        self.registry.register(_Gboost(state))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -260,7 +260,7 @@ def create_app(service: PredictionService, *, max_body_bytes: int = DEFAULT_MAX_
 
     _add_error_handlers(app, metrics)
 
-    @app.post("/v1/predict", response_model=PredictResponse, responses=_ERRORS,  # type: ignore[arg-type]
+    @app.post("/v1/predict", response_model=PredictResponse, responses=_ERRORS,
               summary="Predict the output length of one request")
     async def predict(req: PredictRequest) -> PredictResponse:
         t0 = time.perf_counter()

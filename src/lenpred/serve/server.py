@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from lenpred.errors import ConfigError
@@ -106,7 +107,11 @@ def run_app(app: Any, sock: socket.socket, on_stop: Callable[[], None] | None = 
     return bool(server.started)
 
 
-def _quiet(sig: signal.Signals) -> object:
+# what signal.signal returns and takes: a handler, SIG_DFL / SIG_IGN, or None (set outside Python)
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+
+def _quiet(sig: signal.Signals) -> _Handler:
     try:
         return signal.signal(sig, lambda *_: None)
     except ValueError:  # not the main thread: leave signals alone

@@ -252,8 +252,8 @@ def run_sweep(cfg: SimConfig, progress: Progress | None = None, workload: Worklo
         from lenpred.sim.episode import check_episode_length
 
         for load in loads:
-            rate = 1.0 if load is None else (load * capacity if capacity is not None else load)
-            check_episode_length(cfg.workload.arrival, wl.n, rate)
+            ep_rate = 1.0 if load is None else (load * capacity if capacity is not None else load)
+            check_episode_length(cfg.workload.arrival, wl.n, ep_rate)
     result = SweepResult(config=cfg, capacity_rps=capacity, short_threshold=thr, baseline=baseline)
     for load in loads:
         rate = None if load is None else (load * capacity if capacity is not None else load)
