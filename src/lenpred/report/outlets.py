@@ -251,9 +251,11 @@ def write_live_plots(live: Any, out: Path) -> list[Path]:
     pts = [str(p) for p in live.points]
     x = list(range(len(pts)))
     paths = []
+    colors = plt.get_cmap("tab20").colors  # more methods than the default cycle's 10 colours
     for what, ylabel, fname in (("mae", "remaining-length MAE (tokens)", "outlets_mae_live.png"),
                                 ("coverage80", "rows inside the 80% interval (%)", "outlets_coverage_live.png")):
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        ax.set_prop_cycle(color=colors)
         for name, m in live.methods.items():
             sc = [m.points.get(p) for p in pts]
             scale = 100.0 if what == "coverage80" else 1.0
