@@ -19,7 +19,6 @@ import numpy as np
 
 from lenpred.errors import ConfigError, DataError
 from lenpred.outlets.baselines import CarriedConstant, Remaining, carried_oracle, carry_prefill
-from lenpred.outlets.features import rows_of
 from lenpred.outlets.evaluate import (
     CONSTANT,
     ORACLE,
@@ -37,7 +36,16 @@ from lenpred.outlets.evaluate import (
     short_threshold_of,
     total_at_start,
 )
-from lenpred.outlets.livebench import T_ONLY, LiveBench, LiveRequest, check_live_rows, check_strict, live_point_set, score_live
+from lenpred.outlets.features import rows_of
+from lenpred.outlets.livebench import (
+    T_ONLY,
+    LiveBench,
+    LiveRequest,
+    check_live_rows,
+    check_strict,
+    live_point_set,
+    score_live,
+)
 
 __all__ = ["BenchRequest", "Loaded", "anchored_method", "head_method", "load_methods", "named", "run_bench",
            "run_benches", "run_live"]

@@ -251,7 +251,8 @@ def write_live_plots(live: Any, out: Path) -> list[Path]:
     pts = [str(p) for p in live.points]
     x = list(range(len(pts)))
     paths = []
-    colors = plt.get_cmap("tab20").colors  # more methods than the default cycle's 10 colours
+    tab20 = plt.get_cmap("tab20")
+    colors = [tab20(i) for i in range(20)]  # more methods than the default cycle's 10 colours
     for what, ylabel, fname in (("mae", "remaining-length MAE (tokens)", "outlets_mae_live.png"),
                                 ("coverage80", "rows inside the 80% interval (%)", "outlets_coverage_live.png")):
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -320,7 +321,7 @@ def write_bench(run: Any, out: str | Path, plots: bool = True) -> tuple[Any, str
                 files[path.name] = path.read_bytes()
     json_files = {"outlets_bench.json": res.to_dict(), "outlets_bench.schema.json": OutletsBench.json_schema()}
     if live is not None:
-        json_files["outlets_live.json"] = live.to_json()
+        json_files["outlets_live.json"] = live.to_json_dict()
     art = write_artifact(Path(out), ArtifactHeader(kind="outlets-bench", schema_version=1, config=run.config,
                                                    card=run.card, card_scope="run"),
                          json_files=json_files, files=files)

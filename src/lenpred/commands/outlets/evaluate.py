@@ -35,10 +35,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 def run_bench(a: argparse.Namespace) -> int:
     from lenpred.outlets.bench_files import BenchRequest
     from lenpred.outlets.evaluate import Bootstrap
+    from lenpred.outlets.livebench import LiveRequest
     from lenpred.outlets.pipeline import bench
     from lenpred.report.outlets import write_bench
-
-    from lenpred.outlets.livebench import LiveRequest
 
     req = BenchRequest(a.traj, a.run, heads=a.heads, prefill_predictions=a.prefill_predictions, anchors=a.anchors,
                        reference=a.reference, split=a.split, boot=Bootstrap(n_boot=a.n_boot, seed=a.seed),
