@@ -104,10 +104,10 @@ def test_score_live_by_hand() -> None:
     assert (mlp.points["16"].short_precision, mlp.points["16"].short_recall) == (None, 0.0)  # 16 + 10 >= 25
     assert out.made_for == "fraction" and mlp.made_for == "prefill"
     # the JSON names the ratio after the reference, and reads back
-    d = res.to_json()
+    d = res.to_json_dict()
     assert d["methods"]["outlets"]["ratio_vs_carried_mlp"] == pytest.approx(3 / 62) and "ratio" not in d["methods"]["outlets"]
     assert d["series"] == "tokens" and d["n_samples"] == 3 and d["rows"] == 6
-    assert LiveBench.from_json(json.loads(json.dumps(d))) == res
+    assert LiveBench.from_json_dict(json.loads(json.dumps(d))) == res
 
 
 def test_live_points_and_missing_rows_name_the_flag() -> None:

@@ -1,4 +1,7 @@
-"""Remaining-length prediction scored along the trajectory, on the run's test prompts.
+"""Remaining-length prediction scored along the trajectory, on the run's test prompts: the secondary
+table. The headline is the live series (:mod:`lenpred.outlets.livebench`: the rows a server meets);
+the progress points here place rows at fractions of each sample's true length, which a server never
+knows.
 
 What is measured (``lenpred outlets bench``), per method, on the rows of a trajectory artifact that
 belong to the split's test prompts:
@@ -27,8 +30,10 @@ belong to the split's test prompts:
 
 Methods: ``outlets*`` (trained heads), ``probe`` (the TRAIL-style probe: the ``probe`` variant of the
 head), ``prefill-<name>`` (a prefill predictions table carried by survival conditioning),
-``prefill-constant`` (training lengths carried the same way) and ``oracle-prompt`` (the carried
-prefill oracle); see :mod:`lenpred.outlets.baselines`.
+``prefill-constant`` (training lengths carried the same way, prompts weighing the same), ``t-only``
+(the same with every training sample weighing the same: the rows a server meets at t) and
+``oracle-prompt`` (the carried prefill oracle); see :mod:`lenpred.outlets.baselines`. A head's
+``made_for`` is the row scheme of the trajectory it was trained on.
 
 The result is an :class:`OutletsBench` (pydantic; :meth:`OutletsBench.json_schema` is the JSON
 schema of ``outlets_bench.json``, documented in docs/outlets.md).

@@ -186,7 +186,7 @@ class LiveMethod(Config):
 class LiveBench(Config):
     """``outlets_live.json``: the live series (docs/outlets.md, "The live bench")."""
 
-    format: Literal["lenpred.outlets.live"] = LIVE_FORMAT
+    format: Literal["lenpred.outlets.live"] = "lenpred.outlets.live"
     schema_version: Literal[1] = 1
     series: Literal["tokens"] = "tokens"
     points: list[int]
@@ -210,7 +210,7 @@ class LiveBench(Config):
     def ratio_key(self) -> str:
         return "ratio_vs_" + self.reference.replace("-", "_")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json_dict(self) -> dict[str, Any]:
         """The JSON of ``outlets_live.json``: each method's ``ratio`` written as ``ratio_vs_<reference>``."""
         d = self.to_dict()
         key = self.ratio_key()
@@ -219,7 +219,7 @@ class LiveBench(Config):
         return d
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], where: str = "outlets_live.json") -> LiveBench:
+    def from_json_dict(cls, data: Mapping[str, Any], where: str = "outlets_live.json") -> LiveBench:
         d = dict(data)
         ref = str(d.get("reference", ""))
         key = "ratio_vs_" + ref.replace("-", "_")

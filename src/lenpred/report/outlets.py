@@ -251,9 +251,12 @@ def write_live_plots(live: Any, out: Path) -> list[Path]:
     pts = [str(p) for p in live.points]
     x = list(range(len(pts)))
     paths = []
+    tab20 = plt.get_cmap("tab20")
+    colors = [tab20(i) for i in range(20)]  # more methods than the default cycle's 10 colours
     for what, ylabel, fname in (("mae", "remaining-length MAE (tokens)", "outlets_mae_live.png"),
                                 ("coverage80", "rows inside the 80% interval (%)", "outlets_coverage_live.png")):
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        ax.set_prop_cycle(color=colors)
         for name, m in live.methods.items():
             sc = [m.points.get(p) for p in pts]
             scale = 100.0 if what == "coverage80" else 1.0
@@ -318,7 +321,7 @@ def write_bench(run: Any, out: str | Path, plots: bool = True) -> tuple[Any, str
                 files[path.name] = path.read_bytes()
     json_files = {"outlets_bench.json": res.to_dict(), "outlets_bench.schema.json": OutletsBench.json_schema()}
     if live is not None:
-        json_files["outlets_live.json"] = live.to_json()
+        json_files["outlets_live.json"] = live.to_json_dict()
     art = write_artifact(Path(out), ArtifactHeader(kind="outlets-bench", schema_version=1, config=run.config,
                                                    card=run.card, card_scope="run"),
                          json_files=json_files, files=files)

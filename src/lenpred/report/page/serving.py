@@ -87,7 +87,7 @@ def _live_of(art: Artifact) -> Any:
 
     if "outlets_live.json" not in (art.meta.get("files") or {}):
         return None
-    return LiveBench.from_json(art.read_json("outlets_live.json"), where=f"{art.path}/outlets_live.json")
+    return LiveBench.from_json_dict(art.read_json("outlets_live.json"), where=f"{art.path}/outlets_live.json")
 
 
 # ---------------------------------------------------------------------------------------------- value
