@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lenpred.sched.dists import Z90
+from lenpred.stats.quantiles import Z90
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -351,7 +351,7 @@ def arm_rows(res: Any, names: dict[str, str] | None = None) -> list[dict[str, An
             rows.append({
                 "load": rs["load"], "arm": n,
                 "policy": f"{pol.policy.queue.name}+{SHORT_NAMES.get(pol.policy.dispatch, pol.policy.dispatch)}",
-                "predictor": predictor_label(res.config, pol, names), "aging": pol.policy.queue.aging, "key": key_label(pol),
+                "predictor": predictor_label(res.config, pol, names), "aging": getattr(pol.policy.queue, "aging", 0.0), "key": key_label(pol),
                 "short_p99_s": rs[n], "short_change": rs.get(f"{n} change", 0.0 if n == res.baseline else None),
                 "all_p99_s": ra[n], "all_change": ra.get(f"{n} change", 0.0 if n == res.baseline else None),
             })

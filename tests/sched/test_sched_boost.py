@@ -127,7 +127,7 @@ def test_boost2_relabels_a_request_once_its_predicted_remaining_drops_under_the_
     assert pol.key(r, 50) == 6.0  # short now: boosted by 4 s
     short = Request(1, 7.0, 20, 30, 30.0)
     assert pol.key(short, 0) == 3.0
-    assert make_queue_policy("boost2").params == {"boost_s": 10.0, "short_threshold": 200.0}
+    assert make_queue_policy("boost2").params == {"boost_s": 3.0, "short_threshold": 224.0}  # one default: 3 s / 224
 
 
 @pytest.mark.parametrize(("name", "kw", "match"), [

@@ -24,28 +24,24 @@ Modules, in the order the analysis uses them:
   the bound artifact: :func:`make_bound` (analyse a source and write it, what ``lenpred bound`` calls)
   and reading a written result back.
 - :mod:`~lenpred.stats.synthetic` synthetic runs with exact ground truth (for tests and docs).
+- :mod:`~lenpred.stats.quantiles` standard normal quantiles the whole package shares (:data:`Z90`):
+  predictors, OUTLETS, the scheduling policies and the router read them from here.
 
-Presentation (console tables, summary.md, plots) is :mod:`lenpred.report.bound`.
+Presentation (console tables, summary.md, plots) is :mod:`lenpred.report.bound`. The names below are
+imported lazily (the scheduling policies read :data:`Z90` without pandas).
 """
 
-from lenpred.stats.analysis import BoundAnalysis, analyse, analyse_lengths, analyse_path, analyse_run
-from lenpred.stats.artifact import load_bound, load_per_prompt, make_bound
-from lenpred.stats.config import BoundConfig
-from lenpred.stats.results import BoundSummary, VariantBound, Verdict
-from lenpred.stats.table import read_length_table
+from __future__ import annotations
 
-__all__ = [
-    "BoundAnalysis",
-    "BoundConfig",
-    "BoundSummary",
-    "VariantBound",
-    "Verdict",
-    "analyse",
-    "analyse_lengths",
-    "analyse_path",
-    "analyse_run",
-    "load_bound",
-    "load_per_prompt",
-    "make_bound",
-    "read_length_table",
-]
+from lenpred.lazy import lazy_exports
+
+_LAZY = {
+    "BoundAnalysis": "analysis", "analyse": "analysis", "analyse_lengths": "analysis", "analyse_path": "analysis",
+    "analyse_run": "analysis", "load_bound": "artifact", "load_per_prompt": "artifact", "make_bound": "artifact",
+    "BoundConfig": "config", "BoundSummary": "results", "VariantBound": "results", "Verdict": "results",
+    "read_length_table": "table", "Z90": "quantiles",
+}
+
+__all__ = sorted(_LAZY)
+
+__getattr__, __dir__ = lazy_exports(__name__, {name: f"{__name__}.{mod}" for name, mod in _LAZY.items()})
