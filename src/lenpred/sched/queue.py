@@ -43,7 +43,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -88,8 +88,8 @@ class Range:
     def __str__(self) -> str:
         if not math.isfinite(self.lo) and not math.isfinite(self.hi):
             return "a finite number"
-        left, right = "(" if self.open_lo or not math.isfinite(self.lo) else "[", \
-            ")" if self.open_hi or not math.isfinite(self.hi) else "]"
+        left = "(" if self.open_lo or not math.isfinite(self.lo) else "["
+        right = ")" if self.open_hi or not math.isfinite(self.hi) else "]"
         return f"in {left}{self.lo:g}, {self.hi:g}{right}"
 
 
@@ -127,7 +127,7 @@ class PolicyParams(Config):
             v = getattr(self, k)
             if not isinstance(v, int | float) or isinstance(v, bool):
                 continue
-            for r in _ranges(f.metadata, f.annotation):
+            for r in (m for m in f.metadata if isinstance(m, Range)):
                 if not r.holds(float(v)):
                     raise FieldError(f"policy {self.name!r}: {k} must be {r}, got {v!r}")
         return self
@@ -143,16 +143,6 @@ class PolicyParams(Config):
 
 
 _SHARED = frozenset({"name", "preempt", "aging", "quantile_z"})
-
-
-def _ranges(metadata: list[Any], annotation: Any) -> list[Range]:
-    """The :class:`Range` of a field: in its metadata, or in an ``Annotated`` member of its union
-    (``Annotated[float, Range(...)] | Literal["auto"]``)."""
-    out = [m for m in metadata if isinstance(m, Range)]
-    for arg in get_args(annotation):
-        if get_origin(arg) is Annotated:
-            out += [m for m in arg.__metadata__ if isinstance(m, Range)]
-    return out
 
 
 class AgingParams(PolicyParams):
