@@ -61,7 +61,7 @@ import pandas as pd
 from benchmarks import ROOT
 from benchmarks.flags import float_list
 from benchmarks.report.sim_real_report import print_anatomy, print_errors, print_rows
-from lenpred.sched.dists import Z90
+from lenpred.stats.quantiles import Z90
 
 DEFAULT_CONFIG = ROOT / "experiments" / "sim" / "real_predictions.json"
 QUEUE, DISPATCH = "sjf", "least-predicted-tokens"
@@ -349,7 +349,7 @@ def arm_rows(res: Any, names: dict[str, str] | None = None) -> list[dict[str, An
             rows.append({
                 "load": rs["load"], "arm": n,
                 "policy": f"{pol.policy.queue.name}+{SHORT_NAMES.get(pol.policy.dispatch, pol.policy.dispatch)}",
-                "predictor": predictor_label(res.config, pol, names), "aging": pol.policy.queue.aging, "key": key_label(pol),
+                "predictor": predictor_label(res.config, pol, names), "aging": getattr(pol.policy.queue, "aging", 0.0), "key": key_label(pol),
                 "short_p99_s": rs[n], "short_change": rs.get(f"{n} change", 0.0 if n == res.baseline else None),
                 "all_p99_s": ra[n], "all_change": ra.get(f"{n} change", 0.0 if n == res.baseline else None),
             })

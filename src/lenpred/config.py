@@ -52,19 +52,24 @@ def format_validation_error(err: ValidationError, model: type[BaseModel], where:
         for part in loc[:-1]:
             parent = _field_model(parent, part)
         valid = ", ".join(parent.model_fields) if parent is not None else "see the JSON schema"
-        return ConfigError(f"{path}: unknown key{more}", f"valid keys: {valid}")
+        return ConfigError(_at(path, f"unknown key{more}"), f"valid keys: {valid}")
     msg = str(e.get("msg", "invalid value"))
     ctx_err = (e.get("ctx") or {}).get("error")
     if isinstance(ctx_err, _InvalidConfig):  # a nested section's own __init__ failed
         return format_validation_error(ctx_err.validation_error, ctx_err.model, path)
     if isinstance(ctx_err, ConfigError):  # raised by a validator: it names the fix (a fallback where it did not)
-        return ConfigError(f"{path}: {ctx_err.problem}{more}",
+        return ConfigError(_at(path, f"{ctx_err.problem}{more}"),
                            ctx_err.fix or f"set {path or 'the value'} as the message says (--help lists every key)")
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     got = e.get("input")
     shown = "" if isinstance(got, dict | list) else f", got {got!r}"
-    return ConfigError(f"{path}: {msg}{shown}{more}", _fix(e, path))
+    return ConfigError(_at(path, f"{msg}{shown}{more}"), _fix(e, path))
+
+
+def _at(path: str, text: str) -> str:
+    """``path: text``, or the text alone for a problem of the whole object (no path)."""
+    return f"{path}: {text}" if path else text
 
 
 _BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}

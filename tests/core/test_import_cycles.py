@@ -27,9 +27,8 @@ LAZY_BY_NAME = {
     # a saved head names its class by registry key; loading one looks the key up in the registry,
     # which imports every head (a head that loads other heads must not make that a cycle)
     ("lenpred.predictors.io", "lenpred.predictors.registry"),
-    # the trajectory head lives with the trajectory features in lenpred.outlets, above the predictors: the
-    # registry names it and loads it on its first lookup (Registry.add_lazy)
-    ("lenpred.predictors.registry", "lenpred.outlets.head"),
+    # (the trajectory head, lenpred.outlets.head, adds itself to the predictor registry when imported; the
+    # commands import it, lenpred.commands.heads: lenpred.predictors does not name lenpred.outlets, issue 39)
 }
 
 
@@ -38,9 +37,9 @@ LAZY_BY_NAME = {
 # by name)
 PACKAGE_EDGES_TO_REMOVE: set[tuple[str, str]] = set()
 # what the scheduling package may import: the simulator and the router import it, never the reverse
-# (lenpred.config: the config base its policies' typed parameters use, lenpred.sched.params; it imports only
-# lenpred.errors)
-SCHED_MAY_IMPORT = {"lenpred.config", "lenpred.errors", "lenpred.registry"}
+# (lenpred.config: the config base of its policies' typed parameters, lenpred.sched.queue / params; it imports
+# only lenpred.errors. lenpred.stats: the normal quantile Z90, lenpred.stats.quantiles)
+SCHED_MAY_IMPORT = {"lenpred.config", "lenpred.errors", "lenpred.registry", "lenpred.stats"}
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -246,3 +245,10 @@ def test_scheduling_imports_neither_the_simulator_nor_the_router():
     g = _packages(_graph())
     assert g["lenpred.sched"] <= SCHED_MAY_IMPORT
     assert not {"lenpred.sim", "lenpred.route"} & _reachable(g, "lenpred.sched")
+    # nor a predictor or OUTLETS (Z90 lives in lenpred.stats.quantiles, which imports no lenpred module)
+    assert not {"lenpred.predictors", "lenpred.outlets"} & _reachable(g, "lenpred.sched")
+    assert _reachable(_graph(), "lenpred.stats.quantiles") == set()
+
+
+def test_predictors_do_not_import_outlets():
+    assert "lenpred.outlets" not in _reachable(_packages(_graph(allowed=set())), "lenpred.predictors")

@@ -18,7 +18,7 @@ from lenpred.outlets.baselines import (
     two_piece_carry,
 )
 from lenpred.predictions import Predictions
-from lenpred.sched.dists import Z90
+from lenpred.stats.quantiles import Z90
 
 EDGES3 = np.array([0.0, 10.0, 20.0, 30.0])
 

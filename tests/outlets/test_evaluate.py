@@ -103,7 +103,7 @@ def bench(tmp_path_factory):
     lat = pd.concat([data[r]["lengths"] for r in data]).groupby("prompt_id")["s"].first()
     mu = np.clip(140 * np.exp(0.5 * lat.to_numpy()), 20, 400)
     sd = 0.3 * mu + 10
-    from lenpred.sched.dists import Z90
+    from lenpred.stats.quantiles import Z90
 
     frame = pd.DataFrame({"prompt_id": lat.index, "pred_tokens": mu, "q10": np.maximum(mu - Z90 * sd, 0),
                           "q50": mu, "q90": mu + Z90 * sd})

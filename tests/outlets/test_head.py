@@ -204,7 +204,7 @@ def test_two_piece_moments_match_sampling():
     z = np.abs(rng.standard_normal(400_000))
     s1, s2, m = 10.0, 30.0, 100.0
     x = np.where(rng.random(z.size) < 0.5, m - s1 * z, m + s2 * z)
-    from lenpred.sched.dists import Z90
+    from lenpred.stats.quantiles import Z90
 
     mean, sd = two_piece_moments(np.array([m - Z90 * s1]), np.array([m]), np.array([m + Z90 * s2]))
     assert abs(mean[0] - x.mean()) < 0.2 and abs(sd[0] - x.std()) < 0.2

@@ -275,11 +275,16 @@ def test_param_errors_name_the_fix(data):
 
 
 def test_a_lazy_registry_entry_is_listed_before_and_loaded_on_its_first_lookup():
-    """The trajectory head is registered by name (predictors does not import outlets): it is listed and
-    found like any head, and the loader runs once."""
-    from lenpred.outlets.head import OutletsHead
+    """The trajectory head adds itself to the registry when its module is imported (predictors does not
+    import outlets; the commands import it: lenpred.commands.heads): it is then listed and found like any
+    head. A lazy entry is listed before its loader runs, and the loader runs once."""
+    from lenpred.commands.heads import register_heads
     from lenpred.predictors.registry import PREDICTORS
     from lenpred.registry import Registry
+
+    register_heads()
+    register_heads()  # idempotent
+    from lenpred.outlets.head import OutletsHead
 
     assert "outlets" in PREDICTORS and "outlets" in PREDICTORS.names()
     assert PREDICTORS.get("outlets") is OutletsHead and OutletsHead.name == "outlets"
@@ -304,9 +309,11 @@ def test_torch_heads_declare_the_training_fields_once(name):
     head may change a default (outlets: shorter, larger batches); get_params round-trips, sklearn clones."""
     from sklearn.base import clone
 
+    from lenpred.commands.heads import register_heads
     from lenpred.predictors.registry import PREDICTORS
     from lenpred.predictors.torch_head import TorchHead
 
+    register_heads()  # the outlets head is added by its own module
     cls = PREDICTORS.get(name)
     assert issubclass(cls, TorchHead) and cls.param_names()[-6:] == TRAINING
     # a dataclass field is a hyperparameter: private state must not be one (annotate it ClassVar, or assign it in a method)

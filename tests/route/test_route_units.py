@@ -36,11 +36,28 @@ ROOT = Path(__file__).resolve().parents[2]
     ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "head"}}, "estimator.head is required"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"min": 5, "max": 1}}, "priority.min (5) is above"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "fastest"}},
-     "unknown queue policy 'fastest' -- fix: use one of: auto, fcfs, sjf, boost2, gboost"),
+     "config.priority.queue: unknown queue policy 'fastest' -- fix: use one of: auto, boost2, fcfs, gboost, sjf"),
     ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "gittins"}},
      "queue policy 'gittins' cannot order the router's queue"),
-    ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "sjf", "aging": -1}}, "priority.aging must be >= 0"),
-    ({"backends": [{"url": "http://a:1"}], "priority": {"quantile_z": float("nan")}}, "quantile_z must be a finite"),
+    ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "sjf", "aging": -1}},
+     "config.priority.queue: policy 'sjf': aging must be in [0, inf), got -1"),
+    ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "sjf", "quantile_z": float("nan")}},
+     "policy 'sjf': quantile_z must be a finite number, got nan"),
+    ({"backends": [{"url": "http://a:1"}], "priority": {"quantile_z": 1.0}},
+     "config.priority: quantile_z is a parameter of a named queue policy, and queue 'auto' takes none -- fix: name"),
+    ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "sjf", "boost_s": 3}},
+     "config.priority.queue: policy 'sjf' takes no parameter 'boost_s' -- fix: its parameters: preempt, aging, "
+     "quantile_z"),
+    ({"backends": [{"url": "http://a:1"}], "priority": {"queue": {"name": "gboost", "gamma": 0.07, "beta": 1}}},
+     "config.priority.queue: policy 'gboost' takes no parameter 'beta' -- fix: its parameters: preempt, gamma, "
+     "s_per_token"),
+    ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "none"}, "priority": {"queue": "gboost"}},
+     "priority.queue 'gboost' needs a predictive distribution (a prediction and its spread), and estimator kind "
+     "'none' gives none -- fix: set estimator.kind to"),
+    ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "chars", "spread": 0}, "priority": {"queue": "gboost"}},
+     "priority.queue 'gboost' needs a predictive distribution, and estimator kind 'chars' with spread 0 gives a point"),
+    ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "none"}, "priority": {"queue": "sjf"}},
+     "priority.queue 'sjf' needs a prediction, and estimator kind 'none' gives none"),
     ({"backends": [{"url": "http://a:1"}], "timeouts": {"read_s": 0}}, "timeouts.read_s must be a number > 0"),
 ])
 def test_config_errors_are_one_line(data, expect):
@@ -210,7 +227,7 @@ def test_the_default_is_the_router_default_with_no_field_sent():
     cfg = RouterConfig.from_dict({"backends": [{"url": "http://a:1"}]})
     assert (cfg.priority.queue, cfg.policy) == (ROUTER_DEFAULT["queue"], ROUTER_DEFAULT["dispatch"]) == (
         "auto", "least-predicted-tokens")
-    assert cfg.queue_policy == "fcfs"  # the default estimator (chars) gives no model's prediction: fcfs
+    assert cfg.queue_policy.name == "fcfs"  # the default estimator (chars) gives no model's prediction: fcfs
     assert cfg.priority.sends is False  # auto sends no field (vLLM refuses it without its priority scheduling)
     assert PriorityConfig(queue="sjf").sends and PriorityConfig(enabled=True).sends
     assert not PriorityConfig(queue="sjf", enabled=False).sends and not PriorityConfig(queue="fcfs").sends
@@ -277,12 +294,36 @@ def test_osl_hint_keeps_what_the_client_sent():
         "a": 1, "agent_hints": {"priority": 3, "osl": 5}}
 
 
-@pytest.mark.parametrize("bad, what", [({"queue": "boost2", "boost_s": 0}, "boost_s"),
-                                       ({"queue": "gboost", "gamma": -1}, "gamma"),
-                                       ({"queue": "boost2", "short_threshold": float("nan")}, "short_threshold")])
+@pytest.mark.parametrize("bad, what", [({"queue": "boost2", "boost_s": 0}, "policy 'boost2': boost_s"),
+                                       ({"queue": "gboost", "gamma": -1}, "policy 'gboost': gamma"),
+                                       ({"queue": "boost2", "short_threshold": float("nan")},
+                                        "policy 'boost2': short_threshold")])
 def test_bad_boost_parameters_are_one_line(bad, what):
-    with pytest.raises(Exception, match=f"[pP]riority(Config)?\\.{what}(: {what})? must be (\"auto\" or )?a number > 0"):
+    with pytest.raises(ConfigError, match=rf"^PriorityConfig\.queue: {what} must be (\"auto\" or a number )?in \(0, inf"):
         PriorityConfig(**bad)
+    with pytest.raises(ConfigError, match=rf"^config\.priority\.queue: {what} must be (\"auto\" or a number )?in \(0, inf"):
+        RouterConfig.from_dict({"backends": [{"url": "http://a:1"}], "priority": bad}, "config")
+
+
+def test_the_router_and_the_simulator_read_one_policy_shape_with_one_set_of_defaults():
+    """priority.queue is the simulator arm's queue (the same typed object, flat keys read into it), and a
+    policy left at its defaults keys requests as the simulator's policy with the same defaults."""
+    from lenpred.sim.config import PolicyConfig
+
+    flat = PriorityConfig(queue="sjf", aging=100.0)
+    typed = PriorityConfig.from_dict({"queue": {"name": "sjf", "aging": 100}})
+    assert flat == typed and flat.queue == PolicyConfig(queue="sjf", aging=100.0).queue
+    assert flat.to_dict()["queue"] == {"name": "sjf", "preempt": False, "aging": 100.0, "quantile_z": 0.0}
+    for name in ("fcfs", "sjf", "boost2", "gboost"):
+        router = PriorityMapper(PriorityConfig(queue=name), 256, t0=0.0)
+        sim = make_queue_policy(PolicyConfig(queue=name).queue)
+        assert router.policy.params == sim.params and router.policy.aging == sim.aging == 0.0, name
+        assert router.ms == (name != "sjf") == sim.time_keyed()
+    assert PriorityMapper(PriorityConfig(queue="boost2"), 256, t0=0.0).policy.params == {"boost_s": 3.0,
+                                                                                        "short_threshold": 224.0}
+    assert PriorityConfig(queue="GBoost".lower(), gamma="AUTO").queue.gamma == "auto"
+    with pytest.raises(ConfigError, match="gamma null is not a setting .* -- fix: give gamma as \"auto\""):
+        PriorityConfig(queue="gboost", gamma=None)
 
 
 # ---------------------------------------------------------------- dispatch pool

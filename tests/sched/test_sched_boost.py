@@ -127,14 +127,14 @@ def test_boost2_relabels_a_request_once_its_predicted_remaining_drops_under_the_
     assert pol.key(r, 50) == 6.0  # short now: boosted by 4 s
     short = Request(1, 7.0, 20, 30, 30.0)
     assert pol.key(short, 0) == 3.0
-    assert make_queue_policy("boost2").params == {"boost_s": 10.0, "short_threshold": 200.0}
+    assert make_queue_policy("boost2").params == {"boost_s": 3.0, "short_threshold": 224.0}  # one default: 3 s / 224
 
 
 @pytest.mark.parametrize(("name", "kw", "match"), [
-    ("gboost", {"gamma": 0.0}, r"policy 'gboost': gamma must be in \(0, inf\), got 0.0"),
-    ("gboost", {"gamma": -2.0}, r"gamma must be in \(0, inf\), got -2.0"),
-    ("uniboost", {"gamma": 0.0}, r"policy 'uniboost': gamma must be in \(0, inf\), got 0.0"),
-    ("gboost", {"s_per_token": 0.0}, r"s_per_token must be in \(0, inf\), got 0.0"),
+    ("gboost", {"gamma": 0.0}, r"policy 'gboost': gamma must be \"auto\" or a number in \(0, inf\).*, got 0.0 -- fix"),
+    ("gboost", {"gamma": -2.0}, r"gamma must be \"auto\" or a number in \(0, inf\).*, got -2.0"),
+    ("uniboost", {"gamma": 0.0}, r"policy 'uniboost': gamma must be \"auto\" or a number in \(0, inf\).*, got 0.0"),
+    ("gboost", {"s_per_token": 0.0}, r"s_per_token must be \"auto\" or a number in \(0, inf\).*, got 0.0"),
     ("boost2", {"boost_s": 0.0}, r"policy 'boost2': boost_s must be in \(0, inf\), got 0.0"),
     ("boost2", {"boost_s": -1.0}, r"boost_s must be in \(0, inf\), got -1.0"),
     ("boost2", {"short_threshold": 0.0}, r"short_threshold must be in \(0, inf\), got 0.0"),

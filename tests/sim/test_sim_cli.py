@@ -155,7 +155,7 @@ def test_cli_overrides_and_requests_file(tmp_path: Path, capsys: pytest.CaptureF
     from lenpred.sched.recommended import RECOMMENDED
 
     assert [p["name"] for p in data["config"]["policies"]] == ["fcfs-rr", RECOMMENDED["name"]]
-    assert data["config"]["policies"][1]["queue"] == RECOMMENDED["queue"] and data["baseline"] == "fcfs-rr"
+    assert data["config"]["policies"][1]["queue"]["name"] == RECOMMENDED["queue"] and data["baseline"] == "fcfs-rr"
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

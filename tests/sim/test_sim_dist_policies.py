@@ -83,7 +83,7 @@ def test_other_samples_table_gives_each_sample_its_prompts_others() -> None:
     ({"queue": "risk", "beta": -1.0}, "beta must be in"),
     ({"queue": "risk", "alpha": 1.0}, "alpha must be in"),
     ({"queue": "las", "quantum": 0.0}, "quantum must be in"),
-    ({"queue": "sjf", "aging": -5.0}, "aging must be >= 0"),
+    ({"queue": "sjf", "aging": -5.0}, r"aging must be in \[0, inf\)"),
     ({"queue": "mlfq", "aging": 10.0}, "takes no aging"),
     ({"queue": "sjf", "beta": 0.3}, "takes no parameter 'beta'"),
 ])

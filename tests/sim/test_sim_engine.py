@@ -142,8 +142,10 @@ def test_unknown_names_list_valid_ones() -> None:
     reqs = [Request(0, 0.0, 10, 10, 10)]
     with pytest.raises(ConfigError, match="fcfs.*gittins.*hrrn.*las.*mlfq.*oracle.*risk.*sjf.*srpt.*trail"):
         PolicyConfig(queue="lifo")  # refused by the config, before any simulator is built
-    with pytest.raises(UnknownKeyError, match="least-predicted-tokens"):
-        Simulator(reqs, policy=PolicyConfig(dispatch="random").policy)
+    with pytest.raises(ConfigError, match="unknown dispatch 'random' -- fix: use one of: least-kv, least-observed-load, least-predicted-tokens"):
+        PolicyConfig(dispatch="random")  # refused by the config too
+    with pytest.raises(ConfigError, match="unknown prefill_dispatch 'random' -- fix: use one of: least-kv, least-observed-load, least-predicted"):
+        PolicyConfig(prefill_dispatch="random")
     with pytest.raises(UnknownKeyError, match="distserve-opt13b.*llama8b-h100"):
         Simulator(reqs, ClusterConfig(profile="gpt4-tpu"))
 

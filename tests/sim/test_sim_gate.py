@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lenpred.errors import ConfigError
-from lenpred.sched.params import PlainParams
+from lenpred.sched.queue import SJFParams
 from lenpred.sim.arm import ArmPolicy
 from lenpred.sim.config import ClusterConfig, PolicyConfig
 from lenpred.sim.engine import Simulator
@@ -55,7 +55,7 @@ def test_late_binding_orders_its_queue_by_the_policy(toy_profile: LatencyProfile
 
     fcfs = _run(reqs(), cluster, ArmPolicy(max_outstanding=1), toy_profile)
     assert fcfs[1].t_prefill_start == fcfs[0].t_finish and fcfs[2].t_prefill_start == fcfs[1].t_finish
-    sjf = _run(reqs(), cluster, ArmPolicy(queue=PlainParams(name="sjf"), max_outstanding=1), toy_profile)
+    sjf = _run(reqs(), cluster, ArmPolicy(queue=SJFParams(), max_outstanding=1), toy_profile)
     assert sjf[2].t_prefill_start == sjf[0].t_finish and sjf[1].t_prefill_start == sjf[2].t_finish
 
 

@@ -100,9 +100,11 @@ def test_end_to_end_table_and_prediction_errors(run, tmp_path, capsys):
                           "sjf+lpt ridge2 q10", "sjf+lpt prompt-median", "sjf+lpt true lengths",
                           "sjf+lpt true lengths aging50"]
     pols = {p["name"]: p for p in s["config"]["policies"]}
-    assert pols["sjf+lpt ridge aging50"]["aging"] == 50.0 and pols["sjf+lpt true lengths aging50"]["aging"] == 50.0
-    assert pols["sjf+lpt ridge q10"]["quantile_z"] == pytest.approx(-1.2815516)
-    assert pols["fcfs+lpt ridge"]["queue"] == "fcfs" and pols["fcfs+lpt ridge"]["dispatch"] == "least-predicted-tokens"
+    assert pols["sjf+lpt ridge aging50"]["queue"]["aging"] == 50.0
+    assert pols["sjf+lpt true lengths aging50"]["queue"]["aging"] == 50.0
+    assert pols["sjf+lpt ridge q10"]["queue"]["quantile_z"] == pytest.approx(-1.2815516)
+    assert pols["fcfs+lpt ridge"]["queue"] == {"name": "fcfs", "preempt": False}
+    assert pols["fcfs+lpt ridge"]["dispatch"] == "least-predicted-tokens"
     assert pols["fcfs+lpt ridge"]["prediction"]["path"] == str(run["preds"])
     # the matched noise model has the first table's relative error (in expectation: a few hundred samples here)
     rel = arms["sjf+lpt ridge"]["rel_mae_samples"]
@@ -141,7 +143,7 @@ def test_end_to_end_table_and_prediction_errors(run, tmp_path, capsys):
         base = next(b for b in long if b["load"] == r["load"] and b["arm"] == "fcfs+rr")
         assert r["short_change"] == pytest.approx((r["short_p99_s"] - base["short_p99_s"]) / base["short_p99_s"])
         assert r["all_change"] == pytest.approx((r["all_p99_s"] - base["all_p99_s"]) / base["all_p99_s"])
-        assert r["aging"] == pols[r["arm"]]["aging"]
+        assert r["aging"] == pols[r["arm"]]["queue"].get("aging", 0.0)
     first = {r["arm"]: r for r in long if r["load"] == 1.0}
     assert first["fcfs+lpt ridge"]["key"] == "arrival" and first["fcfs+lpt ridge"]["predictor"] == "ridge"
     assert first["sjf+lpt ridge q10"]["key"].startswith("q10") and first["fcfs+rr"]["predictor"] == "-"

@@ -59,8 +59,10 @@ def run(a: argparse.Namespace) -> int:
         preds.append(p)
         names.append(name or p.made_by)
     if a.heads:
+        from lenpred.commands.heads import register_heads
         from lenpred.predictors.pipeline import features_for_heads, predict_run
 
+        register_heads()
         if feats is None:
             default = Path("out") / "features" / rd.path.name
             found = features_for_heads([path for _, path in _named(a.heads)], rd.path, default, threads=a.threads)

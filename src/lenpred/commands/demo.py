@@ -89,10 +89,12 @@ def run(a: argparse.Namespace) -> int:
 
 def _check_inputs(a: argparse.Namespace) -> list[str]:
     """The names and paths the demo reads after the live run, checked before it; returns the heads."""
+    from lenpred.commands.heads import register_heads
     from lenpred.data.rundir import check_run_target
     from lenpred.io.artifacts import check_out
     from lenpred.predictors.registry import PREDICTORS
 
+    register_heads()
     if a.run is not None:  # where the live run is kept: the overwrite rule, as `lenpred collect` applies it
         check_run_target(a.run)
         check_out(a.run, kind="run", flag="--run")

@@ -24,11 +24,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> int:
     from lenpred.checks import parse_roles
+    from lenpred.commands.heads import register_heads
     from lenpred.data.rundir import RunDir
     from lenpred.errors import ConfigError
     from lenpred.io.artifacts import check_out
     from lenpred.predictors.pipeline import predict_run
 
+    register_heads()
     roles = parse_roles(a.roles, "--roles") if a.roles is not None else None
     check_out(a.out, kind="predictions", card=RunDir.open(a.run).card,
               inputs={"--head": a.head, "--run": a.run, "--features": a.features, "--split": a.split})

@@ -41,4 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         print(cfg.to_json())
         return 0
+    if cfg.estimator.kind in ("head", "inline"):  # a head read by path: every head known by name
+        from lenpred.commands.heads import register_heads
+
+        register_heads()
     return route(cfg, args.log_level)

@@ -21,7 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    from lenpred.commands.heads import register_heads
     from lenpred.serve.config import ServeConfig
     from lenpred.serve.server import serve
 
+    register_heads()
     return serve(from_arguments(ServeConfig, a, head=a.head))

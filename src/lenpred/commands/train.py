@@ -56,9 +56,11 @@ def run(a: argparse.Namespace) -> int:
 
 def _check_params(name: str, params: dict) -> None:
     """A hyperparameter of the wrong type (``alphas=abc``) is refused before the run is read."""
+    from lenpred.commands.heads import register_heads
     from lenpred.errors import ConfigError
     from lenpred.predictors.registry import make_predictor
 
+    register_heads()
     head = make_predictor(name, params)
     try:
         head._check_params()

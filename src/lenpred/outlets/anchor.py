@@ -180,6 +180,7 @@ def anchor_inputs(head_path: str, prefill: tuple[str | None, str], traj: Any, rd
                   ) -> tuple[Remaining, Remaining, str, Any]:
     """The OUTLETS head's and the carried prefill table's remaining-length quantiles on ``traj``'s rows,
     the prefill method's name and the head's artifact."""
+    import lenpred.outlets.head  # noqa: F401 - registers the outlets head
     from lenpred.outlets.baselines import carry_prefill
     from lenpred.predictions import read_predictions
     from lenpred.predictors.io import read_head

@@ -52,7 +52,7 @@ from scipy import special
 
 from lenpred.errors import DataError
 from lenpred.predictors.dist import weighted_quantile
-from lenpred.sched.dists import Z90
+from lenpred.stats.quantiles import Z90
 
 __all__ = [
     "Remaining", "transition_matrix", "refine_sequence", "refine_trajectories", "two_piece_carry", "carry_prefill",

@@ -90,6 +90,7 @@ class BenchRequest:
 def head_method(path: str | os.PathLike[str], traj: Any, card: Mapping[str, Any] | None, name: str | None = None
                 ) -> MethodInput:
     """An outlets head (any variant, the probe included) predicted on ``traj``'s rows."""
+    import lenpred.outlets.head  # noqa: F401 - registers the outlets head
     from lenpred.predictors.io import read_head
 
     head, art = read_head(path, card=card)

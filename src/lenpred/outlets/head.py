@@ -32,6 +32,7 @@ from lenpred.predictors.nn import (
     module_tensors,
     one_thread,
 )
+from lenpred.predictors.registry import PREDICTORS
 from lenpred.predictors.softlabel import bin_kernel
 from lenpred.predictors.torch_head import TorchHead
 
@@ -380,3 +381,7 @@ class OutletsHead(TorchHead):
             raise DataError("outlets head lacks its cap", "the head is corrupt: retrain it")
         self.cap_ = float(self.cap_)
         self._load_net(self._build, tensors)
+
+
+# the trajectory head adds itself to the predictor registry (lenpred.predictors does not import lenpred.outlets)
+PREDICTORS.add(OutletsHead.name, OutletsHead)

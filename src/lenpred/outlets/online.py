@@ -160,6 +160,7 @@ def read_head_spec(path: str | Path) -> dict[str, Any]:
 
 def load_length_head(path: str | Path) -> Any:
     """Load a length head (the ``outlets`` predictor) strictly, through the predictor registry."""
+    import lenpred.outlets.head  # noqa: F401 - registers the outlets head
     from lenpred.predictors.io import load_head
 
     return load_head(path)

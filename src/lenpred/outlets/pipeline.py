@@ -87,6 +87,7 @@ def train_variant(traj_path: str, run: str, variant: str, params: dict[str, Any]
     """Fit one variant on the split's train rows (val for early stopping) and save it to ``out``."""
     import numpy as np
 
+    import lenpred.outlets.head  # noqa: F401 - registers the outlets head
     from lenpred.data.rundir import RunDir
     from lenpred.outlets.spec import VARIANTS, row_weights
     from lenpred.outlets.store import role_rows
@@ -124,6 +125,7 @@ def predict_table(head_path: str, traj_path: str, run: str, roles: Sequence[str]
                   split: str | None = None) -> Any:
     """The :class:`~lenpred.predictions.Predictions` of an outlets head on the trajectory rows of the
     split's ``roles`` prompts, with re-predictions."""
+    import lenpred.outlets.head  # noqa: F401 - registers the outlets head
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import ROLES, load_split
     from lenpred.outlets.schedule import outlets_predictions

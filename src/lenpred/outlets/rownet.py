@@ -24,7 +24,7 @@ from torch import nn
 
 from lenpred.errors import DataError
 from lenpred.predictors.dist import Dist
-from lenpred.sched.dists import Z90
+from lenpred.stats.quantiles import Z90
 
 __all__ = ["RowNet", "OnlineOutlets", "Refiner", "refine_checkpoints"]
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from lenpred.errors import CardMismatchError
-from lenpred.sched.dists import Z90
+from lenpred.stats.quantiles import Z90
 
 __all__ = ["VARIANTS", "LOG_OFFSET", "TARGET_PREFIX", "check_trajectory_spec", "row_weights", "two_piece_moments"]
 

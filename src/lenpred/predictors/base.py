@@ -47,7 +47,7 @@ import numpy as np
 from lenpred.errors import ConfigError, DataError, NotFittedError
 from lenpred.predictors.dist import Dist, clipped_normal
 from lenpred.predictors.targets import Targets, as_targets
-from lenpred.sched.dists import Z90
+from lenpred.stats.quantiles import Z90
 
 __all__ = ["Predictor", "Inputs", "AffineSpread", "resolve_blocks", "check_param", "KIND", "SCHEMA_VERSION", "STATE"]
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from lenpred.sched.dists import Z90
+from lenpred.stats.quantiles import Z90
 
 __all__ = ["Dist", "clipped_normal", "binned", "binned_cdf", "weighted_quantile"]
 

@@ -51,7 +51,8 @@ def read_head(path: str | os.PathLike[str], card: Mapping[str, Any] | None = Non
     name = m.get("predictor")
     if name not in PREDICTORS:
         raise DataError(f"head {art.path} was made by predictor {name!r}, which this lenpred does not know",
-                        f"known predictors: {', '.join(PREDICTORS.names())}")
+                        f"known predictors: {', '.join(PREDICTORS.names())} (a package's own head is known once "
+                        "its module is imported: the OUTLETS head's, lenpred.outlets.head, by the commands)")
     try:
         head = make_predictor(name, m.get("params") or {})
     except ConfigError as e:

@@ -3,8 +3,9 @@
 ``lenpred train --predictor NAME`` and :func:`lenpred.predictors.io.load_head` look heads up here; an
 unknown name is an error that lists the valid ones. Synthetic noise models (:mod:`lenpred.sim.noise`) are not
 trained estimators and are not in this table. The trajectory head ``outlets`` lives with the trajectory
-features it reads (:mod:`lenpred.outlets`, a package above this one): it is registered by name and loaded
-on its first lookup.
+features it reads (:mod:`lenpred.outlets`, a package above this one, which this one does not import): it
+adds itself to the table when :mod:`lenpred.outlets.head` is imported, as every part of lenpred that
+reads or trains one does.
 """
 
 from __future__ import annotations
@@ -33,15 +34,6 @@ PREDICTORS: Registry[type[Predictor]] = Registry("predictor")
 for _cls in (ConstantHead, PromptLengthHead, RidgeHead, MLPHead, SoftLabelHead, EGTPHead, FiLMHead, MoEHead,
              ProxyHead, ProbeHead, NgramHead, GBDTHead):
     PREDICTORS.add(_cls.name, _cls)
-
-
-def _outlets_head() -> type[Predictor]:
-    from lenpred.outlets.head import OutletsHead
-
-    return OutletsHead
-
-
-PREDICTORS.add_lazy("outlets", _outlets_head)
 
 
 def make_predictor(name: str, params: dict[str, Any] | None = None) -> Predictor:

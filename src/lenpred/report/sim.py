@@ -88,8 +88,14 @@ def catalogue_lines() -> list[str]:
     from lenpred.sim.config import prediction_models
     from lenpred.sim.profiles import PROFILES
 
+    def params(name: str) -> str:  # the policy's parameters and their defaults (its Params model)
+        p = QUEUE_POLICIES.get(name).Params.model_validate({"name": name})
+        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.model_dump().items()
+                         if k != "name")
+
     return ["profiles:", *(f"  {name:<18} {PROFILES.get(name).source}" for name in PROFILES),
-            "queue policies:   " + ", ".join(QUEUE_POLICIES.names()),
+            "queue policies (parameters and defaults; an arm's queue is {\"name\": POLICY, ...}):",
+            *(f"  {name:<18} {params(name)}" for name in QUEUE_POLICIES.names()),
             "dispatchers:      " + ", ".join(DISPATCHERS.names()),
             "prediction models: " + ", ".join(prediction_models())]
 

@@ -14,18 +14,20 @@ A minimal file::
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, StrictBool, ValidationInfo, field_validator, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from lenpred.config import Config
 from lenpred.errors import ConfigError, FieldError
-from lenpred.sched import DISPATCHERS, QUEUE_POLICIES, RECOMMENDED_BOOST, ROUTER_DEFAULT
+from lenpred.sched import DISPATCHERS, QUEUE_POLICIES, ROUTER_DEFAULT
+from lenpred.sched.params import FLAT_KEYS, QueueParams, with_flat_keys
+from lenpred.sched.queue import PolicyParams, queue_params
 
 __all__ = [
-    "BackendConfig", "CalibrateConfig", "EstimatorConfig", "GcConfig", "HealthConfig", "LimitsConfig", "PriorityConfig", "ROUTER_QUEUES",
-    "PREDICTING_ESTIMATORS", "RouterConfig", "TIME_KEYED_QUEUES", "TimeoutConfig", "HintsConfig", "normalize_url",
+    "BackendConfig", "CalibrateConfig", "EstimatorConfig", "GcConfig", "HealthConfig", "LimitsConfig", "PriorityConfig",
+    "PREDICTING_ESTIMATORS", "RouterConfig", "TimeoutConfig", "router_queues", "HintsConfig", "normalize_url",
 ]
 
 
@@ -187,26 +189,15 @@ class EstimatorConfig(Config):
         return self
 
 
-# queue policies whose key is known when a request arrives (the router orders a request once, before it
-# starts): what the router's wait queue and a backend's static priority field can carry. fcfs and boost2
-# key on time (seconds; the field carries milliseconds), sjf on tokens (the field carries key / tokens_per_level)
-ROUTER_QUEUES = ("fcfs", "sjf", "boost2", "gboost")
-TIME_KEYED_QUEUES = ("fcfs", "boost2", "gboost")
 # estimators whose answer is a model's prediction of the output length; chars (a prompt-length guess) and
 # none are not, so the default queue ("auto") orders by gboost after these and by arrival after the others
 PREDICTING_ESTIMATORS = ("inline", "head", "remote")
-_GBOOST_RANGE = {"gamma": "1/s, e.g. 0.07 for two one-slot llama.cpp servers",
-                 "s_per_token": "seconds per generated token of one server at its full batch, e.g. 0.0125"}
 
 
-def _auto_or_positive(name: str, v: object) -> float | str | None:
-    """``"auto"``, None (the library's fixed default) or a finite number > 0, else one line naming it."""
-    if v is None or (isinstance(v, str) and v.strip().lower() == "auto"):
-        return None if v is None else "auto"
-    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
-        return float(v)
-    raise FieldError(f"{name} must be \"auto\" or a number > 0 ({_GBOOST_RANGE[name]}), got {v!r}",
-                     f"set priority.{name} to \"auto\" (measured from the router's traffic) or to a number in (0, inf)")
+def router_queues() -> list[str]:
+    """The queue policies a router can run (:attr:`lenpred.sched.queue.QueuePolicy.routable`: a key known
+    when the request arrives, which the router's wait queue and a backend's static priority field carry)."""
+    return [n for n in QUEUE_POLICIES.names() if QUEUE_POLICIES.get(n).routable]
 
 
 class CalibrateConfig(Config):
@@ -234,11 +225,13 @@ class CalibrateConfig(Config):
 class PriorityConfig(Config):
     """How the router orders requests: its own wait queue, and the backend's priority field.
 
-    ``queue`` is a queue policy (:mod:`lenpred.sched.queue`) whose key is known at arrival:
+    ``queue`` is a queue policy a router can run (:attr:`lenpred.sched.queue.QueuePolicy.routable`: its
+    key is known at arrival) with its parameters, the same typed object a simulator arm's ``queue`` is
+    (:data:`lenpred.sched.params.QueueParams`; defaults and ranges are the policy's own), or ``auto``:
 
-    * ``auto`` (the default, :data:`lenpred.sched.recommended.ROUTER_DEFAULT`): ``gboost`` when the
-      estimator gives a model's prediction (kinds inline, head, remote), ``fcfs`` when it does not
-      (chars, none): :meth:`RouterConfig.queue_policy`;
+    * ``auto`` (the default, :data:`lenpred.sched.recommended.ROUTER_DEFAULT`): ``gboost`` with its
+      defaults when the estimator gives a model's prediction (kinds inline, head, remote), ``fcfs`` when
+      it does not (chars, none): :meth:`RouterConfig.queue_policy`;
     * ``fcfs``: the arrival;
     * ``boost2``: the arrival minus ``boost_s`` seconds when the predicted output is under
       ``short_threshold`` tokens (a two-class boost);
@@ -249,80 +242,83 @@ class PriorityConfig(Config):
     * ``sjf``: ``predicted + quantile_z * spread + aging * seconds since the router started`` (a long
       request gains ``aging`` tokens of priority per second it waits).
 
-    The same key orders the router's wait queue and the backend's field: a time key (fcfs, boost2,
-    gboost) as milliseconds since the router started, a token key (sjf) as ``round(key / tokens_per_level)``;
-    either clipped to [min, max]. vLLM and SGLang serve the lowest value first. The field is sent only
-    when ``enabled`` is true, or when it is null and ``queue`` names a policy other than fcfs (not for
-    ``auto``: a vLLM started without ``--scheduling-policy priority`` refuses a non-zero priority).
+    A policy's parameters may also be given beside ``queue`` (``{"queue": "sjf", "aging": 1000}``): they
+    are read into it. The same key orders the router's wait queue and the backend's field: a time key
+    (:attr:`~lenpred.sched.queue.QueuePolicy.key_unit` "s": fcfs, boost2, gboost) as milliseconds since the
+    router started, a token key (sjf) as ``round(key / tokens_per_level)``; either clipped to [min, max].
+    vLLM and SGLang serve the lowest value first. The field is sent only when ``enabled`` is true, or when
+    it is null and ``queue`` names a policy other than fcfs (not for ``auto``: a vLLM started without
+    ``--scheduling-policy priority`` refuses a non-zero priority).
     """
 
-    queue: str = Field(ROUTER_DEFAULT["queue"], description="queue policy: auto (gboost after a model's "
-                                                            "prediction, fcfs after chars / none), fcfs, "
-                                                            "gboost, boost2 or sjf")
+    queue: QueueParams | Literal["auto"] = Field(
+        "auto", description='queue policy: auto (gboost after a model\'s prediction, fcfs after '
+                                             'chars / none), or one a router can run with its parameters, '
+                                             '{"name": "sjf", "aging": 1000}, or its name alone (fcfs, gboost, '
+                                             'boost2, sjf)')
     enabled: bool | None = Field(None, description="send the priority field: true, false, or null = only when "
                                                    "queue is set explicitly to a policy other than fcfs (never "
                                                    "for auto: vLLM refuses the field unless started with "
                                                    "--scheduling-policy priority)")
     field: str = Field("priority", description="the request field to set (vLLM and SGLang: priority)")
-    tokens_per_level: float = Field(1.0, description="predicted tokens per priority step")
-    aging: float = Field(1000.0, description="sjf: tokens of priority a request gains per second it has waited "
-                                             "(later arrivals get larger numbers), so long requests are not starved")
-    quantile_z: float = Field(0.0, description="sjf: order by predicted + z * spread (z > 0: risk-averse)")
-    boost_s: float = Field(RECOMMENDED_BOOST["boost_s"], description="boost2: seconds a request predicted short "
-                                                                     "goes ahead of its arrival")
-    short_threshold: float = Field(RECOMMENDED_BOOST["short_threshold"], description="boost2: predicted output "
-                                                                                     "tokens under which a request is short")
-    gamma: float | Literal["auto"] | None = Field(
-        "auto", description="gboost: decay rate of the waiting-time tail, 1/s: auto (solved from the measured "
-                            "arrival rate and service times), a number > 0 (pinned), or null "
-                            "(lenpred.sched.boost.GAMMA, fixed)")
-    s_per_token: float | Literal["auto"] | None = Field(
-        "auto", description="gboost: one backend's seconds per generated token at its full batch: auto (measured "
-                            "from the streams), a number > 0 (pinned), or null (lenpred.sched.boost.S_PER_TOKEN, "
-                            "an H100's, fixed)")
+    tokens_per_level: float = Field(1.0, description="predicted tokens per priority step (a token-keyed queue: sjf)")
     calibrate: CalibrateConfig = Field(default_factory=CalibrateConfig)
     min: int | None = Field(None, description="lowest value sent (None: unbounded)")
     max: int | None = Field(None, description="highest value sent (None: unbounded)")
 
-    @field_validator("queue")
+    @model_validator(mode="before")
     @classmethod
-    def _queue(cls, v: str) -> str:
-        if v in ROUTER_QUEUES or v == "auto":
-            return v
-        if v in QUEUE_POLICIES:
-            raise FieldError(f"queue policy {v!r} cannot order the router's queue: its key changes while a request "
-                             "waits or runs (attained service, re-predictions, the time), and the router orders a "
-                             "request once, before it starts", f"use one of: auto, {', '.join(ROUTER_QUEUES)} (the "
-                             "engine's own scheduler does the rest)")
-        raise FieldError(f"unknown queue policy {v!r}", f"use one of: auto, {', '.join(ROUTER_QUEUES)}")
+    def _flat(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for k in ("gamma", "s_per_token"):  # null meant "the library's fixed number" here before (issue 39)
+            if k in data and data[k] is None:
+                raise FieldError(f"{k} null is not a setting (it was the library's fixed default)",
+                                 f"give {k} as \"auto\" (measured) or pin it to a number > 0 "
+                                 "(lenpred.sched.boost.GAMMA = 2.5, S_PER_TOKEN = 6.6e-05 were the fixed ones)")
+        given = sorted(k for k in data if k in FLAT_KEYS)
+        q = data.get("queue", ROUTER_DEFAULT["queue"])
+        if given and isinstance(q, str) and q.strip().lower() == "auto":
+            raise FieldError(f"{given[0]} is a parameter of a named queue policy, and queue 'auto' takes "
+                             "none", f"name the policy: \"queue\": {{\"name\": \"gboost\", \"{given[0]}\": ...}}")
+        return with_flat_keys(data, default=ROUTER_DEFAULT["queue"])
 
-    @field_validator("gamma", "s_per_token", mode="before")
+    @field_validator("queue", mode="before")
     @classmethod
-    def _auto(cls, v: object, info: ValidationInfo) -> float | str | None:
-        return _auto_or_positive(str(info.field_name), v)
+    def _queue(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().lower() == "auto":
+            return "auto"
+        name = v.get("name") if isinstance(v, dict) else v.name if isinstance(v, PolicyParams) else v
+        if isinstance(name, str) and name in QUEUE_POLICIES and not QUEUE_POLICIES.get(name).routable:
+            raise FieldError(f"queue policy {name!r} cannot order the router's queue: its key changes while a "
+                             "request waits or runs (attained service, re-predictions, the time), and the router "
+                             "orders a request once, before it starts", f"use one of: auto, {', '.join(router_queues())} "
+                             "(the engine's own scheduler does the rest)")
+        if isinstance(name, str) and name not in QUEUE_POLICIES:
+            raise FieldError(f"unknown queue policy {name!r}", f"use one of: auto, {', '.join(router_queues())}")
+        return queue_params(v)
 
-    def resolve(self, estimator_kind: str) -> str:
-        """The queue policy run after an estimator of ``estimator_kind`` (``auto`` resolved)."""
-        if self.queue != "auto":
+    def resolve(self, estimator_kind: str) -> PolicyParams:
+        """The queue policy (with its parameters) run after an estimator of ``estimator_kind`` (``auto``
+        resolved: the policy's defaults)."""
+        if isinstance(self.queue, PolicyParams):
             return self.queue
-        return ROUTER_DEFAULT["with_prediction" if estimator_kind in PREDICTING_ESTIMATORS else "without_prediction"]
+        return queue_params(ROUTER_DEFAULT["with_prediction" if estimator_kind in PREDICTING_ESTIMATORS
+                                          else "without_prediction"])
 
     @property
     def sends(self) -> bool:
         """Whether the priority field is sent (``enabled``, or by default only for a queue set explicitly to a
         policy other than fcfs)."""
-        return self.queue not in ("auto", "fcfs") if self.enabled is None else self.enabled
+        if self.enabled is not None:
+            return self.enabled
+        return isinstance(self.queue, PolicyParams) and self.queue.name != "fcfs"
 
     @model_validator(mode="after")
     def _check(self) -> PriorityConfig:
         if not self.field.strip():
             raise ConfigError("priority.field is empty", "use the backend's field name, e.g. priority")
-        _positive("priority", tokens_per_level=self.tokens_per_level, boost_s=self.boost_s,
-                  short_threshold=self.short_threshold)
-        if not (math.isfinite(self.aging) and self.aging >= 0):
-            raise ConfigError(f"priority.aging must be >= 0, got {self.aging!r}")
-        if not math.isfinite(self.quantile_z):
-            raise ConfigError(f"priority.quantile_z must be a finite number, got {self.quantile_z!r}")
+        _positive("priority", tokens_per_level=self.tokens_per_level)
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ConfigError(f"priority.min ({self.min}) is above priority.max ({self.max})")
         return self
@@ -465,10 +461,19 @@ class RouterConfig(Config):
         _positive("router", default_tokens=self.default_tokens)
         if not (math.isfinite(self.prompt_weight) and self.prompt_weight >= 0):
             raise ConfigError(f"prompt_weight must be >= 0, got {self.prompt_weight!r}")
+        q = QUEUE_POLICIES.get(self.queue_policy.name)
+        if (q.needs_dist or q.needs_prediction) and self.estimator.kind == "none":
+            needs = "a predictive distribution (a prediction and its spread)" if q.needs_dist else "a prediction"
+            raise ConfigError(f"priority.queue {q.name!r} needs {needs}, and estimator kind 'none' gives none",
+                              "set estimator.kind to inline, head, remote or chars, or priority.queue to fcfs")
+        if q.needs_dist and self.estimator.kind == "chars" and self.estimator.spread == 0:
+            raise ConfigError(f"priority.queue {q.name!r} needs a predictive distribution, and estimator kind "
+                              "'chars' with spread 0 gives a point",
+                              "set estimator.spread > 0 (sd / mean, e.g. 0.5), or use a head's prediction")
         return self
 
     @property
-    def queue_policy(self) -> str:
-        """The queue policy the router runs: ``priority.queue``, with ``auto`` resolved by the estimator's kind
-        (gboost after a model's prediction, fcfs after chars / none)."""
+    def queue_policy(self) -> PolicyParams:
+        """The queue policy the router runs, with its parameters: ``priority.queue``, with ``auto`` resolved by
+        the estimator's kind (gboost after a model's prediction, fcfs after chars / none)."""
         return self.priority.resolve(self.estimator.kind)

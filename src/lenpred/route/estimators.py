@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from lenpred.route.bodies import Query, backend_message
 from lenpred.route.config import EstimatorConfig
-from lenpred.sched.dists import Z90
+from lenpred.stats.quantiles import Z90
 
 __all__ = [
     "CharsEstimator", "Estimate", "EstimateFailed", "Estimator", "HeadEstimator", "InlineEstimator", "NoEstimator",

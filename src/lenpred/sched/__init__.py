@@ -11,8 +11,10 @@
   :func:`solve_gamma`;
 * :mod:`~lenpred.sched.dists` -- predictive length distributions as a policy reads them, with their
   Gittins ranks and risk scores;
-* :mod:`~lenpred.sched.recommended` -- the recommended policy (:data:`RECOMMENDED`), boost
-  parameters (:data:`RECOMMENDED_BOOST`) and the router's default (:data:`ROUTER_DEFAULT`).
+* :mod:`~lenpred.sched.params` -- a queue policy as a config (:data:`~lenpred.sched.params.QueueParams`:
+  each policy's ``Params`` model, told apart by its name), what a simulator arm and the router read;
+* :mod:`~lenpred.sched.recommended` -- the recommended policy (:data:`RECOMMENDED`) and the router's
+  default (:data:`ROUTER_DEFAULT`).
 
 Predictions reach a policy only as data on the request; this package imports neither the simulator
 (:mod:`lenpred.sim`) nor the router (:mod:`lenpred.route`): both import it.
@@ -22,10 +24,12 @@ from lenpred.sched.boost import Calibration, solve_gamma  # importing it registe
 from lenpred.sched.dispatch import DISPATCHERS, Dispatcher, Loaded, make_dispatcher
 from lenpred.sched.dists import LengthDist
 from lenpred.sched.job import Arrived, Job, Running
-from lenpred.sched.queue import QUEUE_POLICIES, QueuePolicy, make_queue_policy
-from lenpred.sched.recommended import RECOMMENDED, RECOMMENDED_BOOST, ROUTER_DEFAULT
+from lenpred.sched.params import QueueParams
+from lenpred.sched.queue import QUEUE_POLICIES, PolicyParams, QueuePolicy, make_queue_policy, queue_params
+from lenpred.sched.recommended import RECOMMENDED, ROUTER_DEFAULT
 
 __all__ = [
     "Arrived", "Calibration", "DISPATCHERS", "Dispatcher", "Job", "LengthDist", "Loaded", "QUEUE_POLICIES",
-    "QueuePolicy", "RECOMMENDED", "RECOMMENDED_BOOST", "ROUTER_DEFAULT", "Running", "make_dispatcher", "make_queue_policy", "solve_gamma",
+    "PolicyParams", "QueueParams", "QueuePolicy", "RECOMMENDED", "ROUTER_DEFAULT", "Running", "make_dispatcher",
+    "make_queue_policy", "queue_params", "solve_gamma",
 ]

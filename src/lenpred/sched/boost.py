@@ -38,6 +38,8 @@ the root at rho = 0.95 (:data:`OVERLOAD_RHO`: the rate 0.95 / E[S]). Uncalibrate
 :data:`GAMMA`; the router measures the rate, the service times and ``s_per_token`` from its own traffic
 and solves gamma online (:mod:`lenpred.route.calibrate`).
 
+Each policy's parameters and their defaults are its ``Params`` model (:class:`BoostParams`,
+:class:`Boost2Params`): ``gamma`` and ``s_per_token`` are "auto" (calibrated) or a number (pinned).
 All three are non-preemptive by default (``preempt`` overrides it) and take no aging: the boost is
 already an aging rule (a request is overtaken only by requests that arrive less than the difference of
 their boosts after it).
@@ -48,20 +50,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 from scipy import optimize
 
-from lenpred.errors import ConfigError, DataError
+from lenpred.errors import ConfigError, DataError, FieldError
 from lenpred.sched.dists import levels, normal_points
 from lenpred.sched.job import Job
-from lenpred.sched.queue import QUEUE_POLICIES, QueuePolicy
+from lenpred.sched.queue import QUEUE_POLICIES, PolicyParams, QueuePolicy, Range
 from lenpred.stats import portable
 
 __all__ = [
-    "BOOST_S", "Boost2", "BoostPolicy", "Calibration", "GAMMA", "GammaBoost", "OVERLOAD_RHO", "S_PER_TOKEN",
-    "SHORT_TOKENS", "UniBoost", "boost", "log_mgf", "remaining_points", "solve_gamma",
+    "BOOST_S", "Boost2", "Boost2Params", "BoostParams", "BoostPolicy", "Calibration", "GAMMA", "GBoostParams",
+    "GammaBoost", "OVERLOAD_RHO", "UniBoostParams", "S_PER_TOKEN", "SHORT_TOKENS", "UniBoost", "boost", "log_mgf", "remaining_points", "solve_gamma",
 ]
 
 INF = math.inf
@@ -72,10 +75,12 @@ S_PER_TOKEN = 6.6e-5
 GAMMA = 2.5
 OVERLOAD_RHO = 0.95  # the load gamma is solved at when the measured load is >= 1
 RHO_TOL = 1e-9  # a load within this of 1 counts as 1 (the root there is ~1e-9 / s: rounding, not a rate)
-# boost2: ~ the backlog of the shortest overload episode of issue 30 (a 0.7 base with a 1.3x burst of 30 s
-# leaves 0.3 x 30 = 9 s of work queued): a short request skips about the whole of it
-BOOST_S = 10.0
-SHORT_TOKENS = 200.0  # boost2: the synthetic workload's median output (set it to the workload's median)
+# boost2's defaults: the yardstick's episodes (docs/yardstick/) found B = 3 s the only boost on a prefill head
+# that never backfired (10 s and 30 s did), and 224 tokens is the median output of the ShareGPT test split
+# (set it to your workload's median). They were 10 s / 200 in the simulator and 3 s / 224 in the router
+# until both read them from here (issue 39); every committed figure gave both numbers explicitly.
+BOOST_S = 3.0
+SHORT_TOKENS = 224.0
 CACHE_MAX = 200_000  # gboost's boost cache is emptied when it holds this many (distribution, age) entries
 UNCOND_POINTS = 256  # uniboost keeps the workload's lengths as at most this many quantile points
 
@@ -176,20 +181,65 @@ class Calibration:
         return cls(rate, _points(outputs, "workload lengths"), s_per_token)
 
 
+class BoostParams(PolicyParams):
+    """gboost's and uniboost's numbers: "auto" is measured (the simulator: gamma solved from the run's
+    arrival rate and lengths, seconds per token from its profile, :meth:`BoostPolicy.calibrate`; the
+    router: both measured from its traffic, :mod:`lenpred.route.calibrate`); a number pins it.
+    Uncalibrated, "auto" is :data:`GAMMA` / :data:`S_PER_TOKEN`."""
+
+    name: Literal["gboost", "uniboost"]
+    gamma: float | Literal["auto"] = Field(
+        "auto", description="decay rate of the FCFS waiting-time tail, 1/s: auto (solved from the measured "
+                            "arrival rate and service times) or a number > 0")
+    s_per_token: float | Literal["auto"] = Field(
+        "auto", description="server seconds per generated token at a full batch: auto (the simulator: the "
+                            "profile's full-batch step / batch; the router: measured) or a number > 0")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_or_positive(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for k in ("gamma", "s_per_token"):
+            if k not in data:
+                continue
+            v = data[k]
+            if isinstance(v, str) and v.strip().lower() == "auto":
+                out[k] = "auto"
+            elif isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+                out[k] = float(v)
+            else:
+                raise FieldError(f'policy {data.get("name")!r}: {k} must be "auto" or a number in (0, inf) '
+                                 f"({_EXAMPLES[k]}), got {v!r}", f'set {k} to "auto" (measured) or to a number > 0')
+        return out
+
+
+_EXAMPLES = {"gamma": "1/s, e.g. 0.07 for two one-slot llama.cpp servers",
+             "s_per_token": "seconds per generated token of one server at its full batch, e.g. 0.0125"}
+
+
+class GBoostParams(BoostParams):
+    name: Literal["gboost"] = "gboost"
+
+
+class UniBoostParams(BoostParams):
+    name: Literal["uniboost"] = "uniboost"
+
+
 class BoostPolicy(QueuePolicy):
     """Base of the gamma-parameterised boosts: ``key = arrival - boost(req, gen)``."""
 
-    takes_aging = False
-    PARAMS: ClassVar[dict[str, tuple[float, float, bool]]] = {"gamma": (0.0, INF, True),
-                                                              "s_per_token": (0.0, INF, True)}
-    DEFAULTS: ClassVar[dict[str, float]] = {"gamma": GAMMA, "s_per_token": S_PER_TOKEN}
+    key_unit = "s"
 
-    def __init__(self, aging: float = 0.0, quantile_z: float = 0.0, preempt: bool | None = None,
-                 **params: float) -> None:
-        super().__init__(aging, quantile_z, preempt, **params)
-        self.given = frozenset(params)
-        self.gamma = self.params["gamma"]
-        self.s_per_token = self.params["s_per_token"]
+    def __init__(self, params: PolicyParams | None = None) -> None:
+        super().__init__(params)
+        p = self.config
+        assert isinstance(p, BoostParams)
+        self.given = frozenset(k for k in ("gamma", "s_per_token") if getattr(p, k) != "auto")
+        self.gamma = GAMMA if p.gamma == "auto" else float(p.gamma)
+        self.s_per_token = S_PER_TOKEN if p.s_per_token == "auto" else float(p.s_per_token)
+        self.params = {"gamma": self.gamma, "s_per_token": self.s_per_token}
 
     def calibrate(self, cal: Calibration) -> None:
         """Take the server's seconds per token (unless ``s_per_token`` was given) and solve gamma from
@@ -225,11 +275,13 @@ class GammaBoost(BoostPolicy):
     without a spread."""
 
     name = "gboost"
+    Params = GBoostParams
+    needs_prediction = True
     needs_dist = True
+    routable = True
 
-    def __init__(self, aging: float = 0.0, quantile_z: float = 0.0, preempt: bool | None = None,
-                 **params: float) -> None:
-        super().__init__(aging, quantile_z, preempt, **params)
+    def __init__(self, params: PolicyParams | None = None) -> None:
+        super().__init__(params)
         # (id(dist), gen) -> (dist, boost): requests share distribution objects, and a victim search keys
         # every running request at every step; holding the dist keeps its id from being reused
         self._cache: dict[tuple[int, int], tuple[Any, float]] = {}
@@ -261,10 +313,10 @@ class UniBoost(BoostPolicy):
     fresh requests go in FCFS order. Uncalibrated, it knows no distribution and is FCFS."""
 
     name = "uniboost"
+    Params = UniBoostParams
 
-    def __init__(self, aging: float = 0.0, quantile_z: float = 0.0, preempt: bool | None = None,
-                 **params: float) -> None:
-        super().__init__(aging, quantile_z, preempt, **params)
+    def __init__(self, params: PolicyParams | None = None) -> None:
+        super().__init__(params)
         self.lengths: np.ndarray | None = None  # sorted unconditional lengths (tokens)
         self._by_gen: dict[int, float] = {}
 
@@ -292,15 +344,24 @@ class UniBoost(BoostPolicy):
         return b
 
 
+class Boost2Params(PolicyParams):
+    name: Literal["boost2"] = "boost2"
+    boost_s: Annotated[float, Range(0.0, open_lo=True)] = Field(
+        BOOST_S, description="seconds a request predicted short goes ahead of its arrival")
+    short_threshold: Annotated[float, Range(0.0, open_lo=True)] = Field(
+        SHORT_TOKENS, description="predicted total tokens under which a request is short")
+
+
 @QUEUE_POLICIES.register("boost2")
 class Boost2(QueuePolicy):
     """Two-class boost: ``arrival - boost_s`` (seconds) when the request's latest predicted total
     (``gen + pred_remaining(gen)``) is under ``short_threshold`` tokens, else ``arrival``."""
 
     name = "boost2"
-    takes_aging = False
-    PARAMS = {"boost_s": (0.0, INF, True), "short_threshold": (0.0, INF, True)}
-    DEFAULTS = {"boost_s": BOOST_S, "short_threshold": SHORT_TOKENS}
+    Params = Boost2Params
+    needs_prediction = True
+    key_unit = "s"
+    routable = True
 
     def is_short(self, req: Job, gen: int) -> bool:
         return gen + req.pred_remaining(gen) < self.params["short_threshold"]

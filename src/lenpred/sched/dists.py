@@ -34,14 +34,14 @@ import numpy as np
 from scipy import special
 
 from lenpred.errors import DataError
+from lenpred.stats.quantiles import Z90
 
 __all__ = [
-    "GRID", "LengthDist", "Z90", "cvar", "from_quantiles", "from_spread", "gittins_ranks", "levels", "rescaled",
+    "GRID", "LengthDist", "cvar", "from_quantiles", "from_spread", "gittins_ranks", "levels", "rescaled",
     "row_dist",
 ]
 
 GRID = 16  # support points of a parametric fit (levels (i + 1/2) / 16: 3.1% .. 96.9%)
-Z90 = float(special.ndtri(0.9))  # 1.2816: the 10/90% quantiles of N(0, 1) are -/+ this
 
 
 def gittins_ranks(x: np.ndarray, ages: np.ndarray) -> np.ndarray:

@@ -1,135 +1,88 @@
-"""Each queue policy's parameters as a typed config, and the policy built from it.
+"""The queue policy as a config: :data:`QueueParams`, the one shape a simulator arm's ``queue`` and the
+router's ``priority.queue`` take, and the flat keys read into it.
 
-:data:`QueueParams` is a pydantic discriminated union on the policy's ``name``: one model per policy
-(or per family that takes the same parameters), each holding the knobs every queue policy takes
-(``aging``, ``quantile_z``, ``preempt``) and only the parameters of its own ``PARAMS``. A parameter
-left ``None`` takes the policy's default. Ranges are the policy's own (checked when it is built, by
-:class:`~lenpred.sched.queue.QueuePolicy`), so a config and a direct :func:`make_queue_policy` call
-refuse the same values with the same line.
+:data:`QueueParams` is a pydantic discriminated union on ``name`` of every registered policy's
+``Params`` model (:class:`~lenpred.sched.queue.PolicyParams`: frozen, unknown keys refused, each
+parameter's default, range and description written once, beside its policy in
+:mod:`lenpred.sched.queue` / :mod:`lenpred.sched.boost`). In a file it is an object or a bare name::
+
+    "queue": {"name": "sjf", "aging": 100}        "queue": "gboost"   (its defaults)
+
+**Flat keys** (input sugar, as files were written before): a policy's parameters beside ``queue``
+(``{"queue": "sjf", "aging": 100}``) are moved into it by :func:`with_flat_keys` and validated by the
+same model (:func:`lenpred.sched.queue.flat_params`: a flat key set to null is not given, and ``aging`` /
+``quantile_z`` of 0, off, are dropped for a policy that does not take them: every arm written before
+carried both).
+
+:func:`build_pair` builds an arm's decode and prefill queue policies from its typed parameters.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import Field
 
-from lenpred.config import Config
-from lenpred.errors import ConfigError
+from lenpred.errors import FieldError, LenpredError
 from lenpred.sched import boost as _boost  # noqa: F401 - registers the boost policies
-from lenpred.sched.queue import QUEUE_POLICIES, QueuePolicy, make_queue_policy
+from lenpred.sched.queue import (
+    QUEUE_POLICIES,
+    PolicyParams,
+    QueuePolicy,
+    flat_params,
+    make_queue_policy,
+    queue_params,
+)
 
-__all__ = [
-    "Boost2Params", "BoostParams", "HRRNParams", "LASParams", "MLFQParams", "PlainParams", "QueueParams",
-    "RiskParams", "TrailParams", "build_flat_pair", "build_pair", "check_keys", "params_model",
-]
+__all__ = ["FLAT_KEYS", "QueueParams", "build_pair", "prefill_params", "with_flat_keys"]
 
+_MODELS: tuple[type[PolicyParams], ...] = tuple(QUEUE_POLICIES.get(n).Params for n in QUEUE_POLICIES.names())
 
-class _Params(Config):
-    """What every queue policy's constructor takes; subclasses add their own ``PARAMS`` as fields."""
+if TYPE_CHECKING:
+    QueueParams = PolicyParams
+else:
+    # every registered policy's model, told apart by its name (a policy added to the registry is in it)
+    QueueParams = Annotated[Union[_MODELS], Field(discriminator="name")]  # noqa: UP007 - a tuple of types
 
-    name: str
-    aging: float = Field(0.0, description="tokens per second of waiting (size-based queues)")
-    quantile_z: float = Field(0.0, description="sjf orders by pred + z * spread")
-    preempt: bool | None = Field(None, description="policy-driven preemption (default: the policy's own)")
-
-    def own(self) -> dict[str, float]:
-        """The policy's own parameters that were set (``None`` = the policy's default)."""
-        return {k: v for k in type(self).model_fields if k not in _COMMON and (v := getattr(self, k)) is not None}
-
-
-_COMMON = frozenset(_Params.model_fields)
-
-
-class PlainParams(_Params):
-    """Policies with no parameter of their own."""
-
-    name: Literal["fcfs", "sjf", "srpt", "oracle", "gittins"]
+# the keys a policy's parameters may be given by beside ``queue`` (flat): every policy's but ``name``
+FLAT_KEYS: frozenset[str] = frozenset(k for m in _MODELS for k in m.parameters())
 
 
-class LASParams(_Params):
-    name: Literal["las"]
-    quantum: float | None = Field(None, description="tokens per quantum (32)")
+def with_flat_keys(data: Mapping[str, Any], default: str = "fcfs") -> dict[str, Any]:
+    """``data`` (an arm or the router's priority block) with the flat policy keys beside ``queue`` moved
+    into it: ``{"queue": "sjf", "aging": 100}`` -> ``{"queue": {"name": "sjf", "aging": 100}}`` (a
+    missing ``queue`` is ``default``; flat keys beside a ``queue`` object are added to it and win). A
+    flat key the policy does not take stays, so its model refuses it, naming the ones it does take."""
+    flat = {k: data[k] for k in FLAT_KEYS if k in data}
+    if not flat:
+        return dict(data)
+    out = {k: v for k, v in data.items() if k not in FLAT_KEYS}
+    q = out.get("queue", default)
+    if isinstance(q, PolicyParams):
+        q = q.model_dump()
+    if isinstance(q, str):
+        q = {"name": q}
+    if not isinstance(q, dict) or not isinstance(q.get("name"), str):
+        return out | {"queue": q}  # the model says what is wrong with it
+    return out | {"queue": {**q, **flat_params(q["name"], flat)}}
 
 
-class MLFQParams(_Params):
-    name: Literal["mlfq"]
-    quantum: float | None = Field(None, description="the top level's quantum in tokens (8)")
-    join_ratio: float | None = Field(None, description="prompt tokens per attained-service token (780)")
+def prefill_params(queue: PolicyParams, prefill_queue: str | None = None) -> PolicyParams:
+    """The prefill queue's parameters: the decode queue's (``preempt`` left at its default: prefill
+    instances do not preempt) when it runs the same policy (``prefill_queue`` None: it does); another
+    policy gets the decode queue's ``aging`` and ``quantile_z`` where it takes them, and its own defaults."""
+    name = prefill_queue or queue.name
+    if name == queue.name:
+        return queue_params({k: v for k, v in queue.model_dump().items() if k != "preempt"})
+    try:
+        cls = QUEUE_POLICIES.get(name)
+    except LenpredError as e:  # an unknown name: one line listing the valid ones
+        raise FieldError(f"prefill_queue: {e.problem}", e.fix) from None
+    shared = {k: getattr(queue, k) for k in ("aging", "quantile_z") if cls.takes(k) and hasattr(queue, k)}
+    return queue_params({"name": name, **shared})
 
 
-class TrailParams(_Params):
-    name: Literal["trail"]
-    preempt_fraction: float | None = Field(None, description="preemptible while generated < this x predicted (0.5)")
-
-
-class HRRNParams(_Params):
-    name: Literal["hrrn"]
-    tokens_per_s: float | None = Field(None, description="decode rate that turns tokens into seconds (50)")
-
-
-class RiskParams(_Params):
-    name: Literal["risk"]
-    beta: float | None = Field(None, description="weight of CVaR_alpha (0.3)")
-    alpha: float | None = Field(None, description="CVaR level in (0, 1) (0.9)")
-
-
-class BoostParams(_Params):
-    name: Literal["gboost", "uniboost"]
-    gamma: float | None = Field(None, description="decay rate, 1/s (default: solved from the measured rate)")
-    s_per_token: float | None = Field(None, description="server seconds per token (default: the profile's)")
-
-
-class Boost2Params(_Params):
-    name: Literal["boost2"]
-    boost_s: float | None = Field(None, description="seconds a short-labelled request is boosted (10)")
-    short_threshold: float | None = Field(None, description="predicted total tokens under which a request is "
-                                          "short (200)")
-
-
-_MODELS: tuple[type[_Params], ...] = (PlainParams, LASParams, MLFQParams, TrailParams, HRRNParams, RiskParams,
-                                      BoostParams, Boost2Params)
-QueueParams = Annotated[
-    PlainParams | LASParams | MLFQParams | TrailParams | HRRNParams | RiskParams | BoostParams | Boost2Params,
-    Field(discriminator="name"),
-]
-
-
-def params_model(name: str) -> type[_Params]:
-    """The parameter model of the queue policy ``name`` (an unknown name: the registry's one line)."""
-    QUEUE_POLICIES.get(name)
-    model = next((m for m in _MODELS if name in get_args(m.model_fields["name"].annotation)), None)
-    if model is None:  # a policy registered without a parameter model
-        raise ConfigError(f"queue policy {name!r} has no parameter model", "add one to lenpred.sched.params")
-    return model
-
-
-def check_keys(data: dict[str, Any]) -> None:
-    """One line, in the policy's own words, for a policy name or a parameter it does not take (before
-    pydantic's discriminated union would say it less plainly)."""
-    name = data.get("name")
-    if not isinstance(name, str):
-        return  # pydantic names the missing or mistyped tag
-    model = params_model(name)
-    for k in data:
-        if k not in model.model_fields:
-            took = ", ".join(sorted(QUEUE_POLICIES.get(name).PARAMS)) or "none"
-            raise ConfigError(f"policy {name!r} takes no parameter {k!r}", f"its parameters: {took}")
-
-
-def build_pair(queue: _Params, prefill_queue: str | None = None) -> tuple[QueuePolicy, QueuePolicy]:
-    """New decode and prefill queue policies of typed parameters (:func:`build_flat_pair`)."""
-    return build_flat_pair(queue.name, prefill_queue, queue.aging, queue.quantile_z, queue.preempt, queue.own())
-
-
-def build_flat_pair(queue: str, prefill_queue: str | None, aging: float, quantile_z: float, preempt: bool | None,
-                    params: dict[str, float]) -> tuple[QueuePolicy, QueuePolicy]:
-    """New decode and prefill queue policies: the decode queue takes everything; the prefill queue
-    (default: the decode queue's policy) gets the aging when it ages, ``quantile_z``, and ``params``
-    only when it runs the same policy; never ``preempt``. A name, a parameter or a range the policy
-    does not take is the policy's own one line, decode queue first."""
-    dec = make_queue_policy(queue, aging, quantile_z, preempt, **params)
-    pq = prefill_queue or queue
-    pre_aging = aging if QUEUE_POLICIES.get(pq).takes_aging else 0.0  # an fcfs/las prefill queue does not age
-    pre = make_queue_policy(pq, pre_aging, quantile_z, **(params if pq == queue else {}))
-    return dec, pre
+def build_pair(queue: PolicyParams, prefill_queue: str | None = None) -> tuple[QueuePolicy, QueuePolicy]:
+    """New decode and prefill queue policies of an arm (:func:`prefill_params`)."""
+    return make_queue_policy(queue), make_queue_policy(prefill_params(queue, prefill_queue))

@@ -26,18 +26,30 @@ on what was generated) and ``risk`` (TIE's mean + beta * CVaR_alpha). Optional a
 tokens per second, size-based policies) protects long requests from starving: priority at time
 ``now`` is ``base - aging * (now - arrival)``, and since ``now`` is the same for every request
 compared, the order equals that of the *static* key ``base + aging * arrival``.
+
+**A policy's parameters** are its :attr:`QueuePolicy.Params`: a frozen pydantic model (:class:`PolicyParams`)
+that names the policy (``name``, the tag of :data:`lenpred.sched.params.QueueParams`) and holds every
+parameter it takes, with its default, its range (:class:`Range`) and its description: the one place a
+default is written. A simulator arm's ``queue`` and the router's ``priority.queue`` are these models;
+a key a policy does not take is refused, naming the ones it does. What a router needs to know about a
+policy is a class attribute beside them: :attr:`~QueuePolicy.routable`, :attr:`~QueuePolicy.key_unit`,
+:attr:`~QueuePolicy.needs_prediction`, :attr:`~QueuePolicy.needs_dist`. A new policy is one class here
+(or in :mod:`lenpred.sched.boost`) with its ``Params`` model, registered in :data:`QUEUE_POLICIES`.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable
-from typing import ClassVar, TypeVar
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import numpy as np
+from pydantic import Field, model_validator
 
-from lenpred.errors import ConfigError
+from lenpred.config import Config
+from lenpred.errors import ConfigError, FieldError, LenpredError
 from lenpred.registry import Registry
 from lenpred.sched.job import Job, Running
 
@@ -47,48 +59,135 @@ NEVER = -math.inf  # victim key of a request that may not be preempted
 R = TypeVar("R", bound=Running)  # the caller's request type, handed back by worst()
 
 __all__ = [
-    "FCFS", "LEVEL", "NEVER", "QUEUE_POLICIES", "REFRESH_S", "Gittins", "HighestResponseRatioNext",
-    "LeastAttainedService", "LimitedPreemptionSPRPT", "OracleRemaining", "QueuePolicy", "RiskAverse",
-    "ShortestPredictedJobFirst", "ShortestPredictedRemaining", "SkipJoinMLFQ", "make_queue_policy",
+    "FCFS", "LEVEL", "NEVER", "QUEUE_POLICIES", "REFRESH_S", "AgingParams", "FCFSParams", "Gittins",
+    "GittinsParams", "HRRNParams", "HighestResponseRatioNext", "KeyUnit", "LASParams", "LeastAttainedService",
+    "LimitedPreemptionSPRPT", "MLFQParams", "OracleParams", "OracleRemaining", "PolicyParams", "QueuePolicy", "Range",
+    "RiskAverse", "RiskParams", "SJFParams", "SRPTParams", "ShortestPredictedJobFirst", "ShortestPredictedRemaining",
+    "SkipJoinMLFQ", "TrailParams", "flat_params", "make_queue_policy", "queue_params",
 ]
+
+# what a policy's key counts: "s" a (boosted) arrival time in seconds, "tokens" a size in tokens, "level"
+# a leveled key (level * LEVEL + arrival), "ratio" HRRN's response ratio
+KeyUnit = Literal["s", "tokens", "level", "ratio"]
+
+
+@dataclass(frozen=True)
+class Range:
+    """The valid range of a numeric parameter (field metadata: ``Annotated[float, Range(0.0, 1.0)]``),
+    checked by :class:`PolicyParams`; the value must be a finite number in it."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    open_lo: bool = False
+    open_hi: bool = False
+
+    def holds(self, v: float) -> bool:
+        return (math.isfinite(v) and (v > self.lo if self.open_lo else v >= self.lo)
+                and (v < self.hi if self.open_hi else v <= self.hi))
+
+    def __str__(self) -> str:
+        if not math.isfinite(self.lo) and not math.isfinite(self.hi):
+            return "a finite number"
+        left = "(" if self.open_lo or not math.isfinite(self.lo) else "["
+        right = ")" if self.open_hi or not math.isfinite(self.hi) else "]"
+        return f"in {left}{self.lo:g}, {self.hi:g}{right}"
+
+
+class PolicyParams(Config):
+    """Base of every queue policy's parameters: the policy's ``name`` (each subclass narrows it to its
+    own ``Literal``, the union's tag) and ``preempt`` (policy-driven preemption at decode; each policy's
+    model sets its own default). Subclasses add their parameters as fields with a default, a
+    :class:`Range` and a description. A key the policy does not take, and a value outside its range, are
+    one line naming the policy."""
+
+    name: str
+    preempt: bool = Field(False, description="policy-driven preemption at decode: a waiting request that beats "
+                                             "the worst running one takes its place")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        name = data.get("name", cls.model_fields["name"].default)
+        for k, v in data.items():
+            if k not in cls.model_fields:
+                if k == "aging":
+                    raise FieldError(f"policy {name!r} takes no aging (got {v!r})",
+                                     "drop aging: this policy bounds waiting by itself")
+                raise FieldError(f"policy {name!r} takes no parameter {k!r}",
+                                 f"its parameters: {', '.join(cls.parameters())}")
+            if isinstance(v, bool) and cls.model_fields[k].annotation is not bool:
+                raise FieldError(f"policy {name!r}: {k} must be a number, got {v!r}", f"give {k} as a number")
+        return data
+
+    @model_validator(mode="after")
+    def _ranges(self) -> PolicyParams:
+        for k, f in type(self).model_fields.items():
+            v = getattr(self, k)
+            if not isinstance(v, int | float) or isinstance(v, bool):
+                continue
+            for r in (m for m in f.metadata if isinstance(m, Range)):
+                if not r.holds(float(v)):
+                    raise FieldError(f"policy {self.name!r}: {k} must be {r}, got {v!r}", f"set {k} to a number {r}")
+        return self
+
+    @classmethod
+    def parameters(cls) -> list[str]:
+        """The keys this policy takes besides ``name``."""
+        return [k for k in cls.model_fields if k != "name"]
+
+    def own(self) -> dict[str, Any]:
+        """The policy's own parameters: every one but ``name``, ``preempt``, ``aging`` and ``quantile_z``."""
+        return {k: getattr(self, k) for k in type(self).model_fields if k not in _SHARED}
+
+
+_SHARED = frozenset({"name", "preempt", "aging", "quantile_z"})
+
+
+class AgingParams(PolicyParams):
+    """A size-based policy: it takes ``aging``, so a long request does not wait forever."""
+
+    aging: Annotated[float, Range(0.0)] = Field(0.0, description="tokens of priority a request gains per second "
+                                                                 "it waits (0: none)")
 
 
 class QueuePolicy:
-    """Base: subclasses define :meth:`base` (the size/time a request is ordered by).
-
-    ``PARAMS`` maps each keyword a policy takes to its valid range ``(low, high, low_open)``;
-    a keyword outside it, or one the policy does not take, is a one-line error.
-    """
+    """Base: subclasses define :meth:`base` (the size/time a request is ordered by) and their
+    :attr:`Params` (the parameters they take, :class:`PolicyParams`). A policy is built from its
+    validated parameters (:func:`make_queue_policy` builds them from a name and keywords)."""
 
     name: ClassVar[str] = "?"
-    preemptive: ClassVar[bool] = False  # policy-driven preemption by default
-    needs_dist: ClassVar[bool] = False  # reads req.dist (a predictive distribution)
+    Params: ClassVar[type[PolicyParams]] = PolicyParams
+    # what a scheduler around the policy must know (the simulator, lenpred.route.priority):
+    needs_prediction: ClassVar[bool] = False  # reads a predicted length (req.pred / pred_remaining)
+    needs_dist: ClassVar[bool] = False  # reads a predictive distribution (req.dist, or a spread)
     dynamic: ClassVar[bool] = False  # key depends on the time: queues are re-keyed every REFRESH_S
-    takes_aging: ClassVar[bool] = True
-    PARAMS: ClassVar[dict[str, tuple[float, float, bool]]] = {}
-    DEFAULTS: ClassVar[dict[str, float]] = {}
+    key_unit: ClassVar[KeyUnit] = "tokens"
+    # a router can run it: its key at arrival, from what a router sees (the arrival, a prediction and its
+    # spread), is its order (a router orders a request once; a backend's priority field is fixed at admission)
+    routable: ClassVar[bool] = False
 
-    def __init__(self, aging: float = 0.0, quantile_z: float = 0.0, preempt: bool | None = None,
-                 **params: float) -> None:
-        if not (math.isfinite(aging) and aging >= 0):
-            raise ConfigError(f"policy {self.name!r}: aging must be >= 0 tokens per second, got {aging!r}",
-                              "set aging to 0 (none) or a positive number")
-        if aging and not self.takes_aging:
-            raise ConfigError(f"policy {self.name!r} takes no aging (got {aging!r})",
-                              "drop aging: this policy bounds waiting by itself")
-        self.aging = float(aging)
-        self.quantile_z = float(quantile_z)
-        self.preempt = self.preemptive if preempt is None else bool(preempt)
-        for k, v in params.items():
-            if k not in self.PARAMS:
-                took = ", ".join(sorted(self.PARAMS)) or "none"
-                raise ConfigError(f"policy {self.name!r} takes no parameter {k!r}", f"its parameters: {took}")
-            lo, hi, open_lo = self.PARAMS[k]
-            ok = isinstance(v, int | float) and math.isfinite(v) and (v > lo if open_lo else v >= lo) and v <= hi
-            if not ok:
-                rng = f"{'(' if open_lo else '['}{lo:g}, {hi:g}{']' if math.isfinite(hi) else ')'}"
-                raise ConfigError(f"policy {self.name!r}: {k} must be in {rng}, got {v!r}", f"set {k} to a number in {rng}")
-        self.params = {**self.DEFAULTS, **{k: float(v) for k, v in params.items()}}
+    def __init__(self, params: PolicyParams | None = None) -> None:
+        p = self.Params.model_validate({"name": self.name}) if params is None else params
+        if type(p) is not self.Params:
+            raise ConfigError(f"policy {self.name!r} got the parameters of {p.name!r}",
+                              f"build it from {self.Params.__name__} (lenpred.sched.queue.make_queue_policy)")
+        self.config = p
+        self.aging = float(getattr(p, "aging", 0.0))
+        self.quantile_z = float(getattr(p, "quantile_z", 0.0))
+        self.preempt = p.preempt
+        self.params: dict[str, float] = {k: float(v) for k, v in p.own().items() if isinstance(v, int | float)}
+
+    @classmethod
+    def takes(cls, key: str) -> bool:
+        """Whether the policy takes the parameter ``key`` (``aging``, ``quantile_z``, ...)."""
+        return key in cls.Params.model_fields
+
+    @classmethod
+    def time_keyed(cls) -> bool:
+        """Whether its key is a time (seconds): a backend's priority field carries it in milliseconds."""
+        return cls.key_unit == "s"
 
     def base(self, req: Job, gen: int) -> float:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -123,12 +222,18 @@ class QueuePolicy:
 QUEUE_POLICIES: Registry[type[QueuePolicy]] = Registry("queue policy")
 
 
+class FCFSParams(PolicyParams):
+    name: Literal["fcfs"] = "fcfs"
+
+
 @QUEUE_POLICIES.register("fcfs")
 class FCFS(QueuePolicy):
     """First come, first served (takes no aging: arrival order is already the aged order)."""
 
     name = "fcfs"
-    takes_aging = False
+    Params = FCFSParams
+    key_unit = "s"
+    routable = True
 
     def base(self, req: Job, gen: int) -> float:
         return req.arrival
@@ -138,10 +243,10 @@ class FCFS(QueuePolicy):
 
 
 class _Leveled(QueuePolicy):
-    """Keys ``level * LEVEL + arrival``: FCFS within a level; only a lower level preempts."""
+    """Keys ``level * LEVEL + arrival``: FCFS within a level; only a lower level preempts (their
+    parameters' ``preempt`` defaults to true)."""
 
-    takes_aging = False
-    preemptive = True
+    key_unit = "level"
 
     def level(self, req: Job, gen: int) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -153,17 +258,30 @@ class _Leveled(QueuePolicy):
         return waiting // LEVEL < running // LEVEL
 
 
+class LASParams(PolicyParams):
+    name: Literal["las"] = "las"
+    preempt: bool = True
+    quantum: Annotated[float, Range(1.0, 1e6)] = Field(32.0, description="tokens per quantum")
+
+
 @QUEUE_POLICIES.register("las")
 class LeastAttainedService(_Leveled):
     """Least attained service, counted in quanta of ``quantum`` tokens (no prediction): a request
     that has generated fewer quanta goes first and preempts one that has generated more."""
 
     name = "las"
-    PARAMS = {"quantum": (1.0, 1e6, False)}
-    DEFAULTS = {"quantum": 32.0}
+    Params = LASParams
 
     def level(self, req: Job, gen: int) -> int:
         return int(gen // self.params["quantum"])
+
+
+class MLFQParams(PolicyParams):
+    name: Literal["mlfq"] = "mlfq"
+    preempt: bool = True
+    quantum: Annotated[float, Range(1.0, 1e6)] = Field(8.0, description="the top level's quantum in tokens")
+    join_ratio: Annotated[float, Range(0.0, 1e9, open_lo=True)] = Field(
+        780.0, description="prompt tokens prefilled in the time of one decode token of a full batch")
 
 
 @QUEUE_POLICIES.register("mlfq")
@@ -175,13 +293,11 @@ class SkipJoinMLFQ(_Leveled):
     token of a full batch; ~780 for llama8b-h100 at batch 200)."""
 
     name = "mlfq"
+    Params = MLFQParams
     LEVELS = 16
-    PARAMS = {"quantum": (1.0, 1e6, False), "join_ratio": (0.0, 1e9, True)}
-    DEFAULTS = {"quantum": 8.0, "join_ratio": 780.0}
 
-    def __init__(self, aging: float = 0.0, quantile_z: float = 0.0, preempt: bool | None = None,
-                 **params: float) -> None:
-        super().__init__(aging, quantile_z, preempt, **params)
+    def __init__(self, params: PolicyParams | None = None) -> None:
+        super().__init__(params)
         q = self.params["quantum"]
         self._quanta = [q * 2.0**i for i in range(self.LEVELS)]
         # per joining level: the attained service at which each later level starts
@@ -199,11 +315,20 @@ class SkipJoinMLFQ(_Leveled):
         return min(j + bisect_right(self._bounds[j], gen), self.LEVELS - 1)
 
 
+class SJFParams(AgingParams):
+    name: Literal["sjf"] = "sjf"
+    quantile_z: Annotated[float, Range()] = Field(0.0, description="order by pred + z * spread (z > 0: "
+                                                                   "risk-averse)")
+
+
 @QUEUE_POLICIES.register("sjf")
 class ShortestPredictedJobFirst(QueuePolicy):
     """Shortest predicted job first: the prediction made at arrival (+ ``quantile_z`` spreads)."""
 
     name = "sjf"
+    Params = SJFParams
+    needs_prediction = True
+    routable = True
 
     def base(self, req: Job, gen: int) -> float:
         if self.quantile_z and req.spread is not None:
@@ -211,14 +336,27 @@ class ShortestPredictedJobFirst(QueuePolicy):
         return req.pred
 
 
+class SRPTParams(AgingParams):
+    name: Literal["srpt"] = "srpt"
+
+
 @QUEUE_POLICIES.register("srpt")
 class ShortestPredictedRemaining(QueuePolicy):
     """Shortest predicted remaining tokens, using the latest re-prediction when there is one."""
 
     name = "srpt"
+    Params: ClassVar[type[PolicyParams]] = SRPTParams  # trail, a subclass, has its own
+    needs_prediction = True
 
     def base(self, req: Job, gen: int) -> float:
         return req.pred_remaining(gen)
+
+
+class TrailParams(AgingParams):
+    name: Literal["trail"] = "trail"
+    preempt: bool = True
+    preempt_fraction: Annotated[float, Range(0.0, 1.0, open_lo=True)] = Field(
+        0.5, description="a running request is preemptible while generated < this x predicted")
 
 
 @QUEUE_POLICIES.register("trail")
@@ -228,14 +366,18 @@ class LimitedPreemptionSPRPT(ShortestPredictedRemaining):
     (latest) predicted length, when its KV is still small."""
 
     name = "trail"
-    preemptive = True
-    PARAMS = {"preempt_fraction": (0.0, 1.0, True)}
-    DEFAULTS = {"preempt_fraction": 0.5}
+    Params = TrailParams
 
     def victim_key(self, req: Job, gen: int) -> float:
         if gen >= self.params["preempt_fraction"] * req.pred_cur:
             return NEVER
         return self.key(req, gen)
+
+
+class HRRNParams(PolicyParams):
+    name: Literal["hrrn"] = "hrrn"
+    tokens_per_s: Annotated[float, Range(0.0, 1e6, open_lo=True)] = Field(
+        50.0, description="decode rate that turns predicted tokens into seconds")
 
 
 @QUEUE_POLICIES.register("hrrn")
@@ -245,10 +387,10 @@ class HighestResponseRatioNext(QueuePolicy):
     queues are re-keyed every :data:`REFRESH_S`; waiting bounds itself (no aging)."""
 
     name = "hrrn"
+    Params = HRRNParams
+    needs_prediction = True
     dynamic = True
-    takes_aging = False
-    PARAMS = {"tokens_per_s": (0.0, 1e6, True)}
-    DEFAULTS = {"tokens_per_s": 50.0}
+    key_unit = "ratio"
 
     def key(self, req: Job, gen: int, now: float = 0.0) -> float:
         size = req.pred_remaining(gen)
@@ -256,14 +398,24 @@ class HighestResponseRatioNext(QueuePolicy):
         return -1.0 - (wait if wait > 0.0 else 0.0) * self.params["tokens_per_s"] / (size if size > 1.0 else 1.0)
 
 
+class OracleParams(AgingParams):
+    name: Literal["oracle"] = "oracle"
+
+
 @QUEUE_POLICIES.register("oracle")
 class OracleRemaining(QueuePolicy):
     """True remaining output tokens: the upper bound any predictor can reach."""
 
     name = "oracle"
+    Params = OracleParams
 
     def base(self, req: Job, gen: int) -> float:
         return float(req.output - gen)
+
+
+class GittinsParams(AgingParams):
+    name: Literal["gittins"] = "gittins"
+    preempt: bool = True
 
 
 @QUEUE_POLICIES.register("gittins")
@@ -274,7 +426,8 @@ class Gittins(QueuePolicy):
     finish in it."""
 
     name = "gittins"
-    preemptive = True
+    Params = GittinsParams
+    needs_prediction = True
     needs_dist = True
 
     def base(self, req: Job, gen: int) -> float:
@@ -295,28 +448,67 @@ class Gittins(QueuePolicy):
         return victim, worst
 
 
+class RiskParams(AgingParams):
+    name: Literal["risk"] = "risk"
+    beta: Annotated[float, Range(0.0, 100.0)] = Field(0.3, description="weight of CVaR_alpha")
+    alpha: Annotated[float, Range(0.0, 1.0, open_lo=True, open_hi=True)] = Field(0.9, description="CVaR level")
+
+
 @QUEUE_POLICIES.register("risk")
 class RiskAverse(QueuePolicy):
     """TIE's score ``E[R] + beta * CVaR_alpha[R]`` of the remaining length R given what was generated:
     a prompt whose distribution has a long tail is ranked behind one of equal mean and a short tail."""
 
     name = "risk"
+    Params = RiskParams
+    needs_prediction = True
     needs_dist = True
-    PARAMS = {"beta": (0.0, 100.0, False), "alpha": (0.0, 1.0, True)}
-    DEFAULTS = {"beta": 0.3, "alpha": 0.9}
-
-    def __init__(self, aging: float = 0.0, quantile_z: float = 0.0, preempt: bool | None = None,
-                 **params: float) -> None:
-        super().__init__(aging, quantile_z, preempt, **params)
-        if self.params["alpha"] >= 1.0:
-            raise ConfigError(f"policy 'risk': alpha must be in (0, 1), got {self.params['alpha']!r}",
-                              "set alpha between 0 and 1, e.g. 0.9")
 
     def base(self, req: Job, gen: int) -> float:
         return req.dist.risk(gen, self.params["alpha"], self.params["beta"])
 
 
-def make_queue_policy(name: str, aging: float = 0.0, quantile_z: float = 0.0, preempt: bool | None = None,
-                      **params: float) -> QueuePolicy:
-    """A queue policy by name (unknown names list the valid ones; bad parameters are one line)."""
-    return QUEUE_POLICIES.get(name)(aging=aging, quantile_z=quantile_z, preempt=preempt, **params)
+def queue_params(value: Any) -> PolicyParams:
+    """A policy's validated parameters from its name (its defaults), a mapping ``{"name": POLICY, ...}``
+    or a :class:`PolicyParams` (returned as is). An unknown name lists the valid ones; a key the policy
+    does not take, a value outside its range or of the wrong type is one line (a
+    :class:`~lenpred.errors.FieldError`, so a config that holds it adds its path)."""
+    if isinstance(value, PolicyParams):
+        return value
+    data = {"name": value} if isinstance(value, str) else value
+    if not isinstance(data, dict):
+        raise FieldError(f"a queue policy is a name or an object with its name, got {type(value).__name__}",
+                         'write e.g. "sjf" or {"name": "sjf", "aging": 100}')
+    name = data.get("name")
+    if not isinstance(name, str):
+        raise FieldError("the queue policy's name is missing", 'write e.g. {"name": "sjf", "aging": 100}')
+    try:
+        return QUEUE_POLICIES.get(name).Params.from_dict(data)
+    except LenpredError as e:
+        raise FieldError(e.problem, e.fix) from None
+
+
+_OFF = {"aging": 0.0, "quantile_z": 0.0}  # flat values that mean "not used": every arm was written with both
+
+
+def flat_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"name": name, ...params}`` as a policy's parameters given flat (beside a policy's name, as files
+    were written before and keywords are given): a value of None is not given, and ``aging`` /
+    ``quantile_z`` of 0 (off) are dropped for a policy that does not take them; any other key stays, so
+    the policy's model refuses one it does not take, naming those it does."""
+    takes = QUEUE_POLICIES.get(name).Params.model_fields if name in QUEUE_POLICIES else {}
+    return {"name": name, **{k: v for k, v in params.items()
+                             if v is not None and not (k in _OFF and v == _OFF[k] and k not in takes)}}
+
+
+def make_queue_policy(policy: str | PolicyParams | dict[str, Any], **params: Any) -> QueuePolicy:
+    """A new queue policy from its parameters (:func:`queue_params`), or from its name and keyword
+    parameters given flat (``make_queue_policy("sjf", aging=100)``, :func:`flat_params`): unknown names
+    list the valid ones, a parameter the policy does not take or out of its range is one line."""
+    if params:
+        if not isinstance(policy, str):
+            raise ConfigError("give keyword parameters with a policy name, not with its parameters' object",
+                              "pass make_queue_policy(NAME, **params), or the parameters' object alone")
+        policy = flat_params(policy, params)
+    p = queue_params(policy)
+    return QUEUE_POLICIES.get(p.name)(p)

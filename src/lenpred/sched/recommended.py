@@ -8,17 +8,12 @@ instance, and each request sent to the instance with the fewest predicted outsta
 
 from __future__ import annotations
 
-__all__ = ["RECOMMENDED", "RECOMMENDED_BOOST", "ROUTER_DEFAULT"]
+__all__ = ["RECOMMENDED", "ROUTER_DEFAULT"]
 
 RECOMMENDED = {"name": "fcfs+lpt", "queue": "fcfs", "dispatch": "least-predicted-tokens"}
 
-# the two-class boost's parameters where one is asked for (the router's ``priority.queue`` boost2): the
-# yardstick's episodes (docs/yardstick/) found B = 3 s the only boost on a prefill head that never
-# backfired, and 224 tokens is the median output of the ShareGPT test split (set it to your workload's)
-RECOMMENDED_BOOST = {"boost_s": 3.0, "short_threshold": 224.0}
-
-# the router's default (``lenpred route``, ``priority.queue`` "auto"): gamma-Boost on the prediction,
-# calibrated online (``gamma`` and ``s_per_token`` "auto": lenpred.route.calibrate), when the estimator
+# the router's default (``lenpred route``, ``priority.queue`` "auto"): gamma-Boost on the prediction with its
+# defaults, calibrated online (``gamma`` and ``s_per_token`` "auto": lenpred.route.calibrate), when the estimator
 # gives a model's prediction (kinds inline, head, remote); FCFS when it gives none or a prompt-length
 # guess (chars, none). Why gboost: docs/yardstick/README.md, steady loads 0.90-0.99 on 1P + 2D, found
 # gboost/mlp never worse than FCFS + RR (short and overall P99 <= 1.02x) in 40 of 40 cells x seeds, with
@@ -29,5 +24,6 @@ RECOMMENDED_BOOST = {"boost_s": 3.0, "short_threshold": 224.0}
 # default (``priority.enabled`` null: only for a queue set explicitly), so a vLLM started without
 # ``--scheduling-policy priority`` sees the same requests as before. `lenpred simulate`'s recommended
 # arm (RECOMMENDED above) is not changed here.
+# A policy's parameters and their defaults are its own (lenpred.sched.queue / boost: ``Params``), not here.
 ROUTER_DEFAULT = {"queue": "auto", "with_prediction": "gboost", "without_prediction": "fcfs",
-                  "dispatch": RECOMMENDED["dispatch"], "gamma": "auto", "s_per_token": "auto"}
+                  "dispatch": RECOMMENDED["dispatch"]}

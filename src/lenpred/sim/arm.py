@@ -2,11 +2,11 @@
 (:class:`PredictionConfig`).
 
 :class:`ArmPolicy` holds the queue policy as typed parameters (:data:`lenpred.sched.params.QueueParams`,
-a discriminated union on the policy's name: each policy's model holds only the parameters it takes),
-the dispatchers and the KV rules; its queue policies are built once, when it is made. A file and the
-CLI keep the flat keys (``{"name": "a", "queue": "sjf", "aging": 100}``): :class:`PolicyConfig` reads
-them through :class:`_PolicyFile` (the flat format's fields, checks and one-line errors) into the
-typed parts, and writes them back flat, in the same order.
+a discriminated union on the policy's name: each policy's model holds only the parameters it takes, with
+their defaults), the dispatchers and the KV rules; its queue policies are built once, when it is made.
+:class:`PolicyConfig` is an arm: an :class:`ArmPolicy` with a name and its own predictions. A file gives
+the queue as an object (``{"name": "a", "queue": {"name": "sjf", "aging": 100}}``) or, as input sugar,
+with flat keys (``{"name": "a", "queue": "sjf", "aging": 100}``), validated by the same model.
 """
 
 from __future__ import annotations
@@ -15,45 +15,25 @@ import math
 from functools import cached_property
 from typing import Any
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    GetJsonSchemaHandler,
-    SerializerFunctionWrapHandler,
-    field_validator,
-    model_serializer,
-    model_validator,
-)
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from lenpred.config import Config
-from lenpred.errors import ConfigError, LenpredError
-from lenpred.sched.params import (
-    PlainParams,
-    QueueParams,
-    build_flat_pair,
-    build_pair,
-    check_keys,
-    params_model,
-)
-from lenpred.sched.queue import QueuePolicy
+from lenpred.errors import ConfigError, FieldError
+from lenpred.sched.dispatch import DISPATCHERS
+from lenpred.sched.params import QueueParams, build_pair, with_flat_keys
+from lenpred.sched.queue import FCFSParams, QueuePolicy, queue_params
 from lenpred.sched.recommended import RECOMMENDED
 
 __all__ = [
-    "ADMISSIONS", "POLICY_PARAMS", "PREDICTED_ADMISSIONS", "TABLE_MODELS", "VICTIMS", "ArmPolicy", "PolicyConfig", "PredictionConfig",
+    "ADMISSIONS", "PREDICTED_ADMISSIONS", "TABLE_MODELS", "VICTIMS", "ArmPolicy", "PolicyConfig", "PredictionConfig",
     "policies_for", "prediction_models", "recommended_policy",
 ]
 
 # KV preemption victim and decode admission rules (lenpred.sim.preemption)
 VICTIMS = ("policy", "latest", "predicted-remaining", "true-remaining")
 ADMISSIONS = ("fits-now", "watermark", "predicted-peak", "true-peak", "predicted-horizon", "true-horizon")
-# admission rules and dispatchers that read the predicted lengths (an arm without predictions may not use them)
+# the admission rules that read the predicted lengths
 PREDICTED_ADMISSIONS = ("predicted-peak", "predicted-horizon")
-# the per-policy parameters of an arm, in the flat format's key order: together the keys of every queue
-# policy's PARAMS (lenpred.sched.queue / boost; tests/sim/test_sim_arm.py holds them equal)
-POLICY_PARAMS = ("quantum", "join_ratio", "beta", "alpha", "preempt_fraction", "tokens_per_s", "gamma",
-                 "s_per_token", "boost_s", "short_threshold")
 # prediction models that are not synthetic predictors: a predictions table, a trace's own column
 TABLE_MODELS = ("table", "input")
 
@@ -106,35 +86,19 @@ class PredictionConfig(Config):
         return self
 
 
-# An arm as a file and the flags write it: flat keys, read by PolicyConfig into its typed parts. It checks
-# what needs no policy built (the name, the KV rules, the aging's sign) and is PolicyConfig's JSON schema.
-class _PolicyFile(Config):
-    """One arm of an experiment: queue order + dispatch (+ its own predictions if given)."""
+class ArmPolicy(Config):
+    """What an arm runs: the queue policy with its parameters (decode and colocated instances; the
+    prefill queue runs ``prefill_queue``, default the same policy), the dispatchers, the KV rules. Its
+    queue policies are built when it is made (a policy that refuses its parameters fails here)."""
 
-    model_config = ConfigDict(title="PolicyConfig")
-
-    name: str = Field("fcfs-rr", description="arm name (unique)")
-    queue: str = Field("fcfs", description="queue order at decode (and colocated) instances")
+    queue: QueueParams = Field(default_factory=FCFSParams, description=(
+        'queue order at decode (and colocated) instances: {"name": POLICY, ...its parameters} (lenpred.sched; '
+        '`lenpred simulate --list`), or a name alone for its defaults'))
     dispatch: str = Field("round-robin", description="dispatch to decode (and colocated) instances")
-    prefill_queue: str | None = Field(None, description="default: same as queue")
+    prefill_queue: str | None = Field(None, description="default: the same policy as queue (with its "
+                                      "parameters); another policy gets queue's aging and quantile_z where it "
+                                      "takes them")
     prefill_dispatch: str | None = Field(None, description="default: same as dispatch")
-    aging: float = Field(0.0, description="tokens per second of waiting (size-based queues)")
-    quantile_z: float = Field(0.0, description="sjf orders by pred + z * spread")
-    preempt: bool | None = Field(None, description="policy-driven preemption at decode (default: the policy's own; "
-                                 "las, mlfq, trail and gittins preempt)")
-    quantum: float | None = Field(None, description="las: tokens per quantum (32); mlfq: the top level's quantum (8)")
-    join_ratio: float | None = Field(None, description="mlfq skip-join: prompt tokens per attained-service token (780)")
-    beta: float | None = Field(None, description="risk: weight of CVaR_alpha (0.3)")
-    alpha: float | None = Field(None, description="risk: CVaR level in (0, 1) (0.9)")
-    preempt_fraction: float | None = Field(None, description="trail: preemptible while generated < this x predicted (0.5)")
-    tokens_per_s: float | None = Field(None, description="hrrn: decode rate that turns tokens into seconds (50)")
-    gamma: float | None = Field(None, description="gboost/uniboost: decay rate, 1/s (default: solved from the "
-                                "measured rate, lenpred.sched.boost.solve_gamma)")
-    s_per_token: float | None = Field(None, description="gboost/uniboost: server seconds per token (default: the "
-                                      "profile's full-batch step / batch)")
-    boost_s: float | None = Field(None, description="boost2: seconds a short-labelled request is boosted (10)")
-    short_threshold: float | None = Field(None, description="boost2: predicted total tokens under which a "
-                                          "request is short (200)")
     victim: str = Field("policy", description="KV preemption victim: policy (the queue key's largest), latest "
                         "(the latest arrival, vLLM's), predicted-remaining or true-remaining (the most tokens left)")
     admission: str = Field("fits-now", description="decode admission: fits-now (the current KV fits, less the "
@@ -142,63 +106,54 @@ class _PolicyFile(Config):
                            "predicted-horizon (also the batch's most future KV, requests leaving at their predicted "
                            "ends, fits) or true-horizon")
     max_outstanding: int | None = Field(None, description="late binding: a decode (colocated) instance holds at "
-                                        "most this many requests; the rest wait in one central queue in "
+                                        "most this many requests; the rest wait in one queue for the pool, in "
                                         "policy order, sent by the dispatcher to an instance with room (as "
                                         "lenpred route's max_outstanding). Unset: early binding")
     kv_reserve: float | None = Field(None, description="admission watermark: the share of KV kept free for "
-                                     "running requests to grow into, in [0, 0.9] (default 0.1)")
-    prediction: PredictionConfig | None = Field(None, description="default: the config's top-level prediction")
+                                     "running requests to grow into, in [0, 0.9] (unset: 0.1)")
 
-    @model_validator(mode="after")
-    def _check(self) -> _PolicyFile:
-        if not self.name:
-            raise ConfigError("every policy needs a non-empty name")
-        for key, valid in (("victim", VICTIMS), ("admission", ADMISSIONS)):
-            if getattr(self, key) not in valid:
-                raise ConfigError(f"policy {self.name!r}: unknown {key} {getattr(self, key)!r}",
-                                  f"use one of: {', '.join(valid)}")
-        if not (math.isfinite(self.aging) and self.aging >= 0):
-            raise ConfigError(f"policy {self.name!r}: aging must be >= 0")
-        if self.max_outstanding is not None and self.max_outstanding < 1:
-            raise ConfigError(f"policy {self.name!r}: max_outstanding must be an integer >= 1, got "
-                              f"{self.max_outstanding}", "give the requests one decode instance may hold (its "
-                              "batch slots), or leave it unset for early binding")
-        _check_reserve(self.kv_reserve, self.admission, f"policy {self.name!r}: ")
-        return self
-
-
-class ArmPolicy(Config):
-    """What an arm runs: the queue policy with its parameters (decode and colocated instances; the
-    prefill queue runs ``prefill_queue``, default the same policy), the dispatchers, the KV rules."""
-
-    queue: QueueParams = Field(default_factory=lambda: PlainParams(name="fcfs"))
-    dispatch: str = "round-robin"
-    prefill_queue: str | None = None
-    prefill_dispatch: str | None = None
-    victim: str = "policy"
-    admission: str = "fits-now"
-    max_outstanding: int | None = None  # late binding (lenpred.sim.gate); None: early binding
-    kv_reserve: float | None = None  # admission "watermark": share of KV kept free (None: 0.1)
+    @model_validator(mode="before")
+    @classmethod
+    def _flat(cls, data: Any) -> Any:
+        return with_flat_keys(data) if isinstance(data, dict) else data
 
     @field_validator("queue", mode="before")
     @classmethod
-    def _known(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            check_keys(v)
-        return v
+    def _queue(cls, v: Any) -> Any:
+        return queue_params(v)
 
     @model_validator(mode="after")
     def _check(self) -> ArmPolicy:
         for key, valid in (("victim", VICTIMS), ("admission", ADMISSIONS)):
             if getattr(self, key) not in valid:
-                raise ConfigError(f"unknown {key} {getattr(self, key)!r}", f"use one of: {', '.join(valid)}")
+                raise FieldError(f"unknown {key} {getattr(self, key)!r}", f"use one of: {', '.join(valid)}")
+        for key in ("dispatch", "prefill_dispatch"):
+            name = getattr(self, key)
+            if name is not None and name not in DISPATCHERS:
+                raise FieldError(f"unknown {key} {name!r}", f"use one of: {', '.join(DISPATCHERS.names())}")
         if self.max_outstanding is not None and self.max_outstanding < 1:
-            raise ConfigError(f"max_outstanding must be an integer >= 1, got {self.max_outstanding}",
-                              "give the requests one decode instance may hold (its batch slots), or leave it "
-                              "unset for early binding")
-        _check_reserve(self.kv_reserve, self.admission, "")
-        self.queue_policies  # noqa: B018 - a policy that refuses its parameters fails here
+            raise FieldError(f"max_outstanding must be an integer >= 1, got {self.max_outstanding}",
+                             "give the requests one decode instance may hold (its batch slots), or leave it "
+                             "unset for early binding")
+        if self.kv_reserve is not None:
+            if not (math.isfinite(self.kv_reserve) and 0.0 <= self.kv_reserve <= 0.9):
+                raise FieldError(f"kv_reserve must be in [0, 0.9], got {self.kv_reserve}",
+                                 "give the share of KV the watermark admission keeps free, e.g. 0.1")
+            if self.admission != "watermark":
+                raise FieldError(f"kv_reserve is read only by admission 'watermark', not {self.admission!r}",
+                                 "set admission to 'watermark', or drop kv_reserve")
+        self.queue_policies  # noqa: B018 - a prefill queue that refuses its parameters fails here
         return self
+
+    @model_serializer(mode="wrap")
+    def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Late binding and the watermark's reserve are written only when set: an arm without them reads and
+        writes as it did before they existed."""
+        d = handler(self)
+        for k in ("max_outstanding", "kv_reserve"):
+            if d.get(k, 0) is None:
+                del d[k]
+        return d
 
     @cached_property
     def queue_policies(self) -> tuple[QueuePolicy, QueuePolicy]:
@@ -213,72 +168,32 @@ class ArmPolicy(Config):
         """Whether the queue policies read a predictive distribution."""
         return any(p.needs_dist for p in self.queue_policies)
 
-
-class PolicyConfig(Config):
-    """One arm of an experiment: its policy and, if given, its own predictions. Read from and written as
-    the flat keys of :class:`_PolicyFile`; the arm's name prefixes every error its policy raises."""
-
-    name: str = "fcfs-rr"
-    policy: ArmPolicy = Field(default_factory=ArmPolicy)
-    prediction: PredictionConfig | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_flat(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or isinstance(data.get("policy"), ArmPolicy):
-            return data  # not an object (pydantic says so), or already typed
-        flat = _PolicyFile(**data)
-        return {"name": flat.name, "policy": _arm_policy(flat), "prediction": flat.prediction}
-
-    @model_serializer(mode="wrap")
-    def _to_flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        d = handler(self)
-        p = d["policy"]
-        values = {**p["queue"], **p, **d, "queue": p["queue"]["name"]}  # the arm's name, not the queue's
-        out = {k: values.get(k) for k in _PolicyFile.model_fields}
-        for k in ("max_outstanding", "kv_reserve"):  # unset: written as before these existed
-            if out[k] is None:
-                del out[k]
-        return out
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        """The schema of the file format (flat keys), alone or inside a :class:`SimConfig`'s."""
-        return handler(_PolicyFile.__pydantic_core_schema__)
-
     @property
-    def needs_dist(self) -> bool:
-        """Whether the arm's queue policies read a predictive distribution."""
-        return self.policy.needs_dist
+    def policy(self) -> ArmPolicy:
+        """What the arm runs (itself: a :class:`PolicyConfig` is an :class:`ArmPolicy` with a name)."""
+        return self
 
 
-def _check_reserve(reserve: float | None, admission: str, where: str) -> None:
-    if reserve is None:
-        return
-    if not (math.isfinite(reserve) and 0.0 <= reserve <= 0.9):
-        raise ConfigError(f"{where}kv_reserve must be in [0, 0.9], got {reserve}",
-                          "give the share of KV the watermark admission keeps free, e.g. 0.1")
-    if admission != "watermark":
-        raise ConfigError(f"{where}kv_reserve is read only by admission 'watermark', not {admission!r}",
-                          "set admission to 'watermark', or drop kv_reserve")
+class _Named(Config):
+    """An arm's name (a base of :class:`PolicyConfig`, so it comes first in its file and its errors)."""
+
+    name: str = Field("fcfs-rr", description="arm name (unique)")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v:
+            raise FieldError("every policy needs a non-empty name")
+        return v
 
 
-def _arm_policy(flat: _PolicyFile) -> ArmPolicy:
-    """The typed policy of a checked flat arm; its queue policies are built here (today's checks, in
-    today's order: the decode queue's aging, parameters and ranges, then the prefill queue's)."""
-    given = {k: v for k in POLICY_PARAMS if (v := getattr(flat, k)) is not None}
-    try:
-        pair = build_flat_pair(flat.queue, flat.prefill_queue, flat.aging, flat.quantile_z, flat.preempt, given)
-    except LenpredError as e:
-        raise ConfigError(f"policy {flat.name!r}: {e.problem}", e.fix) from None
-    queue = params_model(flat.queue)(name=flat.queue, aging=flat.aging, quantile_z=flat.quantile_z,
-                                     preempt=flat.preempt, **given)
-    arm = ArmPolicy.model_construct(queue=queue, dispatch=flat.dispatch, prefill_queue=flat.prefill_queue,
-                                    prefill_dispatch=flat.prefill_dispatch, victim=flat.victim,
-                                    admission=flat.admission, max_outstanding=flat.max_outstanding,
-                                    kv_reserve=flat.kv_reserve)
-    arm.__dict__["queue_policies"] = pair  # checked above: keep the pair (what the cached property holds)
-    return arm
+class PolicyConfig(ArmPolicy, _Named):
+    """One arm of an experiment: its name, its policy (:class:`ArmPolicy`'s fields) and, if given, its own
+    predictions. Written with the queue policy as its typed object (``{"name": "sjf+lpt", "queue": {"name":
+    "sjf", "aging": 0.0, ...}, "dispatch": ...}``); read from that or from flat keys
+    (:func:`lenpred.sched.params.with_flat_keys`)."""
+
+    prediction: PredictionConfig | None = Field(None, description="default: the config's top-level prediction")
 
 
 def policies_for(policy: ArmPolicy) -> tuple[QueuePolicy, QueuePolicy]:

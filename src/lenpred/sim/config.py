@@ -7,11 +7,13 @@ list the valid ones)::
      "cluster":    {mode, n_prefill, n_decode, n_instances, profile, kv_capacity_tokens, ...},
      "workload":   {"n_requests": ..., "arrival": {process, rate, cv}, "lengths": {source, ...}},
      "prediction": {model, rel_mae, mae, repredict_every, path},     # default for every arm
-     "policies":   [{name, queue, dispatch, prefill_queue, prefill_dispatch, aging, ..., prediction}],
+     "policies":   [{name, queue: {name, ...its parameters}, dispatch, prefill_queue, prefill_dispatch,
+                     victim, admission, prediction}],
      "sweep":      {loads, load_unit, baseline, probe_requests},
      "metrics":    {short_threshold, slo_ttft_s, slo_tpot_s}}
 
-An arm (a ``policies`` entry, and the ``prediction`` sections) is :mod:`lenpred.sim.arm`'s. Every section is
+An arm (a ``policies`` entry, and the ``prediction`` sections) is :mod:`lenpred.sim.arm`'s; its ``queue`` is
+:data:`lenpred.sched.params.QueueParams` (flat keys beside it are read too). Every section is
 a :class:`lenpred.config.Config` (pydantic v2: frozen, unknown keys refused, one-line errors naming the field,
 ``json_schema()``). Validation only: nothing here reads files or looks inside registries beyond their names.
 """
@@ -28,7 +30,6 @@ from lenpred.config import Config
 from lenpred.errors import ConfigError
 from lenpred.sim.arm import (
     ADMISSIONS,
-    POLICY_PARAMS,
     TABLE_MODELS,
     VICTIMS,
     ArmPolicy,
@@ -325,7 +326,7 @@ class SimConfig(Config):
 
 
 __all__ = [
-    "ADMISSIONS", "POLICY_PARAMS", "TABLE_MODELS", "VICTIMS", "ArmPolicy", "ArrivalConfig", "ClusterConfig",
+    "ADMISSIONS", "TABLE_MODELS", "VICTIMS", "ArmPolicy", "ArrivalConfig", "ClusterConfig",
     "LengthConfig", "MetricsConfig", "PolicyConfig", "PredictionConfig", "SimConfig", "SweepConfig", "WorkloadConfig",
     "parse_loads", "policies_for", "prediction_models", "recommended_policy",
 ]

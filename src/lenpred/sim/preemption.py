@@ -30,16 +30,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from lenpred.sim.request import Request
 
-if TYPE_CHECKING:  # the instance owns its rules; the rules only read it
-    from lenpred.sim.instances import DecodeInstance
-
-__all__ = ["DecodeSetup", "KvRules", "kv_need"]
+__all__ = ["Batch", "DecodeSetup", "KvRules", "kv_need"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +62,20 @@ def kv_need(r: Request) -> int:
     return r.prompt + (r.gen if r.gen > 0 else 1)
 
 
+class Batch(Protocol):
+    """What the rules read of a decode instance (:class:`~lenpred.sim.instances.DecodeInstance` has it): its
+    queue policy, step count, running requests and KV counters."""
+
+    policy: Any  # the instance's QueuePolicy (its key orders victims under rule "policy")
+    step: int
+    running: dict[int, Request]
+    ctx: int
+    pred_sum: float
+    kv_reserved: int
+    reserved_pred: float
+    true_peak: int
+
+
 class KvRules:
     """The arm's KV victim and admission rules (``ArmPolicy.victim`` / ``admission``) and the budgets they
     admit against: the KV capacity, less the watermark (``cap_eff``), less ``kv_reserve`` (``cap_reserve``)."""
@@ -76,7 +87,7 @@ class KvRules:
         self.cap_eff = cap * (1.0 - setup.watermark)  # admission leaves this much headroom
         self.cap_reserve = cap * (1.0 - setup.kv_reserve)  # admission "watermark"
 
-    def pick_victim(self, d: DecodeInstance, t: float) -> Request:
+    def pick_victim(self, d: Batch, t: float) -> Request:
         """The running request of ``d`` the victim rule evicts at ``t``."""
         rule = self.victim
         victim: Request | None = None
@@ -100,7 +111,7 @@ class KvRules:
         assert victim is not None
         return victim
 
-    def admits(self, d: DecodeInstance, r: Request, used: int, empty: bool) -> bool:
+    def admits(self, d: Batch, r: Request, used: int, empty: bool) -> bool:
         """Whether queued ``r`` may join ``d``: ``used`` is the KV after it joins (running + in flight + one
         token each + its own), ``empty`` whether nothing runs or is in flight."""
         if used > self.cap_eff and not (empty and used <= self.cap):
@@ -119,7 +130,7 @@ class KvRules:
         return peak <= self.cap_eff
 
     @staticmethod
-    def horizon_peak(d: DecodeInstance, r: Request, truth: bool) -> float:
+    def horizon_peak(d: Batch, r: Request, truth: bool) -> float:
         """The most KV the batch of ``d`` would ever hold if ``r`` joined and every running request ran to its
         predicted (``truth``: true) end, one token per step, leaving then: with remaining lengths sorted
         down, rem_1 >= rem_2 >= ..., the footprint peaks just before the k-th one leaves, at

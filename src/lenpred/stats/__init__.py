@@ -26,27 +26,24 @@ Modules, in the order the analysis uses them:
 - :mod:`~lenpred.stats.portable` exp / expm1 with the same bits on every CPU (where a value decides an
   event order).
 - :mod:`~lenpred.stats.synthetic` synthetic runs with exact ground truth (for tests and docs).
+- :mod:`~lenpred.stats.quantiles` standard normal quantiles the whole package shares (:data:`Z90`):
+  predictors, OUTLETS, the scheduling policies and the router read them from here.
 
-Presentation (console tables, summary.md, plots) is :mod:`lenpred.report.bound`.
+Presentation (console tables, summary.md, plots) is :mod:`lenpred.report.bound`. The names below are
+imported lazily (the scheduling policies read :data:`Z90` without pandas).
 """
+
+from __future__ import annotations
 
 from lenpred.lazy import lazy_exports
 
-# lazy (PEP 562): importing lenpred.stats or one of its light modules (portable) stays cheap
-_WHERE = {
-    "BoundAnalysis": "lenpred.stats.analysis",
-    "analyse": "lenpred.stats.analysis",
-    "analyse_lengths": "lenpred.stats.analysis",
-    "analyse_path": "lenpred.stats.analysis",
-    "analyse_run": "lenpred.stats.analysis",
-    "load_bound": "lenpred.stats.artifact",
-    "load_per_prompt": "lenpred.stats.artifact",
-    "make_bound": "lenpred.stats.artifact",
-    "BoundConfig": "lenpred.stats.config",
-    "BoundSummary": "lenpred.stats.results",
-    "VariantBound": "lenpred.stats.results",
-    "Verdict": "lenpred.stats.results",
-    "read_length_table": "lenpred.stats.table",
+_LAZY = {
+    "BoundAnalysis": "analysis", "analyse": "analysis", "analyse_lengths": "analysis", "analyse_path": "analysis",
+    "analyse_run": "analysis", "load_bound": "artifact", "load_per_prompt": "artifact", "make_bound": "artifact",
+    "BoundConfig": "config", "BoundSummary": "results", "VariantBound": "results", "Verdict": "results",
+    "read_length_table": "table", "Z90": "quantiles",
 }
-__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
-__all__ = sorted(_WHERE)
+
+__all__ = sorted(_LAZY)
+
+__getattr__, __dir__ = lazy_exports(__name__, {name: f"{__name__}.{mod}" for name, mod in _LAZY.items()})
