@@ -71,7 +71,7 @@ def normalize_url(url: str, what: str = "url", path: bool = True) -> str:
 def _positive(where: str, **values: float | None) -> None:
     for k, v in values.items():
         if v is not None and not (math.isfinite(v) and v > 0):
-            raise ConfigError(f"{where}.{k} must be a number > 0, got {v!r}")
+            raise ConfigError(f"{where}.{k} must be a number > 0, got {v!r}", f"set {where}.{k} to a positive number")
 
 
 class BackendConfig(Config):
@@ -116,7 +116,7 @@ class BackendConfig(Config):
     @classmethod
     def _max(cls, v: int) -> int:
         if v < 1:
-            raise FieldError(f"max_outstanding must be >= 1, got {v}")
+            raise FieldError(f"max_outstanding must be >= 1, got {v}", "set it to the server's slots (llama.cpp --parallel; vLLM: its max_num_seqs)")
         return v
 
     @property
@@ -175,17 +175,17 @@ class EstimatorConfig(Config):
                   factor=self.factor, max_wait_ms=self.max_wait_ms, inline_p50_ms=self.inline_p50_ms,
                   inline_p99_ms=self.inline_p99_ms)
         if not (math.isfinite(self.runtime_tolerance) and self.runtime_tolerance >= 0):
-            raise ConfigError(f"estimator.runtime_tolerance must be >= 0, got {self.runtime_tolerance!r}")
+            raise ConfigError(f"estimator.runtime_tolerance must be >= 0, got {self.runtime_tolerance!r}", "set it to 0 or more")
         if self.inline_check_calls < 1:
-            raise ConfigError(f"estimator.inline_check_calls must be >= 1, got {self.inline_check_calls}")
+            raise ConfigError(f"estimator.inline_check_calls must be >= 1, got {self.inline_check_calls}", "set it to 1 or more (default 200)")
         if self.inline_max_batch < 1:
-            raise ConfigError(f"estimator.inline_max_batch must be >= 1, got {self.inline_max_batch}")
+            raise ConfigError(f"estimator.inline_max_batch must be >= 1, got {self.inline_max_batch}", "set it to 1 or more")
         if not (math.isfinite(self.retry_after_s) and self.retry_after_s >= 0):
-            raise ConfigError(f"estimator.retry_after_s must be >= 0, got {self.retry_after_s!r}")
+            raise ConfigError(f"estimator.retry_after_s must be >= 0, got {self.retry_after_s!r}", "set it to 0 or more seconds")
         if not (math.isfinite(self.spread) and self.spread >= 0):
-            raise ConfigError(f"estimator.spread must be >= 0, got {self.spread!r}")
+            raise ConfigError(f"estimator.spread must be >= 0, got {self.spread!r}", "set it to 0 or more tokens")
         if self.max_batch < 1:
-            raise ConfigError(f"estimator.max_batch must be >= 1, got {self.max_batch}")
+            raise ConfigError(f"estimator.max_batch must be >= 1, got {self.max_batch}", "set it to 1 or more")
         return self
 
 
@@ -214,7 +214,7 @@ class CalibrateConfig(Config):
     def _check(self) -> CalibrateConfig:
         for k in ("min_completions", "every_n", "window"):
             if getattr(self, k) < 1:
-                raise ConfigError(f"priority.calibrate.{k} must be >= 1, got {getattr(self, k)}")
+                raise ConfigError(f"priority.calibrate.{k} must be >= 1, got {getattr(self, k)}", f"set priority.calibrate.{k} to 1 or more")
         if self.min_completions > self.window:
             raise ConfigError(f"priority.calibrate.min_completions ({self.min_completions}) is above window "
                               f"({self.window})", "keep min_completions <= window")
@@ -320,7 +320,7 @@ class PriorityConfig(Config):
             raise ConfigError("priority.field is empty", "use the backend's field name, e.g. priority")
         _positive("priority", tokens_per_level=self.tokens_per_level)
         if self.min is not None and self.max is not None and self.min > self.max:
-            raise ConfigError(f"priority.min ({self.min}) is above priority.max ({self.max})")
+            raise ConfigError(f"priority.min ({self.min}) is above priority.max ({self.max})", "swap them, or widen the range")
         return self
 
 
@@ -338,7 +338,7 @@ class TimeoutConfig(Config):
     def _check(self) -> TimeoutConfig:
         _positive("timeouts", connect_s=self.connect_s, read_s=self.read_s, total_s=self.total_s)
         if not (math.isfinite(self.drain_s) and self.drain_s >= 0):
-            raise ConfigError(f"timeouts.drain_s must be >= 0, got {self.drain_s!r}")
+            raise ConfigError(f"timeouts.drain_s must be >= 0, got {self.drain_s!r}", "set it to 0 (no drain) or more seconds")
         return self
 
 
@@ -355,9 +355,9 @@ class HealthConfig(Config):
     def _check(self) -> HealthConfig:
         _positive("health", interval_s=self.interval_s, timeout_s=self.timeout_s)
         if not self.path.startswith("/"):
-            raise ConfigError(f"health.path must start with '/', got {self.path!r}")
+            raise ConfigError(f"health.path must start with '/', got {self.path!r}", "give a path on the backend, e.g. /health or /v1/models")
         if self.fail_after < 1 or self.recover_after < 1:
-            raise ConfigError("health.fail_after and health.recover_after must be >= 1")
+            raise ConfigError("health.fail_after and health.recover_after must be >= 1", "set both to 1 or more checks")
         return self
 
 
@@ -372,11 +372,11 @@ class LimitsConfig(Config):
     @model_validator(mode="after")
     def _check(self) -> LimitsConfig:
         if self.max_body_bytes < 1024:
-            raise ConfigError(f"limits.max_body_bytes must be >= 1024, got {self.max_body_bytes}")
+            raise ConfigError(f"limits.max_body_bytes must be >= 1024, got {self.max_body_bytes}", "set it to 1024 bytes or more")
         if self.max_queued < 0:
-            raise ConfigError(f"limits.max_queued must be >= 0, got {self.max_queued}")
+            raise ConfigError(f"limits.max_queued must be >= 0, got {self.max_queued}", "set it to 0 (no queue) or more")
         if self.max_attempts < 1:
-            raise ConfigError(f"limits.max_attempts must be >= 1, got {self.max_attempts}")
+            raise ConfigError(f"limits.max_attempts must be >= 1, got {self.max_attempts}", "set it to 1 (no retry) or more")
         _positive("limits", queue_timeout_s=self.queue_timeout_s)
         return self
 
@@ -457,10 +457,10 @@ class RouterConfig(Config):
         if dup:
             raise ConfigError(f"backend name {dup[0]!r} is used twice", "give each backend its own name or URL")
         if not 0 < self.port < 65536:
-            raise ConfigError(f"port must be 1..65535, got {self.port}")
+            raise ConfigError(f"port must be 1..65535, got {self.port}", "pick a free port, e.g. 8080")
         _positive("router", default_tokens=self.default_tokens)
         if not (math.isfinite(self.prompt_weight) and self.prompt_weight >= 0):
-            raise ConfigError(f"prompt_weight must be >= 0, got {self.prompt_weight!r}")
+            raise ConfigError(f"prompt_weight must be >= 0, got {self.prompt_weight!r}", "set it to 0 (ignore prompts) or more")
         q = QUEUE_POLICIES.get(self.queue_policy.name)
         if (q.needs_dist or q.needs_prediction) and self.estimator.kind == "none":
             needs = "a predictive distribution (a prediction and its spread)" if q.needs_dist else "a prediction"

@@ -67,16 +67,16 @@ class PredictionConfig(Config):
         if self.model not in valid:
             raise ConfigError(f"unknown prediction model {self.model!r}", f"use one of: {', '.join(valid)}")
         if self.rel_mae is not None and not (math.isfinite(self.rel_mae) and self.rel_mae >= 0):
-            raise ConfigError(f"prediction.rel_mae must be >= 0, got {self.rel_mae}")
+            raise ConfigError(f"prediction.rel_mae must be >= 0, got {self.rel_mae}", "give the MAE as a share of the mean true length, e.g. 0.3")
         if self.mae is not None and not (math.isfinite(self.mae) and self.mae >= 0):
-            raise ConfigError(f"prediction.mae must be >= 0, got {self.mae}")
+            raise ConfigError(f"prediction.mae must be >= 0, got {self.mae}", "give the MAE in tokens, e.g. 50")
         if self.model in ("lognormal", "additive") and self.rel_mae is None and self.mae is None:
-            raise ConfigError(f"prediction model {self.model!r} needs rel_mae or mae")
+            raise ConfigError(f"prediction model {self.model!r} needs rel_mae or mae", "set prediction.rel_mae (e.g. 0.3) or prediction.mae")
         if self.model == "lognormal" and self.mae is not None:
             raise ConfigError("prediction model 'lognormal' takes rel_mae (multiplicative), not mae",
                               "use model 'additive' for an absolute MAE")
         if self.repredict_every is not None and self.repredict_every < 1:
-            raise ConfigError(f"prediction.repredict_every must be an integer >= 1, got {self.repredict_every!r}")
+            raise ConfigError(f"prediction.repredict_every must be an integer >= 1, got {self.repredict_every!r}", "give the tokens between re-predictions, e.g. 32, or leave it unset")
         if self.model == "table" and not self.path:
             raise ConfigError("prediction model 'table' needs a path",
                               "set prediction.path to a predictions .parquet file (or pass --predictions FILE)")
@@ -183,7 +183,7 @@ class _Named(Config):
     @classmethod
     def _name(cls, v: str) -> str:
         if not v:
-            raise FieldError("every policy needs a non-empty name")
+            raise FieldError("every policy needs a non-empty name", "give each policy a name, e.g. \"fcfs+rr\"")
         return v
 
 
