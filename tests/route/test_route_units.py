@@ -56,6 +56,8 @@ ROOT = Path(__file__).resolve().parents[2]
      "'none' gives none -- fix: set estimator.kind to"),
     ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "chars", "spread": 0}, "priority": {"queue": "gboost"}},
      "priority.queue 'gboost' needs a predictive distribution, and estimator kind 'chars' with spread 0 gives a point"),
+    ({"backends": [{"url": "http://a:1"}], "priority": {"queue": "sjf", "preempt": True}},
+     "config.priority.queue: policy 'sjf': preempt is preemption at a decode instance, which a router does not run"),
     ({"backends": [{"url": "http://a:1"}], "estimator": {"kind": "none"}, "priority": {"queue": "sjf"}},
      "priority.queue 'sjf' needs a prediction, and estimator kind 'none' gives none"),
     ({"backends": [{"url": "http://a:1"}], "timeouts": {"read_s": 0}}, "timeouts.read_s must be a number > 0"),

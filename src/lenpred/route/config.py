@@ -296,7 +296,11 @@ class PriorityConfig(Config):
                              "(the engine's own scheduler does the rest)")
         if isinstance(name, str) and name not in QUEUE_POLICIES:
             raise FieldError(f"unknown queue policy {name!r}", f"use one of: auto, {', '.join(router_queues())}")
-        return queue_params(v)
+        params = queue_params(v)
+        if params.preempt:
+            raise FieldError(f"policy {params.name!r}: preempt is preemption at a decode instance, which a router does "
+                             "not run", "drop preempt (the backend's own scheduler preempts)")
+        return params
 
     def resolve(self, estimator_kind: str) -> PolicyParams:
         """The queue policy (with its parameters) run after an estimator of ``estimator_kind`` (``auto``
