@@ -13,3 +13,15 @@ def stubs():
     yield a, b
     a.stop()
     b.stop()
+
+
+@pytest.fixture()
+def two(stubs):
+    """The module's two stubs, started (a test may have stopped one) and reset before and after the test."""
+    for s in stubs:
+        if not s.alive:
+            s.start()
+        s.reset()
+    yield stubs
+    for s in stubs:
+        s.reset()

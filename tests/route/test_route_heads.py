@@ -69,9 +69,11 @@ def test_head_behind_a_lenpred_serve_process(proxy_head, stub, tmp_path):
             short, src = _predicted(r.url, "Answer with one word: is 41 even?")
             long, _ = _predicted(r.url, "Write a detailed, long essay with many sections about topic 41.")
             assert src == "remote:proxy-route" and short < 100 < 300 < long < 1024, (short, long)
-            # a request the service refuses (a role it does not know) falls back alone: the next one is the
-            # service's again (it was the chars fallback for retry_after_s, 30 s, for every request)
-            odd = {"model": "stub", "messages": [{"role": "narrator", "content": "Once upon a time"}]}
+            # a request the service refuses (no text to read: an image alone) falls back alone: the next one is
+            # the service's again (it was the chars fallback for retry_after_s, 30 s, for every request). An
+            # unknown role no longer reaches it: the router refuses that at its door (issue 39)
+            odd = {"model": "stub", "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/cat.png"}}]}]}
             resp = httpx.post(r.url + "/v1/chat/completions", json=odd, timeout=30)
             assert resp.status_code == 200 and resp.headers["x-lenpred-estimator"] == "chars+fallback"
             assert _predicted(r.url, "Answer with one word: is 42 even?")[1] == "remote:proxy-route"

@@ -17,16 +17,6 @@ from lenpred.route.config import RouterConfig
 PARTS = [{"type": "text", "text": "say"}, {"type": "text", "text": "a few words"}]
 
 
-@pytest.fixture()
-def two(stubs):
-    for s in stubs:
-        if not s.alive:
-            s.start()
-        s.reset()
-    yield stubs
-    for s in stubs:
-        s.reset()
-
 
 def _cfg(stubs, string_only=(), **kw) -> RouterConfig:
     return RouterConfig.from_dict({

@@ -8,18 +8,10 @@ from __future__ import annotations
 import json
 
 import httpx
-import pytest
 from route_testing import RouterThread, sse_data
 
 from lenpred.route.config import RouterConfig
 from lenpred.serve.wire import MAX_JSON_DEPTH, json_depth, too_deep
-
-
-@pytest.fixture()
-def two(stubs):
-    for s in stubs:
-        s.reset()
-    return stubs
 
 
 def _cfg(stubs, **limits) -> RouterConfig:

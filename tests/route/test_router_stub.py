@@ -11,20 +11,10 @@ import logging
 import time
 
 import httpx
-import pytest
 from route_testing import RouterThread, Stub, sse_data
 
 from lenpred.route.config import RouterConfig
 from lenpred.route.estimators import Estimate
-
-
-@pytest.fixture()
-def two(stubs):
-    for s in stubs:
-        if not s.alive:
-            s.start()
-        s.reset()
-    return stubs
 
 
 def _cfg(stubs, **kw) -> RouterConfig:
