@@ -52,6 +52,10 @@ _ROWS = {
                                                                                  "priority": "yes"}]})),
     "route-unknown-queue": _route("config.priority.queue: unknown queue policy 'shortest' -- fix: use one of: auto, boost2, fcfs, gboost, sjf",
                                   _cfg({"backends": _OK_BACKENDS, "priority": {"queue": "shortest"}})),
+    # issue 37: a dispatcher that reads predictions, with no estimator to make them
+    "route-dispatch-needs-prediction": _route(
+        "policy 'least-predicted-tokens' dispatches by predicted tokens, and estimator kind 'none' gives no prediction",
+        _cfg({"backends": _OK_BACKENDS, "policy": "least-predicted-tokens", "estimator": {"kind": "none"}})),
     "route-queue-needs-engine": _route("queue policy 'gittins' cannot order the router's queue",
                                        _cfg({"backends": _OK_BACKENDS, "priority": {"queue": "gittins"}})),
     "route-negative-aging": _route("config.priority.queue: policy 'sjf': aging must be in [0, inf), got -5",

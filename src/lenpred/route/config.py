@@ -474,6 +474,13 @@ class RouterConfig(Config):
             raise ConfigError(f"priority.queue {q.name!r} needs a predictive distribution, and estimator kind "
                               "'chars' with spread 0 gives a point",
                               "set estimator.spread > 0 (sd / mean, e.g. 0.5), or use a head's prediction")
+        # asked for by name only: the default dispatcher with no estimator sees default_tokens per request
+        # (least requests, weighted by n), as before
+        if "policy" in self.model_fields_set and DISPATCHERS.get(self.policy).needs_prediction \
+                and self.estimator.kind == "none":
+            raise ConfigError(f"policy {self.policy!r} dispatches by predicted tokens, and estimator kind 'none' "
+                              "gives no prediction", "set estimator.kind to inline, head, remote or chars, or "
+                              "policy to least-requests (or another dispatcher that reads no prediction)")
         return self
 
     @property
