@@ -17,7 +17,7 @@ would read the request; none of these does, and a caller without one passes noth
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -74,8 +74,11 @@ class RoundRobin(Dispatcher):
         return i
 
 
-def _argmin(values: list[float]) -> int:
-    # Ties go to the lowest index: deterministic.
+_Load = TypeVar("_Load", float, tuple[float, float])  # a load, or a load and its tie-break
+
+
+def _argmin(values: Sequence[_Load]) -> int:
+    # Ties go to the lowest index: deterministic. Tuples compare in order (a load, then its tie-break).
     best = 0
     for i in range(1, len(values)):
         if values[i] < values[best]:
@@ -110,8 +113,7 @@ class LeastObservedLoad(Dispatcher):
     name = "least-observed-load"
 
     def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
-        loads = [(p.outstanding_requests(), p.observed_tokens()) for p in pool]
-        return min(range(len(loads)), key=loads.__getitem__)  # ties: the lowest index
+        return _argmin([(float(p.outstanding_requests()), p.observed_tokens()) for p in pool])
 
 
 @DISPATCHERS.register("least-kv")
