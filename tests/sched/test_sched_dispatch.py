@@ -47,7 +47,15 @@ def test_observed_load_dispatchers_read_no_prediction() -> None:
     tie = [_Fake(0, 1, 0.0, 7.0), _Fake(1, 1, 0.0, 7.0)]
     assert make_dispatcher("least-observed-load").choose(tie, r) == 0 and make_dispatcher("least-kv").choose(tie, r) == 0
     needs = sorted(n for n in DISPATCHERS.names() if DISPATCHERS.get(n).needs_prediction)
-    assert needs == ["least-predicted-tokens"]
+    assert needs == ["least-predicted-tokens", "least-requests-predicted"]
+
+
+def test_the_hybrid_breaks_jsq_ties_by_prediction_only() -> None:
+    # (requests, predicted tokens): the count decides; the prediction only among the fewest
+    pool = [_Fake(0, 3, 10.0), _Fake(1, 2, 900.0), _Fake(2, 2, 400.0), _Fake(3, 4, 0.0)]
+    assert make_dispatcher("least-requests-predicted").choose(pool) == 2
+    assert make_dispatcher("least-requests").choose(pool) == 1
+    assert make_dispatcher("least-predicted-tokens").choose(pool) == 3
 
 
 def test_power_of_two_is_seeded_and_picks_the_lighter_of_two() -> None:
@@ -64,7 +72,7 @@ def test_power_of_two_is_seeded_and_picks_the_lighter_of_two() -> None:
 
 def test_the_registry_lists_its_members() -> None:
     assert DISPATCHERS.names() == ["least-kv", "least-observed-load", "least-predicted-tokens", "least-requests",
-                                   "power-of-two", "round-robin"]
+                                   "least-requests-predicted", "power-of-two", "round-robin"]
 
 
 def test_the_request_is_optional() -> None:

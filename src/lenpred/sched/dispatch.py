@@ -26,7 +26,7 @@ from lenpred.sched.job import Job
 
 __all__ = [
     "DISPATCHERS", "Dispatcher", "LeastObservedLoad", "LeastObservedTokens", "LeastOutstandingRequests",
-    "LeastPredictedTokens", "Loaded", "PowerOfTwoChoices",
+    "LeastPredictedTokens", "LeastRequestsPredictedTies", "Loaded", "PowerOfTwoChoices",
     "RoundRobin", "make_dispatcher",
 ]
 
@@ -103,6 +103,18 @@ class LeastPredictedTokens(Dispatcher):
 
     def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
         return _argmin([p.outstanding_tokens() for p in pool])
+
+
+@DISPATCHERS.register("least-requests-predicted")
+class LeastRequestsPredictedTies(Dispatcher):
+    """The hybrid: fewest outstanding requests, as join-shortest-queue; among those, the fewest predicted
+    outstanding tokens. A prediction can only break JSQ's ties, never overrule its count."""
+
+    name = "least-requests-predicted"
+    needs_prediction = True
+
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
+        return _argmin([(float(p.outstanding_requests()), p.outstanding_tokens()) for p in pool])
 
 
 @DISPATCHERS.register("least-observed-load")
