@@ -25,6 +25,9 @@ from lenpred.sim.engine import SimResult, Simulator
 from lenpred.sim.episode import Episode
 from lenpred.sim.workload import Workload
 from lenpred.sim.yardstick import (
+    batch_figures,
+    batch_ratio,
+    best_free,
     cell_figures,
     converge,
     diverging,
@@ -259,6 +262,41 @@ def test_steady_window_trims_the_first_and_last_tenth() -> None:
     assert steady_mask(res, 0.25).tolist() == [False, True, True, False]
     with pytest.raises(ConfigError, match="slo_target must be in"):
         MetricsConfig(slo_target=1.5)
+
+
+def test_best_free_is_the_lowest_short_p99_within_5_percent_of_the_best_overall() -> None:
+    arms = {"rr": {"short_p99_s": 9.0, "p99_s": 10.0}, "jsq": {"short_p99_s": 4.0, "p99_s": 10.4},
+            "las": {"short_p99_s": 1.0, "p99_s": 20.0},  # buys its short P99 with the tail: not eligible
+            "late": {"short_p99_s": 3.0, "p99_s": 10.5}, "sjf/mlp": {"short_p99_s": 0.5, "p99_s": 10.0}}
+    free = ["rr", "jsq", "las", "late", "p2"]  # p2 absent from the cell: skipped
+    assert best_free(arms, free) == "late"  # 10.5 <= 1.05 x 10.0
+    arms["late"]["p99_s"] = 10.51  # > 1.05 x 10.0: out
+    assert best_free(arms, free) == "jsq"
+    arms["jsq"]["short_p99_s"] = 9.0  # a tie with rr: the first in free's order
+    assert best_free(arms, free) == "rr"
+    with pytest.raises(ConfigError, match="no prediction-free arm"):
+        best_free({"sjf/mlp": arms["sjf/mlp"]}, free)
+
+
+def test_batch_means_cut_the_window_by_arrival_and_give_a_t_interval() -> None:
+    n = 40
+    arrival = np.arange(n, dtype=float)[::-1].copy()  # arrival order is the reverse of the index
+    lat = np.where(np.arange(n) >= 20, 2.0, 1.0)  # the first 20 arrivals (indices 20-39) take 2 s
+    z = np.zeros(n)
+    res = SimResult(rid=np.arange(n), arrival=arrival, prompt=np.full(n, 10), output=np.full(n, 5), pred=z,
+                    t_prefill_start=arrival, t_first=arrival, t_decode_admit=arrival, t_finish=arrival + lat,
+                    n_preempt=np.zeros(n, dtype=np.int64), rejected=np.zeros(n, dtype=bool), mode="disaggregated")
+    b = batch_figures(res, 10.0, np.ones(n, dtype=bool), k=4)
+    assert b["p99_s"] == pytest.approx([2.0, 2.0, 1.0, 1.0]) and b["short_p99_s"] == b["p99_s"]
+    r = batch_ratio([2.0, 2.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0])
+    assert r is not None and r.mean == pytest.approx(1.5) and r.k == 4
+    half = 3.182446305284263 * math.sqrt(1 / 3) / 2  # t(0.975, 3) x sd / sqrt(4)
+    assert (r.lo, r.hi) == pytest.approx((1.5 - half, 1.5 + half))
+    assert batch_ratio([1.0, None], [1.0, 2.0]) is None  # one usable batch
+    with pytest.raises(ConfigError, match="same k"):
+        batch_ratio([1.0], [1.0, 2.0])
+    with pytest.raises(ConfigError, match="k >= 2"):
+        batch_figures(res, 10.0, np.ones(n, dtype=bool), k=1)
 
 
 def test_sweep_runs_an_episode_in_capacity_units_and_refuses_one_too_long() -> None:

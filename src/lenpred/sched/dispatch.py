@@ -6,8 +6,9 @@ instance, prompt tokens on a prefill instance) and ``observed_tokens()`` (prompt
 of what it holds: what a router or the server's KV gauge counts, no prediction): the :class:`Loaded`
 protocol. Dispatchers: ``round-robin``, ``least-requests`` (join the shortest queue), ``power-of-two``
 (the lighter of two instances drawn at random, from a seeded generator), ``least-observed-load`` (least
-requests, ties by observed tokens), ``least-kv`` (least observed tokens: KV-usage routing) and
-``least-predicted-tokens``, the one that reads predictions (``needs_prediction``).
+requests, ties by observed tokens), ``least-kv`` (least observed tokens: KV-usage routing), and the two that read predictions
+(``needs_prediction``): ``least-predicted-tokens`` and the hybrid ``least-requests-predicted`` (least
+requests, ties by predicted outstanding tokens).
 
 The simulator and the router call the same method, ``choose(pool, req=None)``: the index in ``pool``
 of the instance to send to. ``req`` (a :class:`~lenpred.sched.job.Job`) is there for a dispatcher that

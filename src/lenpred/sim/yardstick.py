@@ -22,7 +22,7 @@ yardstick measures where a figure has a limit:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,6 +215,77 @@ def cell_figures(res: SimResult, short_threshold: float, metrics: MetricsConfig,
     }
 
 
+# ---------------------------------------------------------------- the best prediction-free arm; batch means
+FREE_OVERALL = 1.05  # best_free: an arm's overall P99 within this x the lowest of the prediction-free arms
+BATCHES = 10  # batch_figures: contiguous batches of the steady window, by arrival
+
+
+def best_free(arms: Mapping[str, Mapping[str, Any]], free: Sequence[str], *, key: str = "short_p99_s",
+              overall: str = "p99_s", slack: float = FREE_OVERALL) -> str:
+    """The reference of a cell and seed (issue 37): among the prediction-free arms ``free`` present in
+    ``arms`` (arm -> figures), those whose overall P99 is within ``slack`` x the lowest overall P99 of any of
+    them; of those, the lowest short-request P99 (ties: the first in ``free``'s order). One rule, the
+    same in every cell: the strongest scheduler a router can run without a prediction, never one that
+    buys its short P99 with the long requests' tail."""
+    have = [f for f in free if f in arms and arms[f].get(overall) is not None and arms[f].get(key) is not None]
+    if not have:
+        raise ConfigError(f"no prediction-free arm with {key} and {overall} among {sorted(arms)}",
+                          f"run at least one of {', '.join(free)} in the cell")
+    floor = min(float(arms[f][overall]) for f in have)
+    ok = [f for f in have if float(arms[f][overall]) <= slack * floor]
+    return min(ok, key=lambda f: (float(arms[f][key]), ok.index(f)))
+
+
+def batch_figures(res: SimResult, short_threshold: float, mask: np.ndarray, k: int = BATCHES
+                  ) -> dict[str, list[float | None]]:
+    """Batch means' raw material: the requests in ``mask`` in arrival order, cut into ``k`` contiguous
+    batches of (nearly) equal size, and each batch's short-request P99, overall P99 and short P50 (s).
+    The same cut for every arm of a cell (same requests, same arrivals), so a ratio of two arms can be
+    taken batch by batch (:func:`batch_ratio`)."""
+    if not (isinstance(k, int) and k >= 2):
+        raise ConfigError(f"batch means need k >= 2 batches, got {k!r}", "use k = 10")
+    e2e = latency_arrays(res)["e2e"]
+    idx = np.flatnonzero(mask)
+    idx = idx[np.argsort(res.arrival[idx], kind="stable")]
+    short = res.output < short_threshold
+    out: dict[str, list[float | None]] = {"short_p99_s": [], "p99_s": [], "short_p50_s": []}
+    for part in np.array_split(idx, k):
+        done = part[np.isfinite(e2e[part])]
+        sh = done[short[done]]
+        out["short_p99_s"].append(_q(e2e[sh], 99))
+        out["p99_s"].append(_q(e2e[done], 99))
+        out["short_p50_s"].append(_q(e2e[sh], 50))
+    return out
+
+
+@dataclass(frozen=True)
+class BatchRatio:
+    """The ratio of two arms' figure by batch means: ``mean`` of the k per-batch ratios, its two-sided
+    ``level`` Student-t interval [``lo``, ``hi``], and ``k``."""
+
+    mean: float
+    lo: float
+    hi: float
+    k: int
+    level: float = 0.95
+
+
+def batch_ratio(num: Sequence[float | None], den: Sequence[float | None], level: float = 0.95) -> BatchRatio | None:
+    """Batch means of num / den (two arms' per-batch figures from :func:`batch_figures`); None with fewer
+    than two batches where both are defined and den > 0."""
+    from scipy import stats
+
+    if len(num) != len(den):
+        raise ConfigError(f"batch figures of different lengths ({len(num)} and {len(den)})",
+                          "cut both arms' windows with the same k (batch_figures)")
+    r = np.array([a / b for a, b in zip(num, den, strict=True) if a is not None and b is not None and b > 0])
+    if r.size < 2:
+        return None
+    m, se = float(r.mean()), float(r.std(ddof=1) / math.sqrt(r.size))
+    h = float(stats.t.ppf(0.5 + level / 2, r.size - 1)) * se
+    return BatchRatio(m, m - h, m + h, int(r.size), level)
+
+
 # ---------------------------------------------------------------- episodes in capacity units
 def tail_for(base: float, peak: float, burst_s: float) -> float:
     """Seconds at the base load after a burst: twice the time the base load's spare capacity needs
@@ -238,6 +309,7 @@ def episode_arrival(base: float, peak: float, burst_s: float, *, inner: str = "p
 
 
 __all__ = [
-    "Convergence", "Goodput", "cell_figures", "converge", "diverging", "drain_s", "episode_arrival", "episode_mask",
+    "BATCHES", "FREE_OVERALL", "BatchRatio", "Convergence", "Goodput", "batch_figures", "batch_ratio", "best_free",
+    "cell_figures", "converge", "diverging", "drain_s", "episode_arrival", "episode_mask",
     "goodput_search", "largest_move", "steady_mask", "tail_for",
 ]
