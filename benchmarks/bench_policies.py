@@ -57,13 +57,23 @@ class Arm:
     predictor: str  # the row's predictor label ("-": none)
     queue: str
     params: tuple[tuple[str, Any], ...] = ()
+    dispatch: str | None = None  # None: round-robin without a prediction, least-predicted-tokens with one
+    late: bool = False  # late binding: one queue per pool, sent while an instance holds < its batch limit
 
-    def config(self, prediction: Any) -> Any:
+    def config(self, prediction: Any, batch: int | None = None) -> Any:
+        """The simulator's policy; ``batch`` (the decode batch limit) is the late-binding limit."""
+        from lenpred.errors import ConfigError
         from lenpred.sim.config import PolicyConfig
 
-        dispatch = "round-robin" if self.predictor == "-" else "least-predicted-tokens"
-        return PolicyConfig(name=f"{self.policy} {self.predictor}", queue=self.queue, dispatch=dispatch,
-                            prediction=prediction, **dict(self.params))
+        default = "least-requests" if self.late else "round-robin" if self.predictor == "-" else "least-predicted-tokens"
+        late: dict[str, Any] = {}
+        if self.late:
+            if batch is None:
+                raise ConfigError(f"arm {self.policy}/{self.predictor} binds late but no batch limit was given",
+                                  "pass the cell's decode batch limit (max_outstanding = batch)")
+            late = {"max_outstanding": int(batch)}
+        return PolicyConfig(name=f"{self.policy} {self.predictor}", queue=self.queue, dispatch=self.dispatch or default,
+                            prediction=prediction, **dict(self.params), **late)
 
 
 POINT = [("sjf", "sjf", ()), (f"sjf aging{AGING:g}", "sjf", (("aging", AGING),)), ("hrrn", "hrrn", ()),

@@ -115,10 +115,29 @@ def grid(a: argparse.Namespace) -> list[Cell]:
 
 
 # ---------------------------------------------------------------- arms
+# the dispatcher's short name in an arm's label ("fcfs @jsq/-")
+DISPATCH_LABEL = {"round-robin": "rr", "least-requests": "jsq", "power-of-two": "p2", "least-observed-load": "lol",
+                  "least-kv": "lkv", "least-predicted-tokens": "lpt", "least-requests-predicted": "jsq+pred"}
+# issue 37: the prediction-free arms a router can run (late binding = lenpred route's pool with max_outstanding),
+# and the predictor arms built on the same dispatchers, up to the true sizes
+FREE_ARMS = ("fcfs/-:dispatch=least-requests", "fcfs/-:dispatch=power-of-two", "fcfs/-:dispatch=least-observed-load",
+             "fcfs/-:dispatch=least-kv", "fcfs/-:late")
+ON_FREE_ARMS = ("sjf/mlp:aging=100:late", "gboost/mlp:late", "gboost/outlets:late",
+                "fcfs/mlp:dispatch=least-requests-predicted", "gboost/mlp:dispatch=least-requests",
+                "sjf/true:aging=100:late", "gboost/true:late")
+PREDICTORS = ("-", "mlp", "proxy", "prompt-median", "samples", "outlets", "true")
+
+
 def parse_arm(spec: str) -> tuple[str, Arm]:
     """``policy/predictor`` as bench_policies.py names its arms (e.g. ``sjf aging100/mlp``), or a
-    queue policy of lenpred.sched with parameters: ``QUEUE/PREDICTOR:key=value:key=value``."""
+    queue policy of lenpred.sched with options: ``QUEUE/PREDICTOR:key=value:...``. The options
+    ``dispatch=NAME`` (a dispatcher of lenpred.sched.dispatch; default round-robin without a prediction,
+    least-predicted-tokens with one) and ``late`` (late binding: one queue per pool in the queue's order, a
+    request sent while an instance holds fewer than the cell's batch limit; default dispatch least-requests)
+    choose the dispatch; every other key is a queue parameter (a number). A prediction-free arm (``-``)
+    whose dispatcher or queue reads a prediction is refused."""
     from lenpred.errors import ConfigError
+    from lenpred.sched.dispatch import DISPATCHERS
     from lenpred.sched.queue import QUEUE_POLICIES
 
     head, *params = spec.split(":")
@@ -126,14 +145,38 @@ def parse_arm(spec: str) -> tuple[str, Arm]:
     known = {f"{x.policy}/{x.predictor}": x for x in arms("sharegpt")}
     if not params and head in known:
         return head, known[head]
-    preds = ("-", "mlp", "proxy", "prompt-median", "samples", "outlets", "true")
-    if not pred or pred not in preds or name not in QUEUE_POLICIES:
+    if not pred or pred not in PREDICTORS or name not in QUEUE_POLICIES:
         raise ConfigError(f"unknown arm {spec!r}", f"use POLICY/PREDICTOR from bench_policies.py (e.g. {BASELINE}, "
                           f"sjf aging100/mlp) or QUEUE/PREDICTOR[:key=value...] with a queue of "
-                          f"{', '.join(QUEUE_POLICIES.names())} and a predictor of {', '.join(preds)}")
-    kv = tuple((k, float(v)) for k, _, v in (p.partition("=") for p in params))
-    label = name + "".join(f" {k}{v:g}" for k, v in kv)
-    return f"{label}/{pred}", Arm(label, pred, name, kv)
+                          f"{', '.join(QUEUE_POLICIES.names())} and a predictor of {', '.join(PREDICTORS)}")
+    dispatch, late, kv = None, False, []
+    for p in params:
+        k, eq, v = p.partition("=")
+        if k == "late" and (not eq or v in ("1", "true")):
+            late = True
+        elif k == "dispatch":
+            if v not in DISPATCHERS:
+                raise ConfigError(f"arm {spec!r}: unknown dispatcher {v!r}",
+                                  f"use dispatch= one of {', '.join(DISPATCHERS.names())}")
+            dispatch = v
+        else:
+            try:
+                kv.append((k, float(v)))
+            except ValueError:
+                raise ConfigError(f"arm {spec!r}: {p!r} is not key=number, dispatch=NAME or late",
+                                  "give queue parameters as numbers, e.g. sjf/mlp:aging=100:late") from None
+    if pred == "-":
+        needs = [f"dispatcher {dispatch!r}"] if dispatch and DISPATCHERS.get(dispatch).needs_prediction else []
+        q = QUEUE_POLICIES.get(name)
+        needs += [f"queue {name!r}"] if q.needs_prediction or q.needs_dist else []
+        if needs:
+            raise ConfigError(f"arm {spec!r}: the {' and the '.join(needs)} read(s) a predicted length, and the arm "
+                              "has no prediction ('-')",
+                              f"name a predictor ({', '.join(PREDICTORS[1:])}) or a prediction-free dispatcher "
+                              f"({', '.join(n for n in DISPATCHERS.names() if not DISPATCHERS.get(n).needs_prediction)})")
+    label = name + "".join(f" {k}{v:g}" for k, v in kv) + (f" @{DISPATCH_LABEL.get(dispatch, dispatch)}" if dispatch
+                                                             else "") + (" late" if late else "")
+    return f"{label}/{pred}", Arm(label, pred, name, tuple(kv), dispatch, late)
 
 
 # ---------------------------------------------------------------- one cell's simulations
@@ -170,7 +213,8 @@ class CellRunner:
         setup = RunSetup.of(cfg)
         out = {}
         for name, x in todo.items():
-            out[name] = run_one(setup, wl, x.config(prediction(x.predictor, self.tables, samples)), rate, cache=cache)
+            pol = x.config(prediction(x.predictor, self.tables, samples), self.cell.batch)
+            out[name] = run_one(setup, wl, pol, rate, cache=cache)
             self.n_simulated += out[name].n
         return out, float(np.median(wl.output))
 
@@ -194,7 +238,15 @@ class CellRunner:
                 "moves": c.moves(), "rate_rps": load * self.cap, "arms": last["figures"],
                 "short_threshold_tokens": last["short_threshold_tokens"]}
 
-    def episode(self) -> dict[str, Any]:
+    def steady_at(self, n: int, rate: float, names: Sequence[str]) -> dict[str, Any]:
+        """The arms ``names`` at one N (a committed cell's): the figures and each arm's batch figures."""
+        from lenpred.sim.yardstick import batch_figures, cell_figures, steady_mask
+
+        res, thr = self.simulate(self.config(n), rate, names)
+        return {k: {**cell_figures(r, thr, self.a.metrics, steady_mask(r)),
+                    "batches": batch_figures(r, thr, steady_mask(r))} for k, r in res.items()}
+
+    def episode(self, names: Sequence[str] | None = None) -> dict[str, Any]:
         from lenpred.sim.episode import Episode
         from lenpred.sim.yardstick import cell_figures, drain_s, episode_arrival, episode_mask
 
@@ -204,14 +256,14 @@ class CellRunner:
         ep = Episode.of(arr)
         assert ep is not None
         rate = BASE * self.cap
-        res, thr = self.simulate(self.config(ep.requests_needed(rate, cv), arr), rate)
+        res, thr = self.simulate(self.config(ep.requests_needed(rate, cv), arr), rate, names)
         figs = {k: {**cell_figures(r, thr, self.a.metrics, episode_mask(r, ep)), "drain_s": drain_s(r, ep),
                     "drained": drain_s(r, ep) <= ep.tail, "n": r.n} for k, r in res.items()}
         return {"episode": {"base": BASE, "peak": peak, "burst_s": burst, "start_s": ep.start, "tail_s": ep.tail,
                             "end_s": ep.end, "inner": inner, "cv": cv},
                 "rate_rps": rate, "arms": figs, "short_threshold_tokens": thr}
 
-    def goodput(self) -> dict[str, Any]:
+    def goodput(self, names: Sequence[str] | None = None) -> dict[str, Any]:
         from lenpred.sim.summary import attainment_by_class
         from lenpred.sim.yardstick import goodput_search, steady_mask
 
@@ -227,7 +279,7 @@ class CellRunner:
             return memo[load, name][cls] or 0.0
 
         out: dict[str, Any] = {}
-        for name in self.arms:
+        for name in names or self.arms:
             out[name] = {}
             for cls in ("all", "short", "long"):
                 g = goodput_search(lambda x, k=name, c=cls: attain(x, k, c), GOODPUT_LO, GOODPUT_HI,
@@ -359,6 +411,80 @@ def run_study(a: argparse.Namespace, say: Any) -> None:
             + (f", N {row['n']} ({'converged' if row['converged'] else 'NOT converged'})" if "converged" in row else ""))
 
 
+def augment_row(a: argparse.Namespace, row: dict[str, Any], tables: dict[str, str], source: Path) -> dict[str, Any]:
+    """A committed cell row with the arms of ``--arms`` it lacks added, run on the same cell: the same seed,
+    N (steady) or episode, rate and capacity, so on the same requests as the arms it holds. The baseline is
+    run again beside them and must reproduce the row's figures exactly (same workload, same simulator);
+    otherwise the row is refused rather than mixed. Steady cells get each added arm's batch figures (batch
+    means, issue 37 part 4) and the baseline's."""
+    from lenpred.errors import ConfigError
+
+    c = row["cell"]
+    cell = Cell(c["regime"], c["cluster"], int(c["batch"]), c["where"], c["arrival"], int(c["seed"]))
+    names = [k for k in a.arm_objs if k not in row["arms"]]
+    runner = CellRunner(a, cell, float(row["capacity_rps"]), tables)
+    t0, c0 = time.perf_counter(), time.process_time()
+    check = [] if cell.regime == "goodput" else [BASELINE]
+    if cell.regime == "steady":
+        got = runner.steady_at(int(row["n"]), float(row["rate_rps"]), [*names, *check])
+    elif cell.regime == "episode":
+        got = runner.episode([*names, *check])["arms"] if names or check else {}
+    else:
+        got = runner.goodput(names)["arms"] if names else {}
+    for k in check:
+        mine, theirs = got.pop(k), row["arms"][k]
+        same = all(mine.get(f) == theirs.get(f) for f in ("short_p99_s", "p99_s"))
+        if not same:
+            raise ConfigError(f"{source} {row['key']}: {k} reran at short P99 {mine.get('short_p99_s')} s, P99 "
+                              f"{mine.get('p99_s')} s, the row holds {theirs.get('short_p99_s')}, {theirs.get('p99_s')}: "
+                              "a different workload or simulator, so the new arms cannot join this row",
+                              "rerun the whole cell (without --augment) into a new work folder")
+        if "batches" in mine:
+            theirs = {**theirs, "batches": mine["batches"]}
+        got[k] = theirs
+    prev = row.get("added", {})
+    return {**row, "arms": {**row["arms"], **got},
+            "added": {"arms": [*prev.get("arms", []), *names], "from": str(source),
+                      "n_simulated": prev.get("n_simulated", 0) + runner.n_simulated,
+                      "cpu_s": prev.get("cpu_s", 0.0) + time.process_time() - c0,
+                      "wall_s": prev.get("wall_s", 0.0) + time.perf_counter() - t0}}
+
+
+def _selected(a: argparse.Namespace, c: dict[str, Any]) -> bool:
+    """A committed cell in the loads (steady) or episodes and arrivals (episode) the flags name."""
+    if c["regime"] == "steady":
+        return any(abs(float(c["where"]) - x) < 1e-9 for x in a.loads)
+    if c["regime"] == "episode":
+        return c["where"] in a.episodes and c["arrival"] in a.arrivals
+    return True
+
+
+def run_augment(a: argparse.Namespace, say: Any) -> None:
+    """Every row of ``--augment`` in the selected regimes, clusters, batches and seeds, with the arms it lacks
+    added (:func:`augment_row`), into WORK/cells.jsonl; rows already there are skipped (resumable)."""
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    jl = work / "cells.jsonl"
+    have = {r["key"] for r in read_cells(jl, partial=True)}
+    src_rows = read_cells(Path(a.augment))
+    todo = [r for r in src_rows if r["key"] not in have and r["cell"]["regime"] in a.regimes
+            and r["cell"]["cluster"] in a.clusters and int(r["cell"]["batch"]) in a.batches
+            and int(r["cell"]["seed"]) in a.seeds and _selected(a, r["cell"])]
+    say(f"{len(todo)} row(s) of {a.augment} to augment, {len(have)} already in {jl}")
+    if not todo:
+        return
+    src = sources(argparse.Namespace(alpaca_roles=None))["sharegpt"]
+    tables = {**make_tables(src, work, None, "", "", say), "outlets": a.outlets}
+    t0 = time.monotonic()
+    for i, row in enumerate(todo):
+        if a.max_minutes is not None and time.monotonic() - t0 > 60.0 * a.max_minutes:
+            say(f"--max-minutes {a.max_minutes:g} spent: stopping with {len(todo) - i} row(s) left (run again)")
+            return
+        new = augment_row(a, row, tables, Path(a.augment))
+        append_row(jl, new)
+        say(f"{row['key']}: +{len(new['arms']) - len(row['arms'])} arm(s) in {new['added']['cpu_s']:.1f} s CPU")
+
+
 def _list(values: str | Sequence[Any], valid: Sequence[Any], what: str) -> list[Any]:
     """A comma-separated flag (or the numbers argparse read from one) checked against its valid values."""
     from lenpred.errors import ConfigError
@@ -396,6 +522,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--slo-tpot", type=float, default=0.10)
     ap.add_argument("--max-minutes", type=float, default=None,
                     help="start no new cell after this many minutes (a lock held <= 10 min: run again to go on)")
+    ap.add_argument("--augment", default=None, metavar="CELLS",
+                    help="add the arms of --arms that each row of this committed cells file lacks, on the same cell "
+                         "(N, episode, rate), checking the baseline reproduces; rows to WORK/cells.jsonl")
     ap.add_argument("--dry-run", action="store_true", help="list the cells and estimate runs and CPU time")
     ap.add_argument("--report-only", action="store_true", help="write the report from WORK/cells.jsonl")
     return ap.parse_args(argv)
@@ -436,7 +565,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.dry_run:
         print(dry_run(a, grid(a), Path(a.work)))
         return 0
-    return run_then_report(None if a.report_only else lambda: run_study(a, say),
+    study = (lambda: run_augment(a, say)) if a.augment else (lambda: run_study(a, say))
+    return run_then_report(None if a.report_only else study,
                            lambda: write_report(Path(a.work) / "cells.jsonl", Path(a.out), BASELINE))
 
 

@@ -93,3 +93,55 @@ def test_dry_run_counts_cells_and_uses_measured_rates(tmp_path) -> None:
     assert text.splitlines()[0].startswith("done  episode|1+2|b16|1.3x30s|poisson|s0: 8 runs")
     assert text.splitlines()[1].startswith("to do episode|1+2|b16|1.3x30s|poisson|s1: 8 runs")
     assert "1 cell(s) to run" in text and "2000 us/request (measured" in text
+
+
+def test_arm_options_choose_the_dispatch_and_late_binding() -> None:
+    a = _args("--arms", "fcfs/-:late;fcfs/-:dispatch=power-of-two;sjf/mlp:aging=100:late;"
+                        "fcfs/mlp:dispatch=least-requests-predicted")
+    assert list(a.arm_objs) == ["fcfs+rr/-", "fcfs late/-", "fcfs @p2/-", "sjf aging100 late/mlp", "fcfs @jsq+pred/mlp"]
+    late = a.arm_objs["fcfs late/-"].config(None, 16)
+    assert (late.dispatch, late.max_outstanding) == ("least-requests", 16)  # late binding: batch-many per instance
+    sjf = a.arm_objs["sjf aging100 late/mlp"].config(None, 256)
+    assert (sjf.queue.name, sjf.queue.aging, sjf.dispatch, sjf.max_outstanding) == ("sjf", 100.0, "least-requests", 256)
+    assert a.arm_objs["fcfs @p2/-"].config(None, 16).max_outstanding is None  # early binding
+    assert a.arm_objs["fcfs+rr/-"].config(None, 16).dispatch == "round-robin"  # the old names keep their meaning
+    with pytest.raises(ConfigError, match="binds late but no batch limit"):
+        a.arm_objs["fcfs late/-"].config(None)
+
+
+@pytest.mark.parametrize(("arm", "match"), [
+    ("fcfs/-:dispatch=least-predicted-tokens", r"dispatcher 'least-predicted-tokens' read\(s\) a predicted length"),
+    ("fcfs/-:dispatch=least-requests-predicted", r"has no prediction \('-'\)"),
+    ("sjf/-:late", r"the queue 'sjf' read\(s\) a predicted length"),
+    ("fcfs/-:dispatch=fastest", r"unknown dispatcher 'fastest'.*least-kv, least-observed-load"),
+    ("sjf/mlp:aging=fast", r"'aging=fast' is not key=number, dispatch=NAME or late"),
+])
+def test_an_arm_that_needs_a_prediction_it_lacks_is_refused(arm: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        _args("--arms", arm)
+
+
+def test_augment_adds_the_missing_arms_and_refuses_a_workload_that_differs(monkeypatch, tmp_path) -> None:
+    """The committed row keeps its arms; the new ones join it at its N; the baseline's rerun must match."""
+    a = _args("--arms", "fcfs/-:late")
+    base = {"short_p99_s": 2.0, "p99_s": 5.0}
+    row = {"key": "steady|1+2|b16|0.9|poisson|s0", "cell": {"regime": "steady", "cluster": "1+2", "batch": 16,
+           "where": "0.9", "arrival": "poisson", "seed": 0}, "capacity_rps": 10.0, "rate_rps": 9.0, "n": 4000,
+           "arms": {"fcfs+rr/-": dict(base)}}
+    calls = []
+
+    def fake(self, n, rate, names):
+        calls.append((n, rate, list(names), self.cell.batch))
+        return {"fcfs late/-": {"short_p99_s": 1.0, "p99_s": 4.0, "batches": {"p99_s": [4.0, 4.0]}},
+                "fcfs+rr/-": {**rerun, "batches": {"p99_s": [5.0, 5.0]}}}
+
+    monkeypatch.setattr(y.CellRunner, "steady_at", fake)
+    monkeypatch.setattr(y, "sources", lambda _a: {"sharegpt": None})
+    rerun = dict(base)
+    new = y.augment_row(a, row, {}, tmp_path / "cells.jsonl")
+    assert calls == [(4000, 9.0, ["fcfs late/-", "fcfs+rr/-"], 16)]
+    assert new["arms"]["fcfs late/-"]["short_p99_s"] == 1.0 and new["added"]["arms"] == ["fcfs late/-"]
+    assert new["arms"]["fcfs+rr/-"] == {**base, "batches": {"p99_s": [5.0, 5.0]}} and row["arms"]["fcfs+rr/-"] == base
+    rerun = {"short_p99_s": 2.0000001, "p99_s": 5.0}
+    with pytest.raises(ConfigError, match="cannot join this row"):
+        y.augment_row(a, row, {}, tmp_path / "cells.jsonl")
