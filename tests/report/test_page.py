@@ -156,15 +156,18 @@ def test_yardstick_section_known_answers(full_page: Path, inputs: Inputs) -> Non
     page = parse(full_page)
     title = next(t for t in page.tables if t.startswith("Yardstick, steady loads, 1+2 cluster, batch 16"))
     rows = page.tables[title]
-    assert rows[0] == ["arm", "policy/predictor", "short P99 / FCFS", "overall P99 / FCFS", "short P50 / FCFS",
-                       "SLO attainment %", "pairs (seeds)"]
+    assert rows[0] == ["arm", "policy/predictor", "short P99 / best free", "overall P99 / best free",
+                       "short P50 / best free", "SLO attainment %", "goal (<= 0.8x short) / never worse (<= 1.02x)",
+                       "pairs (seeds)"]
     assert [r[:2] for r in rows[1:]] == [
-        ["baseline", "fcfs+rr/-"], ["default", "gboost/mlp"], ["best real predictor", "sjf aging100/mlp"],
-        ["prediction-free", "uniboost/-"], ["true-length ceiling", "boost2 boost_s10 short_threshold224/true"]]
-    assert rows[3][2:] == ["0.60 (0.60-0.60)", "1.03 (1.03-1.03)", "0.60 (0.60-0.60)", "90.0 (90.0-90.0)", "2 (2)"]
+        ["best prediction-free", "best prediction-free"], ["FCFS + RR", "fcfs+rr/-"], ["default", "gboost/mlp"],
+        ["best real predictor", "sjf aging100/mlp"], ["true-length ceiling", "boost2 boost_s10 short_threshold224/true"]]
+    assert rows[4][2:] == ["0.60 (0.60-0.60)", "1.03 (1.03-1.03)", "0.60 (0.60-0.60)", "90.0 (90.0-90.0)", "2 / 0",
+                           "2 (2)"]
     assert rows[5][2:4] == ["0.30 (0.30-0.30)", "1.02 (1.02-1.02)"]
     text = full_page.read_text()
-    assert "mlfq/- diverges" in text and "docs/yardstick/yardstick.md" in text and "docs/policies/README.md" in text
+    assert "The best prediction-free arm was fcfs+rr/- in 2" in text and "only fcfs+rr/-, mlfq/-, uniboost/- ran" in text
+    assert "docs/yardstick/yardstick.md" in text and "docs/policies/README.md" in text
     assert "stands in for it" in text  # the router's default (fcfs + least-predicted-tokens) is no yardstick arm
     assert str(inputs.yardstick) in text and "python -m benchmarks.policies --tiny" in text
     assert "Yardstick, steady loads, 1+2 cluster, batch 16: short-request against overall P99" in text  # the figure
@@ -182,7 +185,7 @@ def test_the_committed_yardstick_by_default(tmp_path: Path, inputs: Inputs) -> N
     # steady 1+2 at batch 16 and 256, 4+8 at 16; episodes 1+2 and 4+8, each at 16 and 256
     assert len(page.images) == len(titles) == 7
     for t in titles:
-        assert [r[0] for r in page.tables[t][1:3]] == ["baseline", "default"]
+        assert [r[0] for r in page.tables[t][1:4]] == ["best prediction-free", "FCFS + RR", "default"]
 
 
 def test_no_yardstick_results_say_what_to_run(tmp_path: Path, inputs: Inputs, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from lenpred.errors import DataError
 from lenpred.report.page.schedule import group_table, pareto_figure, pretty
-from lenpred.report.yardstick import MAX_OVERALL, Group, load_cells, summarize
+from lenpred.report.yardstick import MAX_OVERALL, REFERENCE, Group, load_cells, summarize
 from report.report_inputs import YARDSTICK_ARMS, yardstick_row
 
 
@@ -33,18 +33,38 @@ def test_the_five_arms_on_hand_made_rows(tmp_path: Path) -> None:
     g = _steady(tmp_path)
     arms = {p.role: p.stats for p in g.picks}
     assert {r: s.arm for r, s in arms.items()} == {
-        "baseline": "fcfs+rr/-", "default": "gboost/mlp",
+        "best prediction-free": REFERENCE, "FCFS + RR": "fcfs+rr/-", "default": "gboost/mlp",
         # boost2 B=10/mlp (0.4, overall 1.10) and gboost/outlets (0.5, 1.06 in seed 1) are over 1.05x
         "best real predictor": "sjf aging100/mlp",
-        "prediction-free": "uniboost/-",  # mlfq diverges
         "true-length ceiling": "boost2 boost_s10 short_threshold224/true"}  # sjf/true (0.2) is at 1.5x
+    # fcfs+rr and uniboost tie at (10, 20): the first; mlfq diverges, so it is no candidate
+    assert g.references == (("fcfs+rr/-", 2),)
     best = arms["best real predictor"]
     assert best.short_p99.median == pytest.approx(0.6) and best.overall_p99.median == pytest.approx(1.03)
     assert best.short_p50 is not None and best.short_p50.median == pytest.approx(0.6)
-    assert best.pairs == 2 and best.within
+    assert best.pairs == 2 and best.within and (best.n_goal, best.n_never_worse) == (2, 0)
+    assert arms["best prediction-free"].short_p99.median == 1.0 and arms["best prediction-free"].n_never_worse == 2
     assert all(p.strict for p in g.picks)
     assert (g.regime, g.cluster, g.batch, g.seeds, g.pairs) == ("steady", "1+2", 16, 2, 2)
-    assert any("mlfq/- diverges" in n and "2 of 2" in n for n in g.notes)
+    assert any("only fcfs+rr/-, mlfq/-, uniboost/- ran without a prediction" in n for n in g.notes)
+
+
+def test_the_reference_is_the_best_stable_prediction_free_arm_of_each_pair(tmp_path: Path) -> None:
+    """uniboost's backlog outlived the episode and mlfq's overall P99 is over 1.05x: late binding is the
+    reference, and every ratio is to it."""
+    arms = {"fcfs+rr/-": (10.0, 20.0), "uniboost/-": (4.0, 20.0), "mlfq/-": (3.0, 24.0),
+            "fcfs late/-": (6.0, 20.5), "fcfs @jsq/-": (7.0, 20.0), "gboost late/mlp": (4.5, 20.0)}
+    row = yardstick_row(arms, regime="episode", where="1.5x30s")
+    row["arms"]["uniboost/-"]["drained"] = False  # type: ignore[index]
+    g = _group(tmp_path, [row])
+    assert g.references == (("fcfs late/-", 1),) and not any("only" in n for n in g.notes)
+    picks = {p.role: p.stats for p in g.picks}
+    assert picks["FCFS + RR"].short_p99.median == pytest.approx(10.0 / 6.0)
+    best = picks["best real predictor"]
+    assert best.arm == "gboost late/mlp" and best.short_p99.median == pytest.approx(0.75)
+    assert best.overall_p99.median == pytest.approx(20.0 / 20.5) and best.n_goal == 1
+    row["arms"]["uniboost/-"]["drained"] = True  # type: ignore[index]
+    assert _group(tmp_path, [row]).references == (("uniboost/-", 1),)
 
 
 def test_spans_over_pairs(tmp_path: Path) -> None:
@@ -56,22 +76,8 @@ def test_spans_over_pairs(tmp_path: Path) -> None:
     s = next(p.stats for p in g.picks if p.role == "default")
     assert (s.short_p99.median, s.short_p99.lo, s.short_p99.hi, s.short_p99.n) == pytest.approx((0.7, 0.5, 0.9, 3))
     assert g.places == ("0.9 poisson", "0.95 poisson", "0.99 poisson")
-    assert [p.role for p in g.picks] == ["baseline", "default"]
+    assert [p.role for p in g.picks] == ["best prediction-free", "FCFS + RR", "default"]
     assert any("no real-predictor arm" in n for n in g.notes)
-
-
-def test_a_diverging_prediction_free_arm_gives_way_to_the_other(tmp_path: Path) -> None:
-    """In an episode, uniboost whose backlog outlived the tail (drained false) is skipped for mlfq."""
-    arms = {"fcfs+rr/-": (10.0, 20.0), "uniboost/-": (9.0, 20.0), "mlfq/-": (7.0, 24.0), "gboost/mlp": (9.5, 20.0)}
-    row = yardstick_row(arms, regime="episode", where="1.5x30s")
-    row["arms"]["uniboost/-"]["drained"] = False  # type: ignore[index]
-    g = _group(tmp_path, [row])
-    assert next(p.stats.arm for p in g.picks if p.role == "prediction-free") == "mlfq/-"
-    assert any("uniboost/- diverges" in n for n in g.notes)
-    row["arms"]["mlfq/-"]["drained"] = False  # type: ignore[index]
-    g = _group(tmp_path, [row])
-    assert "prediction-free" not in {p.role for p in g.picks}
-    assert "every prediction-free arm diverges here" in g.notes
 
 
 def test_no_arm_within_everywhere_shows_the_most_often_within(tmp_path: Path) -> None:
@@ -91,7 +97,7 @@ def test_pareto_figure_has_five_entries_and_the_constraint(tmp_path: Path) -> No
     ax = fig.axes[0]
     texts = [t.get_text() for t in ax.get_legend().get_texts()]
     assert len(texts) == 5
-    assert texts[2] == "best real predictor: sjf aging100/mlp"
+    assert texts[0] == "reference: best of the /- arms" and texts[3] == "best real predictor: sjf aging100/mlp"
     assert texts[4] == "true-length ceiling: boost2 B=10s thr=224/true"
     dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
     assert len(dashed) == 1 and list(dashed[0].get_xdata()) == [MAX_OVERALL, MAX_OVERALL]
@@ -105,9 +111,10 @@ def test_table_columns_follow_the_figures_present(tmp_path: Path) -> None:
     for a in row["arms"].values():  # type: ignore[union-attr]
         del a["short_p50_s"], a["attain_all"]
     t = group_table(_group(tmp_path, [row]))
-    assert [c.header for c in t.columns] == ["arm", "policy/predictor", "short P99 / FCFS", "overall P99 / FCFS",
+    assert [c.header for c in t.columns] == ["arm", "policy/predictor", "short P99 / best free",
+                                             "overall P99 / best free", "goal (<= 0.8x short) / never worse (<= 1.02x)",
                                              "pairs (seeds)"]
-    assert t.rows[1] == ("default", "gboost/mlp", "0.80 (0.80-0.80)", "1.00 (1.00-1.00)", "1 (1)")
+    assert t.rows[2] == ("default", "gboost/mlp", "0.80 (0.80-0.80)", "1.00 (1.00-1.00)", "1 / 1", "1 (1)")
     assert pretty("boost2 boost_s3 short_threshold224/outlets") == "boost2 B=3s thr=224/outlets"
 
 

@@ -1,23 +1,25 @@
-"""The scheduling yardstick read at a glance (issue 30): per regime group, five arms on a Pareto plane.
+"""The scheduling yardstick read at a glance (issues 30 and 37): per regime group, five arms on a Pareto plane.
 
 The rows are the yardstick's cells (``benchmarks/bench_yardstick.py`` writes one JSON line per cell
 and seed: ``docs/yardstick/episodes-cells.jsonl``, ``docs/yardstick/steady-cells.jsonl``), each with
 every arm's short-request and overall P99 (and short P50, SLO attainment). A *group* is a regime, a
 cluster and a batch limit (steady loads 0.90-0.99 at batch 16; overload episodes of 1 + 2 at batch
-256; ...); its *pairs* are its (load or episode, arrival, seed) cells. Every figure is a ratio to
-FCFS + round robin (``fcfs+rr/-``) in the same pair; an arm's figure is the median over the group's
-pairs, with the min and max.
+256; ...); its *pairs* are its (load or episode, arrival, seed) cells.
+
+Every figure is a ratio to the **best prediction-free arm** of the same pair (:func:`reference`: the rule of
+:func:`lenpred.sim.yardstick.best_free` over the arms with no predictor, ``/-``, that are stable there): the
+strongest scheduler a router runs without a prediction (join-shortest-queue, late binding, ...), not round
+robin. An arm's figure is the median over the group's pairs, with the min and max.
 
 The five arms of a group (:func:`choose`):
 
-* ``fcfs+rr/-``, the baseline;
+* ``best prediction-free``, the reference (1.0 by definition; which arm it was in each pair is in the
+  group's ``references``);
+* ``fcfs+rr/-``, FCFS + round robin, kept as a reference column: what the reference gains over it;
 * the default: the router's default (:data:`lenpred.sched.recommended.RECOMMENDED`) where the
-  yardstick ran it, else gamma-Boost on the prefill head (``gboost/mlp``), which the yardstick's
-  README recommends and the router carries as ``priority.queue`` ``gboost``;
+  yardstick ran it, else gamma-Boost on the prefill head (``gboost/mlp``);
 * the best real-predictor arm (predictor ``mlp``, ``samples`` or ``outlets``; not the default): the
-  smallest median short-P99 ratio among arms whose overall P99 is at most 1.05x FCFS's in every pair;
-* the prediction-free arm: ``uniboost`` or ``mlfq``, whichever does not diverge (steady: named in a
-  cell's ``diverging``; episode: its backlog outlived the tail, ``drained`` false) in any pair;
+  smallest median short-P99 ratio among arms whose overall P99 is at most 1.05x the reference's in every pair;
 * the true-length ceiling: the best ``/true`` arm under the same overall constraint.
 """
 
@@ -36,15 +38,17 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from lenpred.errors import DataError
 from lenpred.sched.recommended import RECOMMENDED
 
-__all__ = ["BASELINE", "MAX_OVERALL", "MAKE_COMMAND", "ROLES", "ArmStats", "Group", "Pick", "Span", "choose",
-           "default_paths", "load_cells", "read_cells", "summarize"]
+__all__ = ["BASELINE", "GOAL_SHORT", "MAX_OVERALL", "MAKE_COMMAND", "NEVER_WORSE", "REFERENCE", "ROLES", "ArmStats",
+           "Group", "Pick", "Span", "choose", "default_paths", "load_cells", "read_cells", "reference", "summarize"]
 
 BASELINE = "fcfs+rr/-"
-MAX_OVERALL = 1.05  # an arm's overall P99 at most this x FCFS + round robin's, in every pair
+REFERENCE = "best prediction-free"  # the synthetic arm: per pair, the figures of the arm reference() picks
+MAX_OVERALL = 1.05  # an arm's overall P99 at most this x the reference's, in every pair
+GOAL_SHORT = 0.80  # issue 37's goal: the short P99 cut >= 20% against the reference (at overall <= MAX_OVERALL)
+NEVER_WORSE = 1.02  # the default's promise: short and overall P99 <= 1.02x the reference's
 REAL_PREDICTORS = ("mlp", "samples", "outlets")
-FREE_POLICIES = ("uniboost", "mlfq")
 STAND_IN_DEFAULT = "gboost/mlp"
-ROLES = ("baseline", "default", "best real predictor", "prediction-free", "true-length ceiling")
+ROLES = ("best prediction-free", "FCFS + RR", "default", "best real predictor", "true-length ceiling")
 CELL_FILES = ("steady-cells.jsonl", "episodes-cells.jsonl")
 MAKE_COMMAND = ("python -m benchmarks.bench_yardstick --regimes steady --clusters 1+2 --batches 16,256 --arms \"$ARMS\" "
                 "--work out/yardstick-steady --out docs/yardstick/steady (and --regimes episode: docs/yardstick/README.md "
@@ -197,7 +201,7 @@ class Span:
 
 @dataclass(frozen=True)
 class ArmStats:
-    """One arm over a group's pairs: ratios to FCFS + round robin (attainment as it is, a share)."""
+    """One arm over a group's pairs: ratios to the pair's best prediction-free arm (attainment as it is, a share)."""
 
     arm: str
     short_p99: Span
@@ -206,7 +210,9 @@ class ArmStats:
     attain: Span | None
     pairs: int
     diverging: int  # pairs where the arm diverged (steady) or did not drain (episode)
-    n_within: int  # pairs where its overall P99 <= MAX_OVERALL x FCFS's
+    n_within: int  # pairs where its overall P99 <= MAX_OVERALL x the reference's
+    n_goal: int = 0  # pairs where its short P99 <= GOAL_SHORT x the reference's within the overall constraint
+    n_never_worse: int = 0  # pairs where its short and overall P99 are both <= NEVER_WORSE x the reference's
 
     @property
     def within(self) -> bool:
@@ -239,6 +245,7 @@ class Group:
     pairs: int
     picks: tuple[Pick, ...]
     notes: tuple[str, ...]
+    references: tuple[tuple[str, int], ...] = ()  # (prediction-free arm, pairs where it was the reference)
 
     @property
     def label(self) -> str:
@@ -255,14 +262,34 @@ def _ratio(x: float | None, base: float | None) -> float | None:
     return None if x is None or not base else x / base
 
 
-def arm_stats(rows: Sequence[_Row]) -> dict[str, ArmStats]:
-    """Every arm of these rows (one group) over its pairs."""
+def _unstable(row: _Row) -> set[str]:
+    """The arms of a row with no steady value (named in ``diverging``) or whose backlog outlived the episode."""
+    named = {d.rsplit(" ", 1)[0] for d in row.diverging}
+    return named | {a for a, f in row.arms.items() if not f.drained}
+
+
+def reference(row: _Row) -> str:
+    """The row's best prediction-free arm: :func:`lenpred.sim.yardstick.best_free` over its ``/-`` arms that are
+    stable there (FCFS + RR always is a candidate)."""
+    from lenpred.sim.yardstick import best_free
+
+    bad = _unstable(row) - {BASELINE}
+    free = [a for a in row.arms if a.endswith("/-") and a not in bad]
+    return best_free({a: f.model_dump() for a, f in row.arms.items() if a in free}, free)
+
+
+def arm_stats(rows: Sequence[_Row], refs: dict[str, int] | None = None) -> dict[str, ArmStats]:
+    """Every arm of these rows (one group) over its pairs, as ratios to each pair's :func:`reference`, which
+    also appears as the arm :data:`REFERENCE`; ``refs`` (if given) counts which arm the reference was."""
     per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     div: dict[str, int] = defaultdict(int)
     for row in rows:
-        base = row.arms[BASELINE]
-        named = {d.rsplit(" ", 1)[0] for d in row.diverging}
-        for arm, f in row.arms.items():
+        ref = reference(row)
+        if refs is not None:
+            refs[ref] = refs.get(ref, 0) + 1
+        base = row.arms[ref]
+        unstable = _unstable(row)
+        for arm, f in [*row.arms.items(), (REFERENCE, base)]:
             p = per[arm]
             p["n"].append(1.0)
             for key, x, b in (("short", f.short_p99_s, base.short_p99_s), ("overall", f.p99_s, base.p99_s),
@@ -270,17 +297,23 @@ def arm_stats(rows: Sequence[_Row]) -> dict[str, ArmStats]:
                 r = _ratio(x, b)
                 if r is not None:
                     p[key].append(r)
-            p["over"].append(float(f.p99_s is None or f.p99_s > MAX_OVERALL * base.p99_s))  # type: ignore[operator]
+            over = f.p99_s is None or f.p99_s > MAX_OVERALL * base.p99_s  # type: ignore[operator]
+            p["over"].append(float(over))
+            short = _ratio(f.short_p99_s, base.short_p99_s)
+            overall = _ratio(f.p99_s, base.p99_s)
+            p["goal"].append(float(not over and short is not None and short <= GOAL_SHORT))
+            p["never_worse"].append(float(short is not None and overall is not None and short <= NEVER_WORSE
+                                          and overall <= NEVER_WORSE))
             if f.attain_all is not None:
                 p["attain"].append(f.attain_all)
-            div[arm] += int(arm in named or not f.drained)
+            div[arm] += int(arm in unstable or not f.drained)
     out = {}
     for arm, p in per.items():
         short, overall = Span.of(p["short"]), Span.of(p["overall"])
         if short is None or overall is None:
             continue  # no short or overall P99 in any pair: nothing to place
         out[arm] = ArmStats(arm, short, overall, Span.of(p["p50"]), Span.of(p["attain"]), len(p["n"]), div[arm],
-                            len(p["over"]) - int(sum(p["over"])))
+                            len(p["over"]) - int(sum(p["over"])), int(sum(p["goal"])), int(sum(p["never_worse"])))
     return out
 
 
@@ -297,11 +330,11 @@ def _constrained(role: str, cands: Sequence[ArmStats], what: str, notes: list[st
         return Pick(role, best)
     most = max((s.n_within for s in cands), default=0)
     if most == 0:
-        notes.append(f"no {what} keeps its overall P99 within {MAX_OVERALL:g}x FCFS + RR in any pair")
+        notes.append(f"no {what} keeps its overall P99 within {MAX_OVERALL:g}x the best prediction-free arm's in any pair")
         return None
     best = _best(s for s in cands if s.n_within == most)
     assert best is not None
-    notes.append(f"no {what} keeps its overall P99 within {MAX_OVERALL:g}x FCFS + RR in every pair: shown, "
+    notes.append(f"no {what} keeps its overall P99 within {MAX_OVERALL:g}x the best prediction-free arm's in every pair: shown, "
                  f"{best.arm}, the best of those within it in the most pairs ({most} of {best.pairs})")
     return Pick(role, best, strict=False)
 
@@ -315,8 +348,9 @@ def default_arm(arms: Iterable[str]) -> tuple[str, bool]:
 def choose(stats: dict[str, ArmStats]) -> tuple[list[Pick], list[str]]:
     """The five arms of one group (fewer where none qualifies, with a note saying which and why)."""
     picks, notes = [], []
-    if BASELINE in stats:
-        picks.append(Pick("baseline", stats[BASELINE]))
+    for role, arm in (("best prediction-free", REFERENCE), ("FCFS + RR", BASELINE)):
+        if arm in stats:
+            picks.append(Pick(role, stats[arm]))
     default, own = default_arm(stats)
     if default in stats:
         picks.append(Pick("default", stats[default]))
@@ -324,18 +358,9 @@ def choose(stats: dict[str, ArmStats]) -> tuple[list[Pick], list[str]]:
         notes.append(f"the default {default} was not run here")
     real = _constrained("best real predictor", [s for s in stats.values() if s.predictor in REAL_PREDICTORS
                                                 and s.arm != default], "real-predictor arm", notes)
-    free = [s for s in stats.values() if s.predictor == "-" and s.policy in FREE_POLICIES]
-    for s in free:
-        if s.diverging:
-            notes.append(f"{s.arm} diverges (its queue is not stable, or its backlog outlived the episode) in "
-                         f"{s.diverging} of {s.pairs} pairs: not shown as the prediction-free arm")
-    pf = _best(s for s in free if not s.diverging)
-    steady = None if pf is None else Pick("prediction-free", pf)
-    if pf is None and free:
-        notes.append("every prediction-free arm diverges here")
     true = _constrained("true-length ceiling", [s for s in stats.values() if s.predictor == "true"], "/true arm",
                         notes)
-    picks += [p for p in (real, steady, true) if p is not None]
+    picks += [p for p in (real, true) if p is not None]
     order = {r: i for i, r in enumerate(ROLES)}
     return sorted(picks, key=lambda p: order[p.role]), notes
 
@@ -348,9 +373,14 @@ def summarize(rows: Sequence[_Row]) -> list[Group]:
     order = {"steady": 0, "episode": 1}
     out = []
     for (regime, cluster, batch), rs in sorted(by.items(), key=lambda kv: (order.get(kv[0][0], 2), kv[0])):
-        picks, notes = choose(arm_stats(rs))
+        refs: dict[str, int] = {}
+        picks, notes = choose(arm_stats(rs, refs))
+        free = sorted({a for r in rs for a in r.arms if a.endswith("/-")})
+        if not any("@" in a or " late/" in a for a in free):
+            notes.append(f"only {', '.join(free)} ran without a prediction here: the reference is the best of "
+                         "those, not of the load-aware dispatchers (add them with bench_yardstick --augment)")
         places = tuple(dict.fromkeys(f"{r.cell.where} {r.cell.arrival}" for r in
                                      sorted(rs, key=lambda r: (r.cell.where, r.cell.arrival))))
         out.append(Group(regime, cluster, batch, places, len({r.cell.seed for r in rs}), len(rs), tuple(picks),
-                         tuple(notes)))
+                         tuple(notes), tuple(sorted(refs.items(), key=lambda kv: (-kv[1], kv[0])))))
     return out
