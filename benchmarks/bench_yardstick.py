@@ -19,8 +19,11 @@ Clusters 1 prefill + 2 decode and 4 + 8 (``llama8b-h100``), decode batch limits 
 ``sharegpt`` (the reference run's test prompts) with bench_policies.py's predictors and arms. One
 JSON row per cell in ``WORK/cells.jsonl`` (every arm of the cell in it), written when the cell is
 done: a killed run loses only the cell in progress, and cells present are skipped. The report:
-``OUT/yardstick.json`` and ``OUT/yardstick.md`` (min-max over seeds, ratios to FCFS + round robin in
-the same cell and seed).
+``OUT/yardstick.json`` and ``OUT/yardstick.md`` (min-max over seeds, ratios to the best prediction-free arm
+of the same cell and seed (issue 37: ``lenpred.report.yardstick.reference``), FCFS + round robin a reference
+column). ``--augment CELLS`` adds the
+arms a committed cells file lacks (the prediction-free dispatchers, late binding, the predictor arms on them)
+on the same cells, checking that the baseline reproduces each row.
 
     .venv/bin/python -m benchmarks.bench_yardstick --dry-run     # the cells, runs and estimated CPU time
     flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python -m benchmarks.bench_yardstick --max-minutes 8
@@ -72,7 +75,7 @@ REGIMES = ("steady", "episode", "goodput")
 SEEDS = (0, 1, 2, 3, 4)
 BASELINE = "fcfs+rr/-"
 DEFAULT_ARMS = (BASELINE, "fcfs+lpt/mlp", "mlfq/-", "sjf/mlp", "sjf aging100/mlp", "gittins aging100/samples",
-                "sjf/true", "sjf aging100/true")
+                "sjf/true", "sjf aging100/true")  # with FREE_ARMS and ON_FREE_ARMS (below) in --arms' default
 # x capacity: the search stops at capacity (above it no attainment is stationary: it falls with the run's
 # length), so a goodput of 1.0 reads ">= capacity"; probes per search
 GOODPUT_LO, GOODPUT_HI, GOODPUT_TOL, GOODPUT_PROBES = 0.5, 1.0, 0.01, 8
@@ -509,7 +512,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--episodes", default=",".join(EPISODES))
     ap.add_argument("--arrivals", default=",".join(ARRIVALS), help="inside the episodes")
     ap.add_argument("--seeds", type=int_list, default=",".join(map(str, SEEDS)), help="comma-separated integers")
-    ap.add_argument("--arms", default=";".join(DEFAULT_ARMS),
+    ap.add_argument("--arms", default=";".join((*DEFAULT_ARMS, *FREE_ARMS, *ON_FREE_ARMS)),
                     help=f"';'-separated arms, POLICY/PREDICTOR or QUEUE/PREDICTOR:k=v (the baseline {BASELINE} is "
                          "always run)")
     ap.add_argument("--outlets", default=str(ROOT / "data/outlets/predictions-test-smollm2-sharegpt.parquet"),

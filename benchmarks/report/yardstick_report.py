@@ -2,8 +2,11 @@
 :func:`lenpred.report.yardstick.read_cells`.
 
 ``OUT/yardstick.json``: every cell row as run, and per (regime, cluster, batch, load or episode,
-arrival) and arm the min / max / mean over seeds of each figure and of its ratio to the baseline
-(FCFS + round robin) in the same cell and seed (attainment: the difference in points).
+arrival) and arm the min / max / mean over seeds of each figure, of its ratio to the best prediction-free
+arm in the same cell and seed (:func:`lenpred.report.yardstick.reference`; ``vs free``), and of its ratio to
+the baseline FCFS + round robin (``vs base``; attainment: the difference in points). Steady cells whose
+arms carry batch figures also get the batch-means interval of the short-P99 ratio to the reference, per seed
+(:func:`lenpred.sim.yardstick.batch_ratio`).
 ``OUT/yardstick.md``: the same as tables, one per (cluster, batch, regime).
 """
 
@@ -16,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lenpred.report.yardstick import read_cells
+from lenpred.report.yardstick import read_cells, reference
+from lenpred.sim.yardstick import batch_ratio
 
 FIGURES = ("short_p99_s", "p99_s", "short_p50_s", "attain_all", "attain_short", "attain_long", "drain_s")
 RATIO = ("short_p99_s", "p99_s", "short_p50_s", "drain_s")  # the rest (attainment) as a difference
@@ -44,19 +48,28 @@ def summarize(rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]
     out = []
     for place, rs in sorted(by_place.items()):
         arms = list(dict.fromkeys(a for r in rs for a in r["arms"]))
+        refs = [reference(r) for r in rs]
         for arm in arms:
             entry: dict[str, Any] = {"regime": place[0], "cluster": place[1], "batch": place[2], "where": place[3],
                                      "arrival": place[4], "arm": arm, "seeds": sorted(r["cell"]["seed"] for r in rs
                                                                                       if arm in r["arms"])}
             for f in FIGURES:
-                vals, rel = [], []
-                for r in rs:
-                    x, b = r["arms"].get(arm, {}).get(f), r["arms"].get(baseline, {}).get(f)
+                vals, rel, free = [], [], []
+                for r, ref in zip(rs, refs, strict=True):
+                    x = r["arms"].get(arm, {}).get(f)
                     vals.append(x)
-                    if x is not None and b is not None:
-                        rel.append(x / b if f in RATIO and b else (x - b if f not in RATIO else None))
+                    for acc, other in ((rel, baseline), (free, ref)):
+                        b = r["arms"].get(other, {}).get(f)
+                        if x is not None and b is not None:
+                            acc.append(x / b if f in RATIO and b else (x - b if f not in RATIO else None))
                 entry[f] = _span(vals)
                 entry[f"{f} vs base"] = _span(rel)
+                entry[f"{f} vs free"] = _span(free)
+            entry["reference"] = sorted(ref for r, ref in zip(rs, refs, strict=True) if arm in r["arms"])
+            cis = [batch_ratio(r["arms"][arm]["batches"]["short_p99_s"], r["arms"][ref]["batches"]["short_p99_s"])
+                   for r, ref in zip(rs, refs, strict=True)
+                   if "batches" in r["arms"].get(arm, {}) and "batches" in r["arms"].get(ref, {}) and arm != ref]
+            entry["short_p99_s vs free, batch means"] = [None if c is None else [c.mean, c.lo, c.hi] for c in cis]
             if place[0] == "steady":
                 entry["n"] = sorted(r["n"] for r in rs)
                 entry["converged"] = sum(bool(r["converged"]) for r in rs)
@@ -99,8 +112,8 @@ def _r(s: dict[str, Any], fmt: str = "{:.2f}", scale: float = 1.0) -> str:
 
 def _table(entries: list[dict[str, Any]]) -> list[str]:
     regime = entries[0]["regime"]
-    head = ["where", "arm", "short P99 s", "x base", "P99 s", "x base", "short P50 s", "x base",
-            "attain all / short / long %", "Δ all / short pts"]
+    head = ["where", "arm", "short P99 s", "x free", "x base", "batch-means 95% CI of x free", "P99 s", "x free",
+            "x base", "short P50 x free", "attain all / short / long %", "Δ all / short pts (vs free)"]
     if regime == "steady":
         head += ["N", "converged"]
     else:
@@ -109,10 +122,14 @@ def _table(entries: list[dict[str, Any]]) -> list[str]:
     for e in entries:
         where = e["where"] + ("" if regime == "steady" else f" {e['arrival']}")
         att = " / ".join(_r(e[f"attain_{c}"], "{:.1f}", 100) for c in ("all", "short", "long"))
-        delta = " / ".join(_r(e[f"attain_{c} vs base"], "{:+.1f}", 100) for c in ("all", "short"))
-        cells = [where, e["arm"], _r(e["short_p99_s"]), _r(e["short_p99_s vs base"], "{:.3f}"), _r(e["p99_s"]),
-                 _r(e["p99_s vs base"], "{:.3f}"), _r(e["short_p50_s"]), _r(e["short_p50_s vs base"], "{:.3f}"), att,
-                 delta]
+        delta = " / ".join(_r(e[f"attain_{c} vs free"], "{:+.1f}", 100) for c in ("all", "short"))
+        cis = [c for c in e.get("short_p99_s vs free, batch means", []) if c is not None]
+        ci = f"{min(c[1] for c in cis):.3f}–{max(c[2] for c in cis):.3f} ({len(cis)} seeds)" if cis else "-"
+        name = e["arm"] + (" (ref. in " + str(e["reference"].count(e["arm"])) + ")"
+                           if e["arm"] in e.get("reference", []) else "")
+        cells = [where, name, _r(e["short_p99_s"]), _r(e["short_p99_s vs free"], "{:.3f}"),
+                 _r(e["short_p99_s vs base"], "{:.3f}"), ci, _r(e["p99_s"]), _r(e["p99_s vs free"], "{:.3f}"),
+                 _r(e["p99_s vs base"], "{:.3f}"), _r(e["short_p50_s vs free"], "{:.3f}"), att, delta]
         if regime == "steady":
             cells += [",".join(str(n) for n in sorted(set(e["n"]))), f"{e['converged']}/{len(e['n'])}"
                       + (f" ({e['diverging']} diverging)" if e.get("diverging") else "")]
@@ -127,8 +144,13 @@ def markdown(summary: list[dict[str, Any]], goodput: list[dict[str, Any]], rows:
     seeds = sorted({r["cell"]["seed"] for r in rows})
     out = ["# The yardstick: policies measured where the figures have a limit", "",
            f"{len(rows)} cells, seeds {', '.join(map(str, seeds))}. Every figure is min–max over seeds; "
-           f"`x base` is the ratio to {baseline} in the same cell and seed (min–max over seeds), `Δ` its "
-           "attainment difference in points. Steady: figures over the arrivals between the 10% and 90% points "
+           "`x free` is the ratio to the best prediction-free arm in the same cell and seed (of the stable arms "
+           "with no predictor, those whose overall P99 is within 1.05x of the lowest; of those the lowest short "
+           "P99; `ref. in k`: the arm was that reference in k seeds), `x base` the ratio to "
+           f"{baseline}, `Δ` the attainment difference to the reference in points. The batch-means interval "
+           "(steady cells, arms run with batch figures): the steady window cut into 10 batches by arrival, the "
+           "ratio per batch, a Student-t 95% interval per seed; shown as the lowest lower and the highest upper "
+           "end over seeds. Steady: figures over the arrivals between the 10% and 90% points "
            "at the N where every arm's short and overall P99 moved < 5% (or the cap: see `converged`; an arm whose "
            "P99 grew >= 1.5x at two successive doublings is `diverging`, an unstable queue, and left out of the "
            "rule). "

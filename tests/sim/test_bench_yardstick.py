@@ -25,6 +25,12 @@ def test_default_grid_is_the_issues_grid() -> None:
     assert {c.batch for c in cells} == {256, 16} and {c.cluster for c in cells} == {"1+2", "4+8"}
 
 
+def test_the_default_arms_hold_every_prediction_free_arm() -> None:
+    names = list(_args().arm_objs)
+    assert {"fcfs @jsq/-", "fcfs @p2/-", "fcfs @lol/-", "fcfs @lkv/-", "fcfs late/-"} <= set(names)
+    assert {"sjf aging100 late/mlp", "gboost late/outlets", "fcfs @jsq+pred/mlp", "gboost late/true"} <= set(names)
+
+
 def test_subset_flags_and_arms() -> None:
     a = _args("--clusters", "4+8", "--batches", "16", "--regimes", "episode", "--episodes", "1.5x120s",
               "--arrivals", "gamma3", "--seeds", "3", "--arms", "sjf/true;srpt/mlp:aging=300")
@@ -83,7 +89,7 @@ def test_rows_resume_and_ratios_span_the_seeds(tmp_path) -> None:
 
 def test_dry_run_counts_cells_and_uses_measured_rates(tmp_path) -> None:
     a = _args("--clusters", "1+2", "--batches", "16", "--regimes", "episode", "--episodes", "1.3x30s",
-              "--arrivals", "poisson", "--seeds", "0,1")
+              "--arrivals", "poisson", "--seeds", "0,1", "--arms", ";".join(y.DEFAULT_ARMS))
     work = tmp_path / "w"
     work.mkdir()
     row = _row(0, 1.0, 1.0)

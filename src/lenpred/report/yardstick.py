@@ -268,11 +268,13 @@ def _unstable(row: _Row) -> set[str]:
     return named | {a for a, f in row.arms.items() if not f.drained}
 
 
-def reference(row: _Row) -> str:
+def reference(row: _Row | dict[str, Any]) -> str:
     """The row's best prediction-free arm: :func:`lenpred.sim.yardstick.best_free` over its ``/-`` arms that are
-    stable there (FCFS + RR always is a candidate)."""
+    stable there (FCFS + RR always is a candidate). ``row``: a validated row, or one as the cells file holds it."""
     from lenpred.sim.yardstick import best_free
 
+    if isinstance(row, dict):
+        row = _Row.model_validate(row)
     bad = _unstable(row) - {BASELINE}
     free = [a for a in row.arms if a.endswith("/-") and a not in bad]
     return best_free({a: f.model_dump() for a, f in row.arms.items() if a in free}, free)
