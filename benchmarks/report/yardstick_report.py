@@ -103,6 +103,49 @@ def goodput_summary(rows: list[dict[str, Any]], baseline: str) -> list[dict[str,
     return out
 
 
+def free_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The headline: per (regime, cluster, batch) group and arm, the ratios to the best prediction-free arm
+    of each cell and seed (median and min–max over the group's pairs), the pairs meeting issue 37's goal
+    (short P99 <= 0.8x at overall <= 1.05x) and 'never worse' (both <= 1.02x), and, for steady cells with
+    batch figures, the pairs whose batch-means interval of the short ratio lies below 1."""
+    from lenpred.report.yardstick import GOAL_SHORT, MAX_OVERALL, NEVER_WORSE, REFERENCE, _Row, arm_stats
+
+    by: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["cell"]["regime"] != "goodput":
+            by[r["cell"]["regime"], r["cell"]["cluster"], int(r["cell"]["batch"])].append(r)
+    out = ["## Against the best prediction-free arm (issue 37)", "",
+           "Per group, every arm's short-request and overall P99 as a ratio to the best prediction-free arm of the "
+           "same cell and seed, median (min–max) over the group's (load or episode, seed) pairs. `goal`: pairs where "
+           f"the short P99 is <= {GOAL_SHORT:g}x at an overall P99 <= {MAX_OVERALL:g}x; `never worse`: both P99s "
+           f"<= {NEVER_WORSE:g}x; `CI < 1`: steady pairs whose batch-means 95% interval of the short ratio lies "
+           "below 1 (of the pairs with batch figures).", ""]
+    for (regime, cl, b), rs in sorted(by.items(), key=lambda kv: (kv[0][0] != "steady", kv[0])):
+        refs: dict[str, int] = {}
+        stats = arm_stats([_Row.model_validate(r) for r in rs], refs)
+        ci: dict[str, list[bool]] = defaultdict(list)
+        for r in rs:
+            ref = reference(r)
+            for arm, f in r["arms"].items():
+                if arm != ref and "batches" in f and "batches" in r["arms"][ref]:
+                    c = batch_ratio(f["batches"]["short_p99_s"], r["arms"][ref]["batches"]["short_p99_s"])
+                    if c is not None:
+                        ci[arm].append(c.hi < 1.0)
+        out += [f"### {regime}, {cl}, batch {b} ({len(rs)} pairs)", "",
+                "Reference: " + ", ".join(f"{a} in {n}" for a, n in sorted(refs.items(), key=lambda kv: -kv[1])) + ".",
+                "", "| arm | short P99 x free | overall P99 x free | short P50 x free | goal | never worse | CI < 1 |",
+                "|---|---|---|---|---|---|---|"]
+        order = sorted(stats.values(), key=lambda s: (s.arm != REFERENCE, s.predictor != "-", s.short_p99.median))
+        for s in order:
+            def sp(x: Any) -> str:
+                return "-" if x is None else f"{x.median:.3f} ({x.lo:.3f}–{x.hi:.3f})"
+            c = ci.get(s.arm, [])
+            out.append(f"| {s.arm} | {sp(s.short_p99)} | {sp(s.overall_p99)} | {sp(s.short_p50)} | {s.n_goal}/{s.pairs} | "
+                       f"{s.n_never_worse}/{s.pairs} | {f'{sum(c)}/{len(c)}' if c else '-'} |")
+        out.append("")
+    return out
+
+
 def _r(s: dict[str, Any], fmt: str = "{:.2f}", scale: float = 1.0) -> str:
     if s["min"] is None:
         return "-"
@@ -159,6 +202,7 @@ def markdown(summary: list[dict[str, Any]], goodput: list[dict[str, Any]], rows:
            "from the burst's start; `drain s`: until every request that arrived by the burst's end finished. "
            "Attainment: TTFT <= SLO and TPOT <= SLO (DistServe), short = true output below the workload's "
            "median.", ""]
+    out += free_markdown(rows)
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
     for e in summary:
         groups[e["cluster"], e["batch"], e["regime"]].append(e)

@@ -84,6 +84,8 @@ def test_rows_resume_and_ratios_span_the_seeds(tmp_path) -> None:
     paths = rep.write_report(jl, tmp_path / "out", "fcfs+rr/-")
     md = paths[1].read_text()
     assert "| 1.3x30s poisson | sjf/true | 5.00–16.00 | 0.500–0.800 |" in md
+    # the headline: against the best prediction-free arm (here FCFS + RR, the only one), median (min-max), goal
+    assert "| sjf/true | 0.650 (0.500–0.800) | 1.000 (1.000–1.000) | 1.000 (1.000–1.000) | 2/2 | 2/2 | - |" in md
     assert json.loads(paths[0].read_text())["baseline"] == "fcfs+rr/-"
 
 
