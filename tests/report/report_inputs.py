@@ -97,6 +97,7 @@ def _policies(path: Path) -> Path:
 # (0.2 / 1.5) is over
 YARDSTICK_ARMS = {
     "fcfs+rr/-": ((10.0, 20.0), (10.0, 20.0)),
+    "fcfs late/-": ((10.0, 20.0), (10.0, 20.0)),  # the recommended default; ties FCFS + RR (the first is the reference)
     "uniboost/-": ((10.0, 20.0), (10.0, 20.0)),
     "mlfq/-": ((3.0, 400.0), (3.0, 500.0)),
     "gboost/mlp": ((8.0, 19.0), (8.0, 19.0)),

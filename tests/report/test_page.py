@@ -160,15 +160,15 @@ def test_yardstick_section_known_answers(full_page: Path, inputs: Inputs) -> Non
                        "short P50 / best free", "SLO attainment %", "goal (<= 0.8x short) / never worse (<= 1.02x)",
                        "pairs (seeds)"]
     assert [r[:2] for r in rows[1:]] == [
-        ["best prediction-free", "best prediction-free"], ["FCFS + RR", "fcfs+rr/-"], ["default", "gboost/mlp"],
+        ["best prediction-free", "best prediction-free"], ["FCFS + RR", "fcfs+rr/-"], ["default", "fcfs late/-"],
         ["best real predictor", "sjf aging100/mlp"], ["true-length ceiling", "boost2 boost_s10 short_threshold224/true"]]
     assert rows[4][2:] == ["0.60 (0.60-0.60)", "1.03 (1.03-1.03)", "0.60 (0.60-0.60)", "90.0 (90.0-90.0)", "2 / 0",
                            "2 (2)"]
     assert rows[5][2:4] == ["0.30 (0.30-0.30)", "1.02 (1.02-1.02)"]
     text = full_page.read_text()
-    assert "The best prediction-free arm was fcfs+rr/- in 2" in text and "only fcfs+rr/-, mlfq/-, uniboost/- ran" in text
+    assert "The best prediction-free arm was fcfs+rr/- in 2" in text
     assert "docs/yardstick/yardstick.md" in text and "docs/policies/README.md" in text
-    assert "stands in for it" in text  # the router's default (fcfs + least-predicted-tokens) is no yardstick arm
+    assert "the recommended policy and the router's default, fcfs late/-" in text
     assert str(inputs.yardstick) in text and "python -m benchmarks.policies --tiny" in text
     assert "Yardstick, steady loads, 1+2 cluster, batch 16: short-request against overall P99" in text  # the figure
 

@@ -33,11 +33,11 @@ def test_the_five_arms_on_hand_made_rows(tmp_path: Path) -> None:
     g = _steady(tmp_path)
     arms = {p.role: p.stats for p in g.picks}
     assert {r: s.arm for r, s in arms.items()} == {
-        "best prediction-free": REFERENCE, "FCFS + RR": "fcfs+rr/-", "default": "gboost/mlp",
+        "best prediction-free": REFERENCE, "FCFS + RR": "fcfs+rr/-", "default": "fcfs late/-",
         # boost2 B=10/mlp (0.4, overall 1.10) and gboost/outlets (0.5, 1.06 in seed 1) are over 1.05x
         "best real predictor": "sjf aging100/mlp",
         "true-length ceiling": "boost2 boost_s10 short_threshold224/true"}  # sjf/true (0.2) is at 1.5x
-    # fcfs+rr and uniboost tie at (10, 20): the first; mlfq diverges, so it is no candidate
+    # fcfs+rr, fcfs late and uniboost tie at (10, 20): the first; mlfq diverges, so it is no candidate
     assert g.references == (("fcfs+rr/-", 2),)
     best = arms["best real predictor"]
     assert best.short_p99.median == pytest.approx(0.6) and best.overall_p99.median == pytest.approx(1.03)
@@ -46,7 +46,10 @@ def test_the_five_arms_on_hand_made_rows(tmp_path: Path) -> None:
     assert arms["best prediction-free"].short_p99.median == 1.0 and arms["best prediction-free"].n_never_worse == 2
     assert all(p.strict for p in g.picks)
     assert (g.regime, g.cluster, g.batch, g.seeds, g.pairs) == ("steady", "1+2", 16, 2, 2)
-    assert any("only fcfs+rr/-, mlfq/-, uniboost/- ran without a prediction" in n for n in g.notes)
+    assert not any("ran without a prediction" in n for n in g.notes)  # late binding ran
+    g = _group(tmp_path, [yardstick_row({"fcfs+rr/-": (10.0, 20.0), "mlfq/-": (3.0, 40.0)})])
+    assert any("only fcfs+rr/-, mlfq/- ran without a prediction" in n for n in g.notes)
+    assert any("the default fcfs late/- was not run here" in n for n in g.notes)
 
 
 def test_the_reference_is_the_best_stable_prediction_free_arm_of_each_pair(tmp_path: Path) -> None:
@@ -70,14 +73,13 @@ def test_the_reference_is_the_best_stable_prediction_free_arm_of_each_pair(tmp_p
 def test_spans_over_pairs(tmp_path: Path) -> None:
     """Median and min-max over (place, seed) pairs: three loads, one seed each."""
     base = (10.0, 20.0)
-    rows = [yardstick_row({"fcfs+rr/-": base, "gboost/mlp": (x, 20.0)}, where=w)
+    rows = [yardstick_row({"fcfs+rr/-": base, "fcfs late/-": base, "gboost/mlp": (x, 20.0)}, where=w)
             for w, x in (("0.9", 9.0), ("0.95", 5.0), ("0.99", 7.0))]
     g = _group(tmp_path, rows)
-    s = next(p.stats for p in g.picks if p.role == "default")
+    s = next(p.stats for p in g.picks if p.role == "best real predictor")
     assert (s.short_p99.median, s.short_p99.lo, s.short_p99.hi, s.short_p99.n) == pytest.approx((0.7, 0.5, 0.9, 3))
     assert g.places == ("0.9 poisson", "0.95 poisson", "0.99 poisson")
-    assert [p.role for p in g.picks] == ["best prediction-free", "FCFS + RR", "default"]
-    assert any("no real-predictor arm" in n for n in g.notes)
+    assert [p.role for p in g.picks] == ["best prediction-free", "FCFS + RR", "default", "best real predictor"]
 
 
 def test_no_arm_within_everywhere_shows_the_most_often_within(tmp_path: Path) -> None:
@@ -107,14 +109,15 @@ def test_pareto_figure_has_five_entries_and_the_constraint(tmp_path: Path) -> No
 
 
 def test_table_columns_follow_the_figures_present(tmp_path: Path) -> None:
-    row = yardstick_row({"fcfs+rr/-": (10.0, 20.0), "gboost/mlp": (8.0, 20.0)})
+    row = yardstick_row({"fcfs+rr/-": (10.0, 20.0), "fcfs late/-": (10.0, 20.0), "gboost/mlp": (8.0, 20.0)})
     for a in row["arms"].values():  # type: ignore[union-attr]
         del a["short_p50_s"], a["attain_all"]
     t = group_table(_group(tmp_path, [row]))
     assert [c.header for c in t.columns] == ["arm", "policy/predictor", "short P99 / best free",
                                              "overall P99 / best free", "goal (<= 0.8x short) / never worse (<= 1.02x)",
                                              "pairs (seeds)"]
-    assert t.rows[2] == ("default", "gboost/mlp", "0.80 (0.80-0.80)", "1.00 (1.00-1.00)", "1 / 1", "1 (1)")
+    assert t.rows[2] == ("default", "fcfs late/-", "1.00 (1.00-1.00)", "1.00 (1.00-1.00)", "0 / 1", "1 (1)")
+    assert t.rows[3] == ("best real predictor", "gboost/mlp", "0.80 (0.80-0.80)", "1.00 (1.00-1.00)", "1 / 1", "1 (1)")
     assert pretty("boost2 boost_s3 short_threshold224/outlets") == "boost2 B=3s thr=224/outlets"
 
 

@@ -228,8 +228,8 @@ def test_the_default_is_the_router_default_with_no_field_sent():
 
     cfg = RouterConfig.from_dict({"backends": [{"url": "http://a:1"}]})
     assert (cfg.priority.queue, cfg.policy) == (ROUTER_DEFAULT["queue"], ROUTER_DEFAULT["dispatch"]) == (
-        "auto", "least-predicted-tokens")
-    assert cfg.queue_policy.name == "fcfs"  # the default estimator (chars) gives no model's prediction: fcfs
+        "auto", "least-requests")  # issue 37: late binding FCFS, no prediction, is the yardstick's best default
+    assert cfg.queue_policy.name == "fcfs"
     assert cfg.priority.sends is False  # auto sends no field (vLLM refuses it without its priority scheduling)
     assert PriorityConfig(queue="sjf").sends and PriorityConfig(enabled=True).sends
     assert not PriorityConfig(queue="sjf", enabled=False).sends and not PriorityConfig(queue="fcfs").sends

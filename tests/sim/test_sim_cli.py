@@ -151,11 +151,15 @@ def test_cli_overrides_and_requests_file(tmp_path: Path, capsys: pytest.CaptureF
     data = json.loads((tmp_path / "o3" / "results.json").read_text())
     assert data["runs"][0]["summary"]["n_completed"] == n
     assert data["config"]["prediction"]["model"] == "input"
-    # predictions present and no policy named: the recommended policy runs beside FCFS, the baseline
-    from lenpred.sched.recommended import RECOMMENDED
+    # predictions present and no policy named: FCFS + RR (a reference column), the recommended late binding (the
+    # baseline: no prediction) and the same queue ordered by the prediction
+    from lenpred.sched.recommended import PREDICTION_ARM, RECOMMENDED
 
-    assert [p["name"] for p in data["config"]["policies"]] == ["fcfs-rr", RECOMMENDED["name"]]
-    assert data["config"]["policies"][1]["queue"]["name"] == RECOMMENDED["queue"] and data["baseline"] == "fcfs-rr"
+    pols = data["config"]["policies"]
+    assert [p["name"] for p in pols] == ["fcfs-rr", RECOMMENDED["name"], PREDICTION_ARM["name"]]
+    assert data["baseline"] == RECOMMENDED["name"] and pols[1]["queue"]["name"] == "fcfs"
+    assert pols[1]["max_outstanding"] == pols[2]["max_outstanding"] == 256  # the profile's batch limit
+    assert (pols[2]["queue"]["name"], pols[2]["queue"]["aging"], pols[2]["dispatch"]) == ("sjf", 100.0, "least-requests")
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,8 +16,8 @@ The five arms of a group (:func:`choose`):
 * ``best prediction-free``, the reference (1.0 by definition; which arm it was in each pair is in the
   group's ``references``);
 * ``fcfs+rr/-``, FCFS + round robin, kept as a reference column: what the reference gains over it;
-* the default: the router's default (:data:`lenpred.sched.recommended.RECOMMENDED`) where the
-  yardstick ran it, else gamma-Boost on the prefill head (``gboost/mlp``);
+* the default: the recommended policy and the router's default (:data:`lenpred.sched.recommended.RECOMMENDED`:
+  late-binding FCFS, ``fcfs late/-``), where the yardstick ran it;
 * the best real-predictor arm (predictor ``mlp``, ``samples`` or ``outlets``; not the default): the
   smallest median short-P99 ratio among arms whose overall P99 is at most 1.05x the reference's in every pair;
 * the true-length ceiling: the best ``/true`` arm under the same overall constraint.
@@ -47,7 +47,6 @@ MAX_OVERALL = 1.05  # an arm's overall P99 at most this x the reference's, in ev
 GOAL_SHORT = 0.80  # issue 37's goal: the short P99 cut >= 20% against the reference (at overall <= MAX_OVERALL)
 NEVER_WORSE = 1.02  # the default's promise: short and overall P99 <= 1.02x the reference's
 REAL_PREDICTORS = ("mlp", "samples", "outlets")
-STAND_IN_DEFAULT = "gboost/mlp"
 ROLES = ("best prediction-free", "FCFS + RR", "default", "best real predictor", "true-length ceiling")
 CELL_FILES = ("steady-cells.jsonl", "episodes-cells.jsonl")
 MAKE_COMMAND = ("python -m benchmarks.bench_yardstick --regimes steady --clusters 1+2 --batches 16,256 --arms \"$ARMS\" "
@@ -342,9 +341,10 @@ def _constrained(role: str, cands: Sequence[ArmStats], what: str, notes: list[st
 
 
 def default_arm(arms: Iterable[str]) -> tuple[str, bool]:
-    """The default arm and whether it is the router's own (:data:`RECOMMENDED`) rather than the stand-in."""
-    mine = f"{RECOMMENDED['name']}/mlp"
-    return (mine, True) if mine in set(arms) else (STAND_IN_DEFAULT, False)
+    """The default arm (the recommended policy, :data:`RECOMMENDED`: late-binding FCFS, no prediction, as the
+    yardstick labels it) and whether the rows ran it."""
+    mine = f"{RECOMMENDED['name']}/-"
+    return mine, mine in set(arms)
 
 
 def choose(stats: dict[str, ArmStats]) -> tuple[list[Pick], list[str]]:

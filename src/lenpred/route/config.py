@@ -421,7 +421,7 @@ class RouterConfig(Config):
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8200, description="port to listen on")
     policy: str = Field(ROUTER_DEFAULT["dispatch"], description="dispatch policy (lenpred.sched.dispatch.DISPATCHERS); "
-                                                              "default: the recommended least-predicted-tokens")
+                                                              "default: least-requests (issue 37: with late binding, the yardstick's best)")
     seed: int = Field(0, description="seed of the random choices (power-of-two)")
     default_tokens: float = Field(256.0, description="load counted for a request without a prediction")
     prompt_weight: float = Field(0.0, description="prompt tokens count this much each in a backend's outstanding "

@@ -1,29 +1,36 @@
-"""The recommended policy: what `lenpred simulate` runs when predictions are present and no policy is
-named (:data:`RECOMMENDED`), and the router's default queue and dispatch (:data:`ROUTER_DEFAULT`).
+"""The recommended policy (:data:`RECOMMENDED`), the arm that shows what a prediction adds on top of it
+(:data:`PREDICTION_ARM`), and the router's default queue and dispatch (:data:`ROUTER_DEFAULT`).
 
-It was chosen by the policy study (docs/policies/README.md): the only arms that never backfired in any
-cell use the predictions to dispatch, not to reorder a queue: first come, first served at every
-instance, and each request sent to the instance with the fewest predicted outstanding tokens.
+Chosen by the yardstick against the best prediction-free arm (issue 37, docs/yardstick/README.md): on the
+steady loads 0.90-0.99 of 1 prefill + 2 decode at batch 16 (five seeds, every ratio to the best
+prediction-free arm of the same cell and seed), **late binding** -- one first-come-first-served queue for
+the decode pool, a request sent only when an instance has a free slot (``max_outstanding`` = its batch
+limit), to the instance with the fewest outstanding requests -- was that best arm in 14 of 16 pairs and
+within 1.02x in all 16. No arm that reads a real prediction (the prefill head, OUTLETS re-predictions) was
+within 1.02x of it on both the short-request and the overall P99 in every pair: SJF with aging on the
+prefill head cut the short P99 to 0.88-0.97x but raised the overall P99 to 1.01-1.10x; gamma-Boost in the
+same queue 0.93-1.00x / 1.01-1.05x; on OUTLETS 0.96-1.01x / 1.00-1.03x. So the recommended policy needs no
+prediction; the prediction serves admission, the hints a router adds (``x-lenpred-*``) and the report.
+:data:`PREDICTION_ARM` (shortest predicted first, with aging, in the same late-binding queue) is run beside
+it when predictions are present, to show what they add.
 """
 
 from __future__ import annotations
 
-__all__ = ["RECOMMENDED", "ROUTER_DEFAULT"]
+__all__ = ["PREDICTION_ARM", "RECOMMENDED", "ROUTER_DEFAULT"]
 
-RECOMMENDED = {"name": "fcfs+lpt", "queue": "fcfs", "dispatch": "least-predicted-tokens"}
+# late binding: the simulator's max_outstanding is set to the cluster's decode batch limit when run
+RECOMMENDED = {"name": "fcfs late", "queue": "fcfs", "dispatch": "least-requests"}
+# SJF with aging (100 tokens/s) in the same late-binding queue: it needs only a point prediction (gamma-Boost
+# needs a spread, which a request table's predicted_tokens lacks), and was the yardstick's largest short-P99 cut
+# by a real prediction on top of late binding (0.88-0.97x, at an overall P99 of 1.01-1.10x)
+PREDICTION_ARM = {"name": "sjf late", "queue": {"name": "sjf", "aging": 100.0}, "dispatch": "least-requests"}
 
-# the router's default (``lenpred route``, ``priority.queue`` "auto"): gamma-Boost on the prediction with its
-# defaults, calibrated online (``gamma`` and ``s_per_token`` "auto": lenpred.route.calibrate), when the estimator
-# gives a model's prediction (kinds inline, head, remote); FCFS when it gives none or a prompt-length
-# guess (chars, none). Why gboost: docs/yardstick/README.md, steady loads 0.90-0.99 on 1P + 2D, found
-# gboost/mlp never worse than FCFS + RR (short and overall P99 <= 1.02x) in 40 of 40 cells x seeds, with
-# short P99 0.59-0.79x at batch 16, and within 1.02x in 97 of 100 overload-episode (cell, seed) pairs (at
-# worst 1.03x short, 1.04x overall); docs/route.md's real A/B (two one-slot llama.cpp servers, an
-# overload episode, 3 draws) cut the short-request P99 38-55% and the overall P99 27-38% against FCFS +
-# round robin with the router's queue ordered by gboost. The backend's priority field is not sent by
-# default (``priority.enabled`` null: only for a queue set explicitly), so a vLLM started without
-# ``--scheduling-policy priority`` sees the same requests as before. `lenpred simulate`'s recommended
-# arm (RECOMMENDED above) is not changed here.
+# the router's default (``lenpred route``): its wait queue first come, first served (``priority.queue``
+# "auto" resolves to fcfs with or without a prediction), each request sent to the backend with the fewest
+# outstanding requests among those with a free slot. The late binding itself is ``max_outstanding`` per
+# backend: set it to the server's slots (llama.cpp --parallel, vLLM --max-num-seqs). gboost, sjf and boost2
+# stay available by name ("queue": "gboost"), and least-predicted-tokens by "policy".
 # A policy's parameters and their defaults are its own (lenpred.sched.queue / boost: ``Params``), not here.
-ROUTER_DEFAULT = {"queue": "auto", "with_prediction": "gboost", "without_prediction": "fcfs",
+ROUTER_DEFAULT = {"queue": "auto", "with_prediction": "fcfs", "without_prediction": "fcfs",
                   "dispatch": RECOMMENDED["dispatch"]}

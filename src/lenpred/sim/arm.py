@@ -22,11 +22,11 @@ from lenpred.errors import ConfigError, FieldError
 from lenpred.sched.dispatch import DISPATCHERS
 from lenpred.sched.params import QueueParams, build_pair, with_flat_keys
 from lenpred.sched.queue import FCFSParams, QueuePolicy, queue_params
-from lenpred.sched.recommended import RECOMMENDED
+from lenpred.sched.recommended import PREDICTION_ARM, RECOMMENDED
 
 __all__ = [
     "ADMISSIONS", "PREDICTED_ADMISSIONS", "TABLE_MODELS", "VICTIMS", "ArmPolicy", "PolicyConfig", "PredictionConfig",
-    "policies_for", "prediction_models", "recommended_policy",
+    "policies_for", "prediction_models", "prediction_policy", "recommended_policy",
 ]
 
 # KV preemption victim and decode admission rules (lenpred.sim.preemption)
@@ -202,6 +202,13 @@ def policies_for(policy: ArmPolicy) -> tuple[QueuePolicy, QueuePolicy]:
     return build_pair(policy.queue, policy.prefill_queue)
 
 
-def recommended_policy() -> PolicyConfig:
-    """The recommended policy's arm (:data:`lenpred.sched.recommended.RECOMMENDED`)."""
-    return PolicyConfig(**RECOMMENDED)
+def recommended_policy(batch: int) -> PolicyConfig:
+    """The recommended policy's arm (:data:`lenpred.sched.recommended.RECOMMENDED`): late binding with
+    ``batch`` (the decode batch limit) requests per instance."""
+    return PolicyConfig(**RECOMMENDED, max_outstanding=batch)
+
+
+def prediction_policy(batch: int) -> PolicyConfig:
+    """The arm that shows what a prediction adds on top of the recommended one
+    (:data:`lenpred.sched.recommended.PREDICTION_ARM`: the same late binding, shortest predicted first with aging)."""
+    return PolicyConfig(**PREDICTION_ARM, max_outstanding=batch)

@@ -190,14 +190,19 @@ def measure_capacity(setup: RunSetup, workload: Workload, policy: PolicyConfig) 
 
 
 def with_default_policy(cfg: SimConfig, has_predictions: bool) -> SimConfig:
-    """A config that names no policy (only the default FCFS arm) runs the recommended policy
-    (:func:`lenpred.sim.config.recommended_policy`) beside FCFS when predictions are present."""
+    """A config that names no policy (only the default FCFS + round-robin arm) with predictions present runs
+    three arms: FCFS + round robin (a reference column), the recommended policy (late binding, no prediction:
+    :func:`lenpred.sim.config.recommended_policy`; the baseline every change is measured against) and the
+    same late binding ordered by the prediction (:func:`lenpred.sim.arm.prediction_policy`), so the run says
+    what the prediction adds over the best scheduler that needs none (issue 37)."""
+    from lenpred.sim.arm import prediction_policy
     from lenpred.sim.config import recommended_policy
 
     if not has_predictions or cfg.policies != (PolicyConfig(),):
         return cfg
-    return cfg.replace(policies=(PolicyConfig(), recommended_policy()),
-                       sweep=cfg.sweep.replace(baseline=PolicyConfig().name))
+    batch = get_profile(cfg.cluster.profile).with_overrides(max_batch=cfg.cluster.max_batch).max_batch
+    rec = recommended_policy(batch)
+    return cfg.replace(policies=(PolicyConfig(), rec, prediction_policy(batch)), sweep=cfg.sweep.replace(baseline=rec.name))
 
 
 def replay_config(cfg: SimConfig, path: str | Path, *, loads_given: bool = False) -> tuple[SimConfig, Workload]:

@@ -131,12 +131,11 @@ def yardstick_paragraphs(groups: Sequence[Group], paths: Sequence[str]) -> list[
     if not groups:
         return [f"No scheduling yardstick results were found (docs/yardstick/*-cells.jsonl, or --yardstick). "
                 f"Make them with: {MAKE_COMMAND}."]
-    arms = {p.stats.arm for g in groups for p in g.picks}
+    arms = {a for g in groups for p in g.picks for a in (p.stats.arm,)}
     default, own = default_arm(arms)
-    why = ("the router's default (lenpred.sched.recommended)" if own else
-           "the router's default (lenpred.sched.recommended: an FCFS queue with least-predicted-tokens dispatch) is "
-           f"not a yardstick arm, so gamma-Boost on the prefill head, {default} (the router's priority.queue gboost, "
-           "which docs/yardstick/README.md recommends), stands in for it")
+    why = (f"the recommended policy and the router's default, {default} (lenpred.sched.recommended: late binding, "
+           "no prediction)" if own else f"the recommended policy {default} (late binding, no prediction) was not run "
+           "in these rows")
     return [
         "Scheduling on the yardstick (issues 30 and 37, docs/yardstick/README.md): per regime group, five arms, each "
         "at its overall P99 and its short-request P99 as ratios to the best prediction-free arm of the same cell "
