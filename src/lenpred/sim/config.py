@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from lenpred.checks import check_limit
 from lenpred.config import Config
@@ -78,6 +78,23 @@ class ClusterConfig(Config):
     link_gbps: float = Field(25.0, description="KV transfer bandwidth into one decode instance, GB/s")
     link_latency_s: float = Field(0.0, description="fixed cost per KV transfer, s")
     swap_gbps: float = Field(25.0, description="device <-> host bandwidth for swap preemption, GB/s")
+    decode_speeds: tuple[float, ...] | None = Field(
+        None, description="heterogeneous decode instances: one speed per decode (colocated: per) instance, e.g. "
+        "[1, 1, 2, 2]; a step's compute time is divided by it (2 = twice as fast). Unset: all equal (1)")
+
+    @model_serializer(mode="wrap")
+    def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``decode_speeds`` is written only when set: a cluster without it reads and writes as before."""
+        d = handler(self)
+        if d.get("decode_speeds", 0) is None:
+            del d["decode_speeds"]
+        return d
+
+    @property
+    def speeds(self) -> tuple[float, ...]:
+        """Each decode (colocated: each) instance's speed, 1.0 where ``decode_speeds`` is unset."""
+        n = self.n_instances if self.mode == "colocated" else self.n_decode
+        return self.decode_speeds if self.decode_speeds is not None else (1.0,) * n
 
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:
@@ -96,7 +113,22 @@ class ClusterConfig(Config):
         if not (math.isfinite(self.link_latency_s) and self.link_latency_s >= 0):
             raise ConfigError(f"{w}.link_latency_s must be >= 0, got {self.link_latency_s}",
                               f"set {w}.link_latency_s to 0 or more seconds")
+        self._check_speeds(w)
         return self
+
+    def _check_speeds(self, w: str) -> None:
+        if self.decode_speeds is None:
+            return
+        key, n = ("n_instances", self.n_instances) if self.mode == "colocated" else ("n_decode", self.n_decode)
+        if len(self.decode_speeds) != n:
+            raise ConfigError(
+                f"{w}.decode_speeds has {len(self.decode_speeds)} value(s), the cluster has {key} = {n}",
+                f"give one speed per {'instance' if key == 'n_instances' else 'decode instance'} ({n} numbers, "
+                f"e.g. [{', '.join(['1'] * (n - n // 2) + ['2'] * (n // 2))}]), or leave {w}.decode_speeds unset")
+        bad = [x for x in self.decode_speeds if not (math.isfinite(x) and x > 0)]
+        if bad:
+            raise ConfigError(f"{w}.decode_speeds must all be positive numbers, got {bad[0]!r}",
+                              "give each instance a speed > 0 (1 = the profile's speed, 2 = twice as fast)")
 
 
 class ArrivalConfig(Config):
