@@ -159,20 +159,32 @@ def regime_config(reg: Regime, n: int, seed: int, kv_tokens: int | None = None) 
     if reg.mix is not None:
         share, below, above = reg.mix
         lengths = lengths.replace(mix_short_share=share, mix_short_below=below, mix_long_above=above)
-    return cfg.replace(name=f"value-{reg.name}", cluster=cluster,
-                       workload=cfg.workload.replace(lengths=lengths))
+    # the capacity probe: 8,000 requests (bench_policies.py's), fewer for a run of fewer
+    return cfg.replace(name=f"value-{reg.name}", cluster=cluster, workload=cfg.workload.replace(lengths=lengths),
+                       sweep=cfg.sweep.replace(probe_requests=min(8000, max(1000, n))))
 
 
-def short_threshold(reg: Regime, cfg: Any, wl: Any) -> float:
+def short_threshold(reg: Regime, wl: Any) -> float:
     """Output tokens below which a request is short: the workload's median; bimodal: the chat class
-    (true output <= the pool's ``mix_short_below`` quantile), so "short" is exactly the 80%."""
+    (true output <= the pool's ``mix_short_below`` quantile, ``Workload.mix_bounds``), so "short" is the 80%."""
     if reg.mix is None:
         return float(np.median(wl.output))
-    from lenpred.sim.length_sources import filter_lengths, rundir_lengths
+    assert wl.mix_bounds is not None
+    return float(np.floor(wl.mix_bounds[0])) + 1.0
 
-    lc = cfg.workload.lengths
-    pool = filter_lengths(rundir_lengths(str(lc.path), lc), lc)["output_tokens"].to_numpy(dtype=np.float64)
-    return float(np.floor(np.quantile(pool, reg.mix[1]))) + 1.0
+
+_WORKLOADS: dict[tuple[Any, int], Any] = {}
+
+
+def workload(cfg: Any, seed: int) -> Any:
+    """The workload of a config and seed, built once per process (a run directory is read once)."""
+    from lenpred.sim.workload import build_workload
+
+    key = (cfg.workload, seed)
+    if key not in _WORKLOADS:
+        _WORKLOADS.clear()  # one at a time: a study's workloads are used seed by seed
+        _WORKLOADS[key] = build_workload(cfg.workload, seed)
+    return _WORKLOADS[key]
 
 
 def tables_for(work: Path) -> dict[str, str]:
@@ -187,7 +199,6 @@ def setup(a: argparse.Namespace, reg: Regime, tables: dict[str, str]) -> dict[st
     """The regime's KV budget (kv) and capacity (requests/s; burst probe on the seed-0 workload under
     late-binding FCFS), measured once and kept in WORK/setup.json."""
     from lenpred.sim.sweep import RunSetup, measure_capacity
-    from lenpred.sim.workload import build_workload
 
     path = Path(a.work) / "setup.json"
     have: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
@@ -195,7 +206,7 @@ def setup(a: argparse.Namespace, reg: Regime, tables: dict[str, str]) -> dict[st
     if key in have:
         return have[key]
     cfg = regime_config(reg, a.n_requests, 0)
-    wl = build_workload(cfg.workload, 0)
+    wl = workload(cfg, 0)
     kv = None
     if reg.kv_share is not None:
         kv = int(round(reg.kv_share * reg.batch * float(np.mean(wl.prompt + wl.output / 2.0))))
@@ -280,7 +291,6 @@ def run_grid(a: argparse.Namespace) -> bool:
     """Every missing row, seed by seed (every regime's first seed first); False when --max-minutes stopped it."""
     from lenpred.sim.predictions import aligned
     from lenpred.sim.sweep import PredictionCache, RunSetup, run_one
-    from lenpred.sim.workload import build_workload
 
     t_end = time.monotonic() + 60.0 * a.max_minutes
     work = Path(a.work)
@@ -297,8 +307,8 @@ def run_grid(a: argparse.Namespace) -> bool:
                 continue
             st = setup(a, reg, tables)
             cfg = regime_config(reg, a.n_requests, seed, st["kv_capacity_tokens"])
-            wl = build_workload(cfg.workload, seed)
-            thr = short_threshold(reg, cfg, wl)
+            wl = workload(cfg, seed)
+            thr = short_threshold(reg, wl)
             cache = PredictionCache(wl, seed)
             run_setup = RunSetup.of(cfg)
             real = {p: aligned(cache.get(prediction(p, tables, None)), wl.keys)["pred_tokens"].to_numpy() for p in REAL}

@@ -61,6 +61,7 @@ class Workload:
     card: dict[str, Any] | None = None  # the run card of a run-directory workload
     source: str = "synthetic"
     episode: Episode | None = None  # an overload episode: arrivals are mapped through it and cut at its end
+    mix_bounds: tuple[float, float] | None = None  # a bimodal mix: true output <= [0] is short, >= [1] long
     _dists: dict[int, tuple[Predictions, list[Any], list[tuple[Any, ...]]]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -198,7 +199,9 @@ def mixed_rows(df: pd.DataFrame, n: int, rng: np.random.Generator, share: float,
     idx = np.empty(n, dtype=np.int64)
     idx[is_short] = short[rng.integers(0, short.size, n_short)]
     idx[~is_short] = long_[rng.integers(0, long_.size, n - n_short)]
-    return df.iloc[idx].reset_index(drop=True)
+    out = df.iloc[idx].reset_index(drop=True)
+    out.attrs["mix_bounds"] = (lo, hi)
+    return out
 
 
 def _check_lengths(prompt: np.ndarray, output: np.ndarray) -> None:
@@ -266,7 +269,7 @@ def _rundir_workload(cfg: WorkloadConfig, rng_len: np.random.Generator, rng_arr:
         prompt=prompt, output=output, arrivals=unit_arrivals(cfg.n_requests, cfg.arrival, rng_arr),
         rid=np.arange(cfg.n_requests, dtype=np.int64), keys=df[["prompt_id", "sample_idx"]].copy(),
         population=population, card=RunDir.open(str(lc.path)).card, source="rundir",
-        episode=Episode.of(cfg.arrival),
+        episode=Episode.of(cfg.arrival), mix_bounds=df.attrs.get("mix_bounds"),
     )
 
 
