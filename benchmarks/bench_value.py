@@ -20,7 +20,7 @@ the batch limit, least-requests dispatch); ``hetero`` adds the speed-aware ``lea
 (early and late binding); ``kv`` adds watermark admission (``kv_reserve`` 0.05 / 0.1 / 0.2, JSQ). Predictor arms,
 built on the prediction-free dispatchers, at each information level (``mlp``: the committed prefill head on
 the prompts; ``outlets``: the committed OUTLETS re-predictions; ``true``: the true lengths, the ceiling): late
-binding with an SJF queue aged at 100 tokens/s, least-requests-predicted (JSQ, ties by predicted tokens),
+binding with an SJF queue aged at 100 tokens/s (and at 300: gentler to the long requests' tail), least-requests-predicted (JSQ, ties by predicted tokens),
 least-predicted-tokens; ``hetero`` adds least-predicted-time (predicted tokens / speed) and late SJF with it;
 ``kv`` adds predicted-horizon admission (JSQ) alone and with the predicted-remaining victim (true:
 true-peak, and true-horizon with the true-remaining victim).
@@ -134,6 +134,7 @@ def arms_for(regime: str) -> list[VArm]:
         out += [VArm(f"fcfs @jsq wm{r:g}", "-", admission="watermark", kv_reserve=r) for r in (0.05, 0.1, 0.2)]
     for p in (*REAL, "true"):
         out += [VArm("sjf aging100 late", p, "sjf", late=True, params=SJF),
+                VArm("sjf aging300 late", p, "sjf", late=True, params=(("aging", 300.0),)),
                 VArm("fcfs @jsq+pred", p, dispatch="least-requests-predicted"),
                 VArm("fcfs @lpt", p, dispatch="least-predicted-tokens")]
         if regime == "hetero":
