@@ -63,7 +63,7 @@ REAL = ("mlp", "outlets")
 OUTLETS_TABLE = ROOT / "data" / "outlets" / "predictions-test-smollm2-sharegpt.parquet"
 KEY = ("regime", "load", "seed", "arm", "n_requests")
 # seconds of CPU per simulated request and arm, by regime (measured on this machine, 2026-12-04)
-CPU_PER_REQUEST = {"hetero": 1 / 1500, "bimodal": 1 / 1500, "kv": 1 / 1500}
+CPU_PER_REQUEST = {"hetero": 1 / 4400, "bimodal": 1 / 5000, "kv": 1 / 7000}
 
 
 @dataclass(frozen=True)
