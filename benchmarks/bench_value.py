@@ -33,6 +33,7 @@ batch means over it (k = 10) for the ratio intervals. One JSON row per (regime, 
 
     .venv/bin/python -m benchmarks.bench_value --dry-run
     OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python -m benchmarks.bench_value --seeds 0,1,2 --max-minutes 60
+    .venv/bin/python -m benchmarks.bench_value --evidence          # per-request evidence, then the report
     .venv/bin/python -m benchmarks.bench_value --report-only
 """
 
@@ -276,6 +277,66 @@ def ranking(res: Any, thr: float, preds: dict[str, np.ndarray]) -> dict[str, Any
     return out
 
 
+def reorderable(res: Any, thr: float) -> dict[str, Any]:
+    """Per-request evidence in one central queue (late binding: a request enters the pool's queue at its first
+    token, ``t_first``, and leaves it at ``t_decode_admit``): for each short request in the steady window's tail
+    (e2e >= the short requests' P95), the requests queued ahead of it when it entered (entered before it, admitted
+    after), how many of them were long, and the part of its wait a perfect size order could have removed,
+    ``wait x long ahead / all ahead`` (each request ahead costs it one freed slot; an SJF queue would have let
+    it pass the long ones). Means over the tail, as shares of its latency."""
+    from lenpred.sim.summary import latency_arrays
+    from lenpred.sim.yardstick import steady_mask
+
+    e2e = latency_arrays(res)["e2e"]
+    short = res.output < thr
+    sh = steady_mask(res) & np.isfinite(e2e) & short
+    tail = np.flatnonzero(sh & (e2e >= np.percentile(e2e[sh], 95)))
+    enter, admit = res.t_first, res.t_decode_admit
+    order = np.argsort(enter, kind="stable")
+    e_sorted, a_sorted, short_sorted = enter[order], admit[order], short[order]
+    wait_share, reorder_share, n_long, n_short = [], [], [], []
+    for i in tail:
+        k = int(np.searchsorted(e_sorted, enter[i], side="left"))
+        ahead = a_sorted[:k] > enter[i]
+        kl, ks = int((ahead & ~short_sorted[:k]).sum()), int((ahead & short_sorted[:k]).sum())
+        w = float(admit[i] - enter[i])
+        wait_share.append(w / e2e[i])
+        reorder_share.append(w * kl / (kl + ks) / e2e[i] if kl + ks else 0.0)
+        n_long.append(kl)
+        n_short.append(ks)
+    m = (lambda x: float(np.mean(x)) if x else None)  # noqa: E731
+    return {"tail_n": int(tail.size), "decode_wait_share": m(wait_share), "reorderable_share": m(reorder_share),
+            "long_ahead": m(n_long), "short_ahead": m(n_short)}
+
+
+def run_evidence(a: argparse.Namespace) -> None:
+    """WORK/evidence.jsonl: :func:`reorderable` on late-binding FCFS (the one central queue, no prediction) in
+    every (regime, load, seed) of WORK/cells.jsonl that has none yet (one simulation each)."""
+    from lenpred.sim.sweep import PredictionCache, RunSetup, run_one
+
+    work = Path(a.work)
+    ev = work / "evidence.jsonl"
+    have = {(r["regime"], r["load"], r["seed"]) for r in read_rows(ev)}
+    rows = read_rows(work / "cells.jsonl")
+    todo = sorted({(r["regime"], r["load"], r["seed"]) for r in rows if r["n_requests"] == a.n_requests
+                   and r["regime"] in a.regimes} - have, key=lambda c: (c[2], c[0], c[1]))
+    tables = tables_for(work)
+    arm = VArm("fcfs late", "-", late=True)
+    for rn, load, seed in todo:
+        reg = REGIMES[rn]
+        st = setup(a, reg, tables)
+        cfg = regime_config(reg, a.n_requests, seed, st["kv_capacity_tokens"])
+        wl = workload(cfg, seed)
+        thr = short_threshold(reg, wl)
+        res = run_one(RunSetup.of(cfg), wl, arm.config(tables, reg.batch), load * st["capacity_rps"],
+                      cache=PredictionCache(wl, seed))
+        row = {"regime": rn, "load": load, "seed": seed, "arm": arm.name, **reorderable(res, thr)}
+        with ev.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        say(f"evidence {rn} s{seed} {load:g}x: tail decode-wait share {row['decode_wait_share']:.2f}, reorderable "
+            f"{row['reorderable_share']:.2f} ({row['long_ahead']:.1f} long / {row['short_ahead']:.1f} short ahead)")
+
+
 # ---------------------------------------------------------------- the grid
 def read_rows(path: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
@@ -429,6 +490,10 @@ def write_report(work: Path, out: Path) -> list[Path]:
     summ = summarize(rows)
     setup_path = work / "setup.json"
     summ["setup"] = json.loads(setup_path.read_text()) if setup_path.is_file() else {}
+    for e in read_rows(work / "evidence.jsonl"):
+        cell = summ["regimes"].get(e["regime"], {}).get("cells", {}).get(f"{e['load']:g}|s{e['seed']}")
+        if cell is not None:
+            cell["reorderable"] = e
     summ["n_rows"] = len(rows)
     summ["cpu_s"] = float(sum(r.get("cpu_s", 0.0) for r in rows))
     p = out / "value.json"
@@ -483,6 +548,7 @@ def render_md(summ: dict[str, Any]) -> str:
             refs = [f"s{c['seed']}: {c['reference']}" for c in at]
             ev_share = [c["arms"][c["reference"]].get("short_tail_wait_share") for c in at]
             ev_wait = [c["arms"][c["reference"]].get("short_tail_decode_wait_s") for c in at]
+            ro = [c["reorderable"] for c in at if "reorderable" in c]
             rk = [c["arms"][n]["ranking"] for c in at for n in ("fcfs late/-",) if n in c["arms"]
                   and "ranking" in c["arms"][n]]
             L += ["", f"### {rn}, load {load:g}", "", f"references: {'; '.join(refs)}", "",
@@ -493,7 +559,11 @@ def render_md(summ: dict[str, Any]) -> str:
                       f"decode slot (> 10 ms); on those, short-vs-long AUC mlp {_mm([x.get('mlp_queued_auc') for x in rk])}, "
                       f"outlets {_mm([x.get('outlets_queued_auc') for x in rk])} (Spearman mlp "
                       f"{_mm([x.get('mlp_queued_spearman') for x in rk])}, outlets "
-                      f"{_mm([x.get('outlets_queued_spearman') for x in rk])})." if rk else ""), "",
+                      f"{_mm([x.get('outlets_queued_spearman') for x in rk])})." if rk else "") + (
+                      f" Per request (late-binding FCFS, the short tail): {_mm([x['decode_wait_share'] for x in ro])} of "
+                      f"the latency is the wait in the pool's queue, with {_mm([x['long_ahead'] for x in ro], '{:.1f}')} "
+                      f"long and {_mm([x['short_ahead'] for x in ro], '{:.1f}')} short requests ahead; a perfect size order "
+                      f"could have removed at most {_mm([x['reorderable_share'] for x in ro])} of it." if ro else ""), "",
                   "| arm | short P99 s | short P99 x | P99 x | P50 x | attainment diff | goal | batch<1 |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|"]
             names = list(dict.fromkeys(n for c in at for n in c["arms"]))
@@ -538,6 +608,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-minutes", type=float, default=600.0, help="stop starting runs after this many minutes")
     ap.add_argument("--dry-run", action="store_true", help="print the cells, arms and estimated CPU; run nothing")
     ap.add_argument("--report-only", action="store_true", help="write the report from WORK/cells.jsonl, run nothing")
+    ap.add_argument("--evidence", action="store_true", help="only the per-request evidence (WORK/evidence.jsonl: "
+                    "late-binding FCFS re-run in every cell of WORK/cells.jsonl), then the report")
     a = ap.parse_args(argv)
     a.regimes = [r for r in a.regimes.split(",") if r]
     bad = [r for r in a.regimes if r not in REGIMES]
@@ -552,7 +624,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--n-requests {a.n_requests} is too few for a P99 -- fix: pass 100 or more (16000 for the study)")
     if a.dry_run:
         return dry_run(a)
-    return run_then_report(None if a.report_only else lambda: run_grid(a),
+    run = None if a.report_only else (lambda: run_evidence(a)) if a.evidence else (lambda: run_grid(a))
+    return run_then_report(run,
                            lambda: write_report(Path(a.work), Path(a.out)))
 
 

@@ -98,3 +98,23 @@ def test_unknown_regimes_and_arms_are_one_line(capsys: pytest.CaptureFixture[str
         with pytest.raises(SystemExit) as e:
             bv.main(["--dry-run", *args])
         assert e.value.code == 2 and "-- fix:" in capsys.readouterr().err
+
+
+def test_reorderable_wait_by_hand() -> None:
+    # 30 requests a second apart (window: the 4th to the 27th); 12 and 13 are long and wait for a slot until 16
+    # and 17; short 14 waits until 18 (both long ones ahead), short 15 until 19.1 (12, 13 and 14 ahead)
+    n = 30
+    arrival = np.arange(n, dtype=float)
+    first = arrival + 0.1
+    admit, finish = first.copy(), arrival + 1.0
+    output = np.full(n, 50)
+    output[[12, 13]] = 500
+    for i, (ad, fin) in {12: (16.0, 30.0), 13: (17.0, 31.0), 14: (18.0, 18.2), 15: (19.1, 20.1)}.items():
+        admit[i], finish[i] = ad, fin
+    res = SimpleNamespace(n=n, arrival=arrival, t_first=first, t_decode_admit=admit, t_finish=finish, output=output,
+                          t_prefill_start=arrival, mode="disaggregated")
+    out = bv.reorderable(res, 100.0)
+    assert out["tail_n"] == 2  # 14 (e2e 4.2) and 15 (5.1) are the short tail
+    assert out["decode_wait_share"] == pytest.approx((3.9 / 4.2 + 4.0 / 5.1) / 2)
+    assert out["reorderable_share"] == pytest.approx((3.9 / 4.2 + 4.0 * 2 / 3 / 5.1) / 2)
+    assert (out["long_ahead"], out["short_ahead"]) == (2.0, 0.5)
