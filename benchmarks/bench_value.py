@@ -23,7 +23,9 @@ the prompts; ``outlets``: the committed OUTLETS re-predictions; ``true``: the tr
 binding with an SJF queue aged at 100 tokens/s (and at 300: gentler to the long requests' tail), least-requests-predicted (JSQ, ties by predicted tokens),
 least-predicted-tokens; ``hetero`` adds least-predicted-time (predicted tokens / speed) and late SJF with it;
 ``kv`` adds predicted-horizon admission (JSQ) alone and with the predicted-remaining victim (true:
-true-peak, and true-horizon with the true-remaining victim).
+true-peak, and true-horizon with the true-remaining victim). Beside them the per-prompt oracle
+(``prompt-median``: the median of the prompt's other samples, the best a prompt-level predictor can do) with
+the late SJF queues.
 
 The reference of each (regime, load, seed) is :func:`lenpred.sim.yardstick.best_free` over the prediction-free
 arms (round robin left out). Figures over the steady window (arrivals between the 10% and 90% points), and
@@ -147,6 +149,9 @@ def arms_for(regime: str) -> list[VArm]:
         if regime == "kv" and p == "true":
             out += [VArm("fcfs @jsq true-peak", p, admission="true-peak", victim="latest"),
                     VArm("fcfs @jsq victim+horizon", p, admission="true-horizon", victim="true-remaining")]
+    # the per-prompt oracle (the median of the prompt's other samples): the best any prompt-level predictor can do
+    out += [VArm("sjf aging100 late", "prompt-median", "sjf", late=True, params=SJF),
+            VArm("sjf aging300 late", "prompt-median", "sjf", late=True, params=(("aging", 300.0),))]
     return out
 
 
@@ -256,7 +261,8 @@ def run_figures(res: Any, thr: float) -> dict[str, Any]:
 def ranking(res: Any, thr: float, preds: dict[str, np.ndarray]) -> dict[str, Any]:
     """How well each predictor orders the requests that actually waited for a decode slot (> 10 ms) in this
     run: the AUC of short vs long (the chance a short request is predicted shorter than a long one, ties
-    half) and the Spearman correlation of predicted and true output, over those requests and over all."""
+    half), the Spearman correlation of predicted and true output, and the share of the short requests predicted
+    above the long requests' median prediction, over those requests and over all."""
     from scipy import stats
 
     mask = np.isfinite(res.t_finish)
@@ -274,6 +280,8 @@ def ranking(res: Any, thr: float, preds: dict[str, np.ndarray]) -> dict[str, Any
             auc = (r[~short].sum() - n1 * (n1 + 1) / 2) / (n1 * n0)  # P(long predicted longer than short)
             out[f"{name}_{where}_auc"] = float(auc)
             out[f"{name}_{where}_spearman"] = float(stats.spearmanr(pr, res.output[m]).statistic)
+            # short requests a size order puts among the long ones: predicted above the long ones' median
+            out[f"{name}_{where}_short_above_long_median"] = float(np.mean(pr[short] > np.median(pr[~short])))
     return out
 
 
@@ -312,6 +320,7 @@ def reorderable(res: Any, thr: float) -> dict[str, Any]:
 def run_evidence(a: argparse.Namespace) -> None:
     """WORK/evidence.jsonl: :func:`reorderable` on late-binding FCFS (the one central queue, no prediction) in
     every (regime, load, seed) of WORK/cells.jsonl that has none yet (one simulation each)."""
+    from lenpred.sim.predictions import aligned
     from lenpred.sim.sweep import PredictionCache, RunSetup, run_one
 
     work = Path(a.work)
@@ -328,9 +337,12 @@ def run_evidence(a: argparse.Namespace) -> None:
         cfg = regime_config(reg, a.n_requests, seed, st["kv_capacity_tokens"])
         wl = workload(cfg, seed)
         thr = short_threshold(reg, wl)
-        res = run_one(RunSetup.of(cfg), wl, arm.config(tables, reg.batch), load * st["capacity_rps"],
-                      cache=PredictionCache(wl, seed))
-        row = {"regime": rn, "load": load, "seed": seed, "arm": arm.name, **reorderable(res, thr)}
+        cache = PredictionCache(wl, seed)
+        res = run_one(RunSetup.of(cfg), wl, arm.config(tables, reg.batch), load * st["capacity_rps"], cache=cache)
+        preds = {p: aligned(cache.get(prediction(p, tables, None)), wl.keys)["pred_tokens"].to_numpy()[res.rid]
+                 for p in (*REAL, "prompt-median")}
+        row = {"regime": rn, "load": load, "seed": seed, "arm": arm.name, **reorderable(res, thr),
+               "ranking": ranking(res, thr, preds)}
         with ev.open("a") as f:
             f.write(json.dumps(row) + "\n")
         say(f"evidence {rn} s{seed} {load:g}x: tail decode-wait share {row['decode_wait_share']:.2f}, reorderable "
@@ -449,7 +461,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     cell["arms"][name] = {**figs, "predictor": r["predictor"], "ratio": rat,
                                           **({"ranking": r["ranking"]} if "ranking" in r else {})}
                 cells[f"{load:g}|s{seed}"] = {"load": load, "seed": seed, **cell}
-        lines = [best_line(rn, cells, lv) for lv in (*REAL, "true", "real")]
+        lines = [best_line(rn, cells, lv) for lv in (*REAL, "prompt-median", "true", "real")]
         out["regimes"][rn] = {"cells": cells, "lines": [vars(x) for x in lines if x.arm is not None]}
     return out
 
@@ -563,7 +575,12 @@ def render_md(summ: dict[str, Any]) -> str:
                       f" Per request (late-binding FCFS, the short tail): {_mm([x['decode_wait_share'] for x in ro])} of "
                       f"the latency is the wait in the pool's queue, with {_mm([x['long_ahead'] for x in ro], '{:.1f}')} "
                       f"long and {_mm([x['short_ahead'] for x in ro], '{:.1f}')} short requests ahead; a perfect size order "
-                      f"could have removed at most {_mm([x['reorderable_share'] for x in ro])} of it." if ro else ""), "",
+                      f"could have removed at most {_mm([x['reorderable_share'] for x in ro])} of it. Short requests "
+                      f"queued there predicted above the queued long ones' median: mlp "
+                      f"{_mm([x['ranking'].get('mlp_queued_short_above_long_median') for x in ro])}, outlets "
+                      f"{_mm([x['ranking'].get('outlets_queued_short_above_long_median') for x in ro])}, the per-prompt "
+                      f"oracle {_mm([x['ranking'].get('prompt-median_queued_short_above_long_median') for x in ro])}."
+                      if ro else ""), "",
                   "| arm | short P99 s | short P99 x | P99 x | P50 x | attainment diff | goal | batch<1 |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|"]
             names = list(dict.fromkeys(n for c in at for n in c["arms"]))

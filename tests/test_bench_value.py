@@ -68,6 +68,8 @@ def test_ranking_auc_by_hand() -> None:
     # pairs (short, long): (10,200) (10,400) (300,400) ordered, (300,200) not: 3/4
     assert out["n_queued"] == 4 and out["p_queued_auc"] == pytest.approx(0.75)
     assert out["p_all_auc"] == pytest.approx(5 / 6)
+    assert out["p_queued_short_above_long_median"] == 0.0  # 10 and 300 against the long median 300
+    assert out["p_all_short_above_long_median"] == pytest.approx(1 / 3)  # 300 of 5, 10, 300 above 200-400: one
 
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "smollm2-sharegpt" / "card.json"
