@@ -69,7 +69,9 @@ def test_ranking_auc_by_hand() -> None:
     assert out["n_queued"] == 4 and out["p_queued_auc"] == pytest.approx(0.75)
     assert out["p_all_auc"] == pytest.approx(5 / 6)
     assert out["p_queued_short_above_long_median"] == 0.0  # 10 and 300 against the long median 300
-    assert out["p_all_short_above_long_median"] == pytest.approx(1 / 3)  # 300 of 5, 10, 300 above 200-400: one
+    assert out["p_all_short_above_long_median"] == 0.0  # 5, 10 and 300: none above 300
+    q = bv.ranking(res, 100.0, {"q": np.array([350.0, 300.0, 200.0, 400.0, 5.0])})
+    assert q["q_queued_short_above_long_median"] == 0.5  # 350 is above the long ones' median 300
 
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "smollm2-sharegpt" / "card.json"
