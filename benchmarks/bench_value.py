@@ -481,6 +481,8 @@ def best_line(rn: str, cells: dict[str, Any], level: str) -> Line:
         if not (pred == level or (level == "real" and pred in REAL)):
             continue
         at = [c for c in cells.values() if c["load"] == load and name in c["arms"]]
+        if len(at) < sum(1 for c in cells.values() if c["load"] == load):
+            continue  # an arm not run in every seed of the load is no line
         rat = [c["arms"][name]["ratio"] for c in at]
         if any(r["short_p99_s"] is None or r["p99_s"] is None for r in rat):
             continue
