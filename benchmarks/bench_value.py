@@ -289,9 +289,10 @@ def reorderable(res: Any, thr: float) -> dict[str, Any]:
     """Per-request evidence in one central queue (late binding: a request enters the pool's queue at its first
     token, ``t_first``, and leaves it at ``t_decode_admit``): for each short request in the steady window's tail
     (e2e >= the short requests' P95), the requests queued ahead of it when it entered (entered before it, admitted
-    after), how many of them were long, and the part of its wait a perfect size order could have removed,
-    ``wait x long ahead / all ahead`` (each request ahead costs it one freed slot; an SJF queue would have let
-    it pass the long ones). Means over the tail, as shares of its latency."""
+    after), how many of them were long, and the part of its wait that passing the long ones ahead would have
+    removed, ``wait x long ahead / all ahead`` (each request ahead costs it one freed slot). Not a bound on
+    SJF: a size order also lets it pass longer short requests and changes which requests form the tail. Means
+    over the tail, as shares of its latency."""
     from lenpred.sim.summary import latency_arrays
     from lenpred.sim.yardstick import steady_mask
 
@@ -576,8 +577,8 @@ def render_md(summ: dict[str, Any]) -> str:
                       f"{_mm([x.get('outlets_queued_spearman') for x in rk])})." if rk else "") + (
                       f" Per request (late-binding FCFS, the short tail): {_mm([x['decode_wait_share'] for x in ro])} of "
                       f"the latency is the wait in the pool's queue, with {_mm([x['long_ahead'] for x in ro], '{:.1f}')} "
-                      f"long and {_mm([x['short_ahead'] for x in ro], '{:.1f}')} short requests ahead; a perfect size order "
-                      f"could have removed at most {_mm([x['reorderable_share'] for x in ro])} of it. Short requests "
+                      f"long and {_mm([x['short_ahead'] for x in ro], '{:.1f}')} short requests ahead; passing the long ones "
+                      f"ahead would have removed about {_mm([x['reorderable_share'] for x in ro])} of it. Short requests "
                       f"queued there predicted above the queued long ones' median: mlp "
                       f"{_mm([x['ranking'].get('mlp_queued_short_above_long_median') for x in ro])}, outlets "
                       f"{_mm([x['ranking'].get('outlets_queued_short_above_long_median') for x in ro])}, the per-prompt "
