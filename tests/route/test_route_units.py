@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
     ({"backends": [{"url": "ftp://x"}]}, "backends[0].url: backend url 'ftp://x' is not an http(s) URL"),
     ({"backends": [{"url": "http://a:99999"}]}, "invalid port"),
     ({"backends": [{"url": "http://a:1"}], "policy": "fastest"}, "unknown policy 'fastest' -- fix: use one of: "
-                                                                 "least-kv, least-observed-load, least-predicted-tokens"),
+                                                                 "least-kv, least-observed-load, least-predicted-time, "
+                                                                 "least-predicted-tokens"),
     ({"backends": [{"url": "http://a:1"}], "polcy": "x"}, "config.polcy: unknown key -- fix: valid keys: mode"),
     ({"backends": [{"url": "http://a:1", "weight": 2}]}, "backends[0].weight: unknown key"),
     ({"backends": [{"url": "http://a:1"}, {"url": "http://a:1"}]}, "backend url 'http://a:1' is listed 2 times"),

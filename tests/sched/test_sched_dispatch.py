@@ -47,7 +47,7 @@ def test_observed_load_dispatchers_read_no_prediction() -> None:
     tie = [_Fake(0, 1, 0.0, 7.0), _Fake(1, 1, 0.0, 7.0)]
     assert make_dispatcher("least-observed-load").choose(tie, r) == 0 and make_dispatcher("least-kv").choose(tie, r) == 0
     needs = sorted(n for n in DISPATCHERS.names() if DISPATCHERS.get(n).needs_prediction)
-    assert needs == ["least-predicted-tokens", "least-requests-predicted"]
+    assert needs == ["least-predicted-time", "least-predicted-tokens", "least-requests-predicted"]
 
 
 def test_the_hybrid_breaks_jsq_ties_by_prediction_only() -> None:
@@ -71,8 +71,9 @@ def test_power_of_two_is_seeded_and_picks_the_lighter_of_two() -> None:
 
 
 def test_the_registry_lists_its_members() -> None:
-    assert DISPATCHERS.names() == ["least-kv", "least-observed-load", "least-predicted-tokens", "least-requests",
-                                   "least-requests-predicted", "power-of-two", "round-robin"]
+    assert DISPATCHERS.names() == ["least-kv", "least-observed-load", "least-predicted-time", "least-predicted-tokens",
+                                   "least-requests", "least-requests-per-speed", "least-requests-predicted",
+                                   "power-of-two", "round-robin"]
 
 
 def test_the_request_is_optional() -> None:
@@ -82,3 +83,23 @@ def test_the_request_is_optional() -> None:
         with_req = make_dispatcher(name, np.random.default_rng(3))
         without = make_dispatcher(name, np.random.default_rng(3))
         assert [with_req.choose(pool, Request(0, 0, 1, 1, 1)) for _ in range(5)] == [without.choose(pool) for _ in range(5)]
+
+
+class _Fast(_Fake):
+    def __init__(self, index: int, n: int, tokens: float, speed: float) -> None:
+        super().__init__(index, n, tokens)
+        self.speed = speed
+
+
+def test_speed_aware_dispatchers_count_in_each_instance_s_own_time() -> None:
+    # (requests, predicted tokens, speed): instance 1 is twice as fast
+    pool = [_Fast(0, 2, 400.0, 1.0), _Fast(1, 4, 700.0, 2.0)]
+    assert make_dispatcher("least-requests").choose(pool) == 0
+    assert make_dispatcher("least-requests-per-speed").choose(pool) == 1  # 5 / 2 < 3 / 1
+    assert make_dispatcher("least-requests-per-speed").choose([_Fast(0, 1, 0, 1.0), _Fast(1, 4, 0, 2.0)]) == 0  # 2 < 5 / 2
+    assert make_dispatcher("least-predicted-tokens").choose(pool) == 0
+    assert make_dispatcher("least-predicted-time").choose(pool) == 1  # 400 / 1 > 700 / 2
+    # an instance without a speed counts as 1: equal to least-requests / least-predicted-tokens
+    plain = [_Fake(0, 3, 900.0), _Fake(1, 5, 100.0), _Fake(2, 2, 500.0)]
+    assert make_dispatcher("least-requests-per-speed").choose(plain) == make_dispatcher("least-requests").choose(plain)
+    assert make_dispatcher("least-predicted-time").choose(plain) == make_dispatcher("least-predicted-tokens").choose(plain)

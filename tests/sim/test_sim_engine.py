@@ -142,7 +142,7 @@ def test_unknown_names_list_valid_ones() -> None:
     reqs = [Request(0, 0.0, 10, 10, 10)]
     with pytest.raises(ConfigError, match="fcfs.*gittins.*hrrn.*las.*mlfq.*oracle.*risk.*sjf.*srpt.*trail"):
         PolicyConfig(queue="lifo")  # refused by the config, before any simulator is built
-    with pytest.raises(ConfigError, match="unknown dispatch 'random' -- fix: use one of: least-kv, least-observed-load, least-predicted-tokens"):
+    with pytest.raises(ConfigError, match="unknown dispatch 'random' -- fix: use one of: least-kv, least-observed-load, least-predicted-time, least-predicted-tokens"):
         PolicyConfig(dispatch="random")  # refused by the config too
     with pytest.raises(ConfigError, match="unknown prefill_dispatch 'random' -- fix: use one of: least-kv, least-observed-load, least-predicted"):
         PolicyConfig(prefill_dispatch="random")

@@ -10,6 +10,11 @@ requests, ties by observed tokens), ``least-kv`` (least observed tokens: KV-usag
 (``needs_prediction``): ``least-predicted-tokens`` and the hybrid ``least-requests-predicted`` (least
 requests, ties by predicted outstanding tokens).
 
+Heterogeneous instances may carry a ``speed`` (default 1: an instance without the attribute, as the router's
+backends, counts as 1; 2 = twice as fast): ``least-requests-per-speed`` (no prediction: (outstanding + 1) /
+speed, the expected share of a slot's time) and ``least-predicted-time`` (predicted outstanding tokens /
+speed, needs a prediction) read it.
+
 The simulator and the router call the same method, ``choose(pool, req=None)``: the index in ``pool``
 of the instance to send to. ``req`` (a :class:`~lenpred.sched.job.Job`) is there for a dispatcher that
 would read the request; none of these does, and a caller without one passes nothing.
@@ -27,13 +32,14 @@ from lenpred.sched.job import Job
 
 __all__ = [
     "DISPATCHERS", "Dispatcher", "LeastObservedLoad", "LeastObservedTokens", "LeastOutstandingRequests",
-    "LeastPredictedTokens", "LeastRequestsPredictedTies", "Loaded", "PowerOfTwoChoices",
+    "LeastPredictedTime", "LeastPredictedTokens", "LeastRequestsPerSpeed", "LeastRequestsPredictedTies", "Loaded",
+    "PowerOfTwoChoices",
     "RoundRobin", "make_dispatcher",
 ]
 
 
 class Loaded(Protocol):
-    """What a dispatcher may ask of an instance."""
+    """What a dispatcher may ask of an instance (and, optionally, its ``speed``: :func:`speed_of`)."""
 
     index: int
 
@@ -138,6 +144,34 @@ class LeastObservedTokens(Dispatcher):
 
     def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
         return _argmin([float(p.observed_tokens()) for p in pool])
+
+
+def speed_of(inst: Loaded) -> float:
+    """An instance's relative speed: its ``speed`` attribute, 1.0 when it has none."""
+    return float(getattr(inst, "speed", 1.0))
+
+
+@DISPATCHERS.register("least-requests-per-speed")
+class LeastRequestsPerSpeed(Dispatcher):
+    """Fewest (outstanding requests + 1) / speed: join the shortest queue, counted in the instance's own time
+    (a twice-as-fast instance takes twice the requests). No prediction; equal speeds: least-requests."""
+
+    name = "least-requests-per-speed"
+
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
+        return _argmin([(p.outstanding_requests() + 1.0) / speed_of(p) for p in pool])
+
+
+@DISPATCHERS.register("least-predicted-time")
+class LeastPredictedTime(Dispatcher):
+    """Fewest predicted outstanding tokens / speed: the predicted time to drain the instance's work.
+    Equal speeds: least-predicted-tokens."""
+
+    name = "least-predicted-time"
+    needs_prediction = True
+
+    def choose(self, pool: Sequence[Loaded], req: Job | None = None) -> int:
+        return _argmin([p.outstanding_tokens() / speed_of(p) for p in pool])
 
 
 @DISPATCHERS.register("power-of-two")

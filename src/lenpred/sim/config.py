@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from lenpred.checks import check_limit
 from lenpred.config import Config
@@ -51,6 +51,8 @@ MAX_CAPACITY_LOAD = 4.0
 LENGTH_SOURCES = ("synthetic", "sharegpt", "rundir", "trace")
 SPLIT_ROLES = ("train", "val", "test")  # lenpred.data.split.ROLES (not imported: config reads no data)
 LOAD_UNITS = ("req/s", "capacity")
+MIX_FIELDS = ("mix_short_share", "mix_short_below", "mix_long_above")
+MIX_SOURCES = ("rundir", "sharegpt")  # the sources drawn from a pool of samples
 
 
 def _positive(where: str, **values: float | None) -> None:
@@ -78,6 +80,23 @@ class ClusterConfig(Config):
     link_gbps: float = Field(25.0, description="KV transfer bandwidth into one decode instance, GB/s")
     link_latency_s: float = Field(0.0, description="fixed cost per KV transfer, s")
     swap_gbps: float = Field(25.0, description="device <-> host bandwidth for swap preemption, GB/s")
+    decode_speeds: tuple[float, ...] | None = Field(
+        None, description="heterogeneous decode instances: one speed per decode (colocated: per) instance, e.g. "
+        "[1, 1, 2, 2]; a step's compute time is divided by it (2 = twice as fast). Unset: all equal (1)")
+
+    @model_serializer(mode="wrap")
+    def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``decode_speeds`` is written only when set: a cluster without it reads and writes as before."""
+        d = handler(self)
+        if d.get("decode_speeds", 0) is None:
+            del d["decode_speeds"]
+        return d
+
+    @property
+    def speeds(self) -> tuple[float, ...]:
+        """Each decode (colocated: each) instance's speed, 1.0 where ``decode_speeds`` is unset."""
+        n = self.n_instances if self.mode == "colocated" else self.n_decode
+        return self.decode_speeds if self.decode_speeds is not None else (1.0,) * n
 
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:
@@ -96,7 +115,22 @@ class ClusterConfig(Config):
         if not (math.isfinite(self.link_latency_s) and self.link_latency_s >= 0):
             raise ConfigError(f"{w}.link_latency_s must be >= 0, got {self.link_latency_s}",
                               f"set {w}.link_latency_s to 0 or more seconds")
+        self._check_speeds(w)
         return self
+
+    def _check_speeds(self, w: str) -> None:
+        if self.decode_speeds is None:
+            return
+        key, n = ("n_instances", self.n_instances) if self.mode == "colocated" else ("n_decode", self.n_decode)
+        if len(self.decode_speeds) != n:
+            raise ConfigError(
+                f"{w}.decode_speeds has {len(self.decode_speeds)} value(s), the cluster has {key} = {n}",
+                f"give one speed per {'instance' if key == 'n_instances' else 'decode instance'} ({n} numbers, "
+                f"e.g. [{', '.join(['1'] * (n - n // 2) + ['2'] * (n // 2))}]), or leave {w}.decode_speeds unset")
+        bad = [x for x in self.decode_speeds if not (math.isfinite(x) and x > 0)]
+        if bad:
+            raise ConfigError(f"{w}.decode_speeds must all be positive numbers, got {bad[0]!r}",
+                              "give each instance a speed > 0 (1 = the profile's speed, 2 = twice as fast)")
 
 
 class ArrivalConfig(Config):
@@ -195,11 +229,57 @@ class LengthConfig(Config):
         None, description="rundir: only the prompts with these roles in the run's split (e.g. [\"test\"]: "
         "prompts no head was trained on); unset: every prompt")
     split: str | None = Field(None, description="rundir with roles: the split file (default RUN/split.json)")
+    # a bimodal mix (rundir, sharegpt): short chat + long generation, both drawn from the source's own samples
+    mix_short_share: float | None = Field(
+        None, description="bimodal mix: this share of the requests is drawn from the samples whose true output is "
+        "<= the mix_short_below quantile, the rest from those >= the mix_long_above quantile (e.g. 0.8); unset: "
+        "every sample alike")
+    mix_short_below: float | None = Field(None, description="bimodal mix: the short class's quantile of true output "
+                                          "(default 0.5)")
+    mix_long_above: float | None = Field(None, description="bimodal mix: the long class's quantile of true output "
+                                         "(default 0.85)")
+
+    @model_serializer(mode="wrap")
+    def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The mix is written only when set: lengths without it read and write as before."""
+        d = handler(self)
+        for k in MIX_FIELDS:
+            if d.get(k, 0) is None:
+                del d[k]
+        return d
+
+    @property
+    def mix(self) -> tuple[float, float, float] | None:
+        """(short share, short class's quantile, long class's quantile), defaults filled in; None: no mix."""
+        if self.mix_short_share is None:
+            return None
+        return (self.mix_short_share, 0.5 if self.mix_short_below is None else self.mix_short_below,
+                0.85 if self.mix_long_above is None else self.mix_long_above)
+
+    def _check_mix(self, w: str) -> None:
+        if self.mix_short_share is None:
+            given = [k for k in MIX_FIELDS[1:] if getattr(self, k) is not None]
+            if given:
+                raise ConfigError(f"{w}.{given[0]} is read only with {w}.mix_short_share",
+                                  f"set {w}.mix_short_share (e.g. 0.8), or drop {given[0]}")
+            return
+        if self.source not in MIX_SOURCES:
+            raise ConfigError(f"{w}.mix_short_share is read by sources {', '.join(MIX_SOURCES)} only, not "
+                              f"{self.source!r}", "drop the mix, or draw from a run directory or ShareGPT")
+        share, below, above = self.mix  # type: ignore[misc]
+        if not (math.isfinite(share) and 0 < share < 1):
+            raise ConfigError(f"{w}.mix_short_share must be in (0, 1), got {share!r}",
+                              "give the short class's share of the requests, e.g. 0.8")
+        if not (math.isfinite(below) and math.isfinite(above) and 0 < below <= above < 1):
+            raise ConfigError(f"{w}.mix_short_below ({below!r}) and mix_long_above ({above!r}) must be quantiles "
+                              "with 0 < mix_short_below <= mix_long_above < 1",
+                              "e.g. mix_short_below 0.5 and mix_long_above 0.85")
 
     @model_validator(mode="after")
     def _check(self) -> LengthConfig:
         w = "workload.lengths"
         _choice(w, "source", self.source, LENGTH_SOURCES)
+        self._check_mix(w)
         if self.source in ("rundir", "trace") and not self.path:
             raise ConfigError(f"{w}.path is required for source {self.source!r}",
                               f"set {w}.path to the {'run directory' if self.source == 'rundir' else 'request file'}")

@@ -179,7 +179,9 @@ class Simulator:
                             link_bw=cluster.link_gbps * 1e9, link_latency=cluster.link_latency_s,
                             swap_bw=cluster.swap_gbps * 1e9, victim=arm.victim, admission=arm.admission,
                             kv_reserve=0.1 if arm.kv_reserve is None else arm.kv_reserve)
-        self.decode = [DecodeInstance(i, self.profile, qpol, cap, setup, check=check_invariants) for i in range(n_dec)]
+        speeds = cluster.speeds
+        self.decode = [DecodeInstance(i, self.profile, qpol, cap, setup, check=check_invariants, speed=speeds[i])
+                       for i in range(n_dec)]
         self.prefill = [] if self.colocated else [
             PrefillInstance(i, self.profile, ppol, cap) for i in range(cluster.n_prefill)
         ]

@@ -175,8 +175,9 @@ class DecodeInstance(_Instance):
     """Continuous batching under a KV budget; in colocated mode it also prefills new requests."""
 
     def __init__(self, index: int, profile: LatencyProfile, policy: QueuePolicy, kv_capacity: int,
-                 setup: DecodeSetup, *, check: bool = False) -> None:
+                 setup: DecodeSetup, *, check: bool = False, speed: float = 1.0) -> None:
         self.index = index
+        self.speed = speed  # a step's compute time is divided by it (heterogeneous instances)
         self.profile = profile
         self.policy = policy
         self.cap = kv_capacity  # KV slots (tokens)
@@ -372,12 +373,12 @@ class DecodeInstance(_Instance):
         batch = self.n_run
         if batch == 0 and not prefill_lens and extra == 0.0:
             return events  # idle until a kick
-        dt = extra
+        dt = extra  # compute time is divided by the speed (x / 1.0 == x exactly: equal instances are unchanged)
         if prefill_lens:
-            dt += self.profile.prefill_time(prefill_lens)
+            dt += self.profile.prefill_time(prefill_lens) / self.speed
             self.prefill_tokens += sum(prefill_lens)
         if batch:
-            dt += self.profile.decode_time(batch, self.ctx)
+            dt += self.profile.decode_time(batch, self.ctx) / self.speed
         kv_after = self.ctx + batch + self.kv_reserved
         if kv_after > self.peak_kv:
             self.peak_kv = kv_after

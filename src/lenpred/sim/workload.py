@@ -61,6 +61,7 @@ class Workload:
     card: dict[str, Any] | None = None  # the run card of a run-directory workload
     source: str = "synthetic"
     episode: Episode | None = None  # an overload episode: arrivals are mapped through it and cut at its end
+    mix_bounds: tuple[float, float] | None = None  # a bimodal mix: true output <= [0] is short, >= [1] long
     _dists: dict[int, tuple[Predictions, list[Any], list[tuple[Any, ...]]]] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -172,9 +173,35 @@ class Workload:
         return dists, rdists
 
 
-def _sample_rows(df: pd.DataFrame, n: int, rng: np.random.Generator) -> pd.DataFrame:
+def _sample_rows(df: pd.DataFrame, n: int, rng: np.random.Generator,
+                 mix: tuple[float, float, float] | None = None) -> pd.DataFrame:
+    """``n`` rows drawn with replacement; with a ``mix`` (:attr:`LengthConfig.mix`), the bimodal mix."""
+    if mix is not None:
+        return mixed_rows(df, n, rng, *mix)
     idx = rng.integers(0, len(df), n)
     return df.iloc[idx].reset_index(drop=True)
+
+
+def mixed_rows(df: pd.DataFrame, n: int, rng: np.random.Generator, share: float, below: float, above: float
+               ) -> pd.DataFrame:
+    """A bimodal mix of ``n`` rows drawn with replacement from ``df`` (``output_tokens``): exactly
+    ``round(share x n)`` from the short class (true output <= its ``below`` quantile over ``df``), the rest
+    from the long class (>= its ``above`` quantile), in a random order. The mix is chosen by the true
+    output: it makes a workload, it is not an evaluation of any predictor. Deterministic in ``rng``."""
+    out = df["output_tokens"].to_numpy(dtype=np.float64)
+    lo, hi = float(np.quantile(out, below)), float(np.quantile(out, above))
+    short, long_ = np.flatnonzero(out <= lo), np.flatnonzero(out >= hi)
+    if short.size == 0 or long_.size == 0:  # pragma: no cover - a quantile always holds a sample
+        raise DataError(f"the bimodal mix found no sample in a class ({short.size} short, {long_.size} long)",
+                        "use a source with more samples, or other quantiles")
+    n_short = int(round(share * n))
+    is_short = rng.permutation(n) < n_short
+    idx = np.empty(n, dtype=np.int64)
+    idx[is_short] = short[rng.integers(0, short.size, n_short)]
+    idx[~is_short] = long_[rng.integers(0, long_.size, n - n_short)]
+    out = df.iloc[idx].reset_index(drop=True)
+    out.attrs["mix_bounds"] = (lo, hi)
+    return out
 
 
 def _check_lengths(prompt: np.ndarray, output: np.ndarray) -> None:
@@ -196,7 +223,7 @@ def build_workload(cfg: WorkloadConfig, seed: int = 0) -> Workload:
     if lc.source == "synthetic":
         df = synthetic_lengths(n, lc, rng_len)
     elif lc.source == "sharegpt":
-        df = _sample_rows(filter_lengths(sharegpt_token_table(lc.tokenizer), lc), n, rng_len)
+        df = _sample_rows(filter_lengths(sharegpt_token_table(lc.tokenizer), lc), n, rng_len, lc.mix)
     else:  # trace: used in file order, first n rows
         df = read_trace(str(lc.path))
         if len(df) < n:
@@ -231,7 +258,7 @@ def _rundir_workload(cfg: WorkloadConfig, rng_len: np.random.Generator, rng_arr:
         raise ConfigError("arrival process 'trace' needs a trace file with an arrival_s column",
                           "set workload.lengths.source to 'trace'")
     run = rundir_lengths(str(lc.path), lc)
-    df = _sample_rows(filter_lengths(run, lc), cfg.n_requests, rng_len)
+    df = _sample_rows(filter_lengths(run, lc), cfg.n_requests, rng_len, lc.mix)
     prompt = df["prompt_tokens"].to_numpy(dtype=np.int64)
     output = df["output_tokens"].to_numpy(dtype=np.int64)
     _check_lengths(prompt, output)
@@ -242,7 +269,7 @@ def _rundir_workload(cfg: WorkloadConfig, rng_len: np.random.Generator, rng_arr:
         prompt=prompt, output=output, arrivals=unit_arrivals(cfg.n_requests, cfg.arrival, rng_arr),
         rid=np.arange(cfg.n_requests, dtype=np.int64), keys=df[["prompt_id", "sample_idx"]].copy(),
         population=population, card=RunDir.open(str(lc.path)).card, source="rundir",
-        episode=Episode.of(cfg.arrival),
+        episode=Episode.of(cfg.arrival), mix_bounds=df.attrs.get("mix_bounds"),
     )
 
 
