@@ -68,8 +68,9 @@ def _bench(run: Path, head_run: str, out: Path, log: Path, console: Any) -> Path
 
 
 def _simulate(run: Path, out: Path, log: Path, console: Any) -> Path | None:
-    """The run's test samples served first-come-first-served, and shortest-predicted-first with the
-    ridge head's predictions and with the true lengths, around the cluster's saturation throughput."""
+    """The run's test samples served by late binding first-come-first-served (the baseline: no prediction),
+    and shortest-predicted-first in the same queue with the ridge head's predictions and with the true
+    lengths, around the cluster's saturation throughput; FCFS + round robin beside them for reference."""
     preds = out / "preds" / run.name / "ridge.parquet"
     if not preds.is_file():
         return None
@@ -79,13 +80,18 @@ def _simulate(run: Path, out: Path, log: Path, console: Any) -> Path | None:
         "workload": {"n_requests": 20000, "arrival": {"process": "poisson"},
                      "lengths": {"source": "rundir", "path": str(run), "roles": ["test"]}},
         "prediction": {"model": "table", "path": str(preds)},
+        # FCFS + round robin a reference column; the baseline is the best prediction-free arm (issue 37):
+        # late binding, max_outstanding = the profile's batch limit (256)
         "policies": [
             {"name": "fcfs+rr", "queue": "fcfs", "dispatch": "round-robin"},
-            {"name": "sjf+lpt ridge", "queue": "sjf", "dispatch": "least-predicted-tokens"},
-            {"name": "sjf+lpt true lengths", "queue": "sjf", "dispatch": "least-predicted-tokens",
-             "prediction": {"model": "oracle"}},
+            {"name": "fcfs late", "queue": "fcfs", "dispatch": "least-requests", "max_outstanding": 256},
+            {"name": "sjf late ridge", "queue": {"name": "sjf", "aging": 100}, "dispatch": "least-requests",
+             "max_outstanding": 256},
+            {"name": "sjf late true lengths", "queue": {"name": "sjf", "aging": 100}, "dispatch": "least-requests",
+             "max_outstanding": 256, "prediction": {"model": "oracle"}},
         ],
-        "sweep": {"loads": [0.9, 1.0, 1.1, 1.2], "load_unit": "capacity", "probe_requests": 4000},
+        "sweep": {"loads": [0.9, 1.0, 1.1, 1.2], "load_unit": "capacity", "probe_requests": 4000,
+                  "baseline": "fcfs late"},
         "plots": False,
     }
     (out / "sim.json").write_text(json.dumps(cfg, indent=2) + "\n")
