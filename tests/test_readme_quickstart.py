@@ -126,6 +126,20 @@ def flag(argv: list[str], name: str, value: str | Callable[[str], str], used: se
     used.add(f"{verb} {name}")
 
 
+def json_objects(text: str) -> list[dict]:
+    """The top-level JSON objects written in ``text`` (nested ones stay inside theirs), in order."""
+    dec, out, i = json.JSONDecoder(), [], text.find("{")
+    while i >= 0:
+        try:
+            obj, end = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            i = text.find("{", i + 1)
+            continue
+        out.append(obj)
+        i = text.find("{", end)
+    return out
+
+
 def write_sim_json(comments: str, run: str, cwd: Path) -> dict:
     """sim.json by the README's recipe: the named config with workload.lengths.path set to the run and the
     policy written in the comment added (sizes cut)."""
@@ -134,7 +148,7 @@ def write_sim_json(comments: str, run: str, cwd: Path) -> dict:
     recipe_text = recipe[1]
     for named in ("experiments/sim/real_predictions.json", "workload.lengths.path"):
         assert named in recipe_text, f"the quick start's sim.json recipe no longer names {named}"
-    extra = [json.loads(m) for m in re.findall(r"\{[^{}]*\}", recipe_text)]
+    extra = json_objects(recipe_text)
     assert extra, "the quick start's sim.json recipe names no policy that reads the predictions"
     cfg = json.loads((ROOT / "experiments/sim/real_predictions.json").read_text())
     cfg["workload"]["lengths"]["path"] = run

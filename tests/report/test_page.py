@@ -3,6 +3,7 @@ one-line refusals that write nothing."""
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import shutil
@@ -165,7 +166,7 @@ def test_yardstick_section_known_answers(full_page: Path, inputs: Inputs) -> Non
     assert rows[4][2:] == ["0.60 (0.60-0.60)", "1.03 (1.03-1.03)", "0.60 (0.60-0.60)", "90.0 (90.0-90.0)", "2 / 0",
                            "2 (2)"]
     assert rows[5][2:4] == ["0.30 (0.30-0.30)", "1.02 (1.02-1.02)"]
-    text = full_page.read_text()
+    text = html.unescape(full_page.read_text())
     assert "The best prediction-free arm was fcfs+rr/- in 2" in text
     assert "docs/yardstick/yardstick.md" in text and "docs/policies/README.md" in text
     assert "the recommended policy and the router's default, fcfs late/-" in text

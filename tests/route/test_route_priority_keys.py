@@ -1,7 +1,9 @@
 """The router's priority keys and field values on a fixed request list, for a set of router configs,
 exactly as they were before the policy config took one shape (issue 39 part 4): ``priority_keys.jsonl``
 was written by the router of 70b661e, except the ``sjf-default`` rows, whose default aging is now the
-simulator's 0 (it was 1,000 tokens per second in the router): they equal the ``sjf-aging0`` rows."""
+simulator's 0 (it was 1,000 tokens per second in the router): they equal the ``sjf-aging0`` rows; and the
+``default-remote`` rows, whose queue is now FCFS (issue 37 part 5: the router's default is the best arm that needs no
+prediction, late-binding FCFS): they equal the ``default-none`` rows."""
 
 from __future__ import annotations
 
@@ -54,3 +56,4 @@ def test_the_priority_keys_of_a_fixed_request_list_are_those_of_before() -> None
     assert _rows(typed=True) == want  # flat keys and the typed object: the same policy, the same keys
     by = {(r["config"], tuple(r["req"])): r for r in want}
     assert all(by["sjf-default", tuple(q)]["key"] == by["sjf-aging0", tuple(q)]["key"] for q in REQUESTS)
+    assert all(by["default-remote", tuple(q)]["key"] == by["default-none", tuple(q)]["key"] for q in REQUESTS)
