@@ -225,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--head", action="append", default=[], metavar="NAME=DIR", help="a head for an lpt arm")
     a.add_argument("--arms", default="rr,lpt",
                    help="arm kinds, comma-separated: rr (FCFS + round robin), lpt (least predicted tokens per --head, "
-                        "every request sent on at once), recommended (the router's default policy: its queue ordered by priority.queue auto, "
-                        "least predicted tokens, with max_outstanding = --slots: the queue forms in the router)")
+                        "every request sent on at once), recommended (before issue 37's default: the router's queue "
+                        "ordered by priority.queue auto, least predicted tokens, max_outstanding = --slots), late "
+                        "(the router's default now: one FCFS queue in the router, least-requests, max_outstanding = "
+                        "--slots; no prediction), late-sjf (the same, the queue ordered by SJF with aging 100 on "
+                        "each --head)")
     a.add_argument("--slots", type=int, default=1,
                    help="recommended arms: requests a server runs at once (llama-cpp-python: 1; llama.cpp: -np)")
     a.add_argument("--same-estimator", action="store_true",

@@ -24,7 +24,12 @@ from benchmarks.route_procs import LlamaServer, RouterProcess, ServeProcess
 from benchmarks.router_load import client, measure_stream, quantile, rounded
 from benchmarks.router_report import machine, table
 
-__all__ = ["ab", "block_schedule"]
+__all__ = ["ARM_KINDS", "ab", "block_schedule", "short_prompts"]
+
+# --arms: rr (FCFS + round robin), lpt (least predicted tokens, sent at once), recommended (lpt behind the
+# router's queue, the default before issue 37), late (the default now: late-binding FCFS, no prediction),
+# late-sjf (late binding, the queue ordered by a head's prediction, SJF with aging 100)
+ARM_KINDS = ("rr", "lpt", "recommended", "late", "late-sjf")
 
 
 @dataclass(frozen=True)
@@ -49,9 +54,24 @@ def _workload(run_path: str, n: int, seed: int) -> tuple[list[dict[str, Any]], d
     rng = np.random.default_rng(seed)
     # more requests than test prompts (a long episode): the permutation again (each request its own seed)
     idx = np.resize(rng.permutation(len(pool)), n)
+    short = short_prompts(run, test)
     rows = [{"prompt_id": str(pool.prompt_id[i]), "text": str(pool.text[i]),
-             "prompt_tokens": int(pool.n_prompt_tokens[i])} for i in idx]
+             "prompt_tokens": int(pool.n_prompt_tokens[i]), "short": short.get(str(pool.prompt_id[i]))}
+            for i in idx]
     return rows, dict(run.card["sampling"])
+
+
+def short_prompts(run: Any, test: set[str]) -> dict[str, bool]:
+    """Which test prompts are "short", fixed before any arm runs, from the prompt set alone: a prompt whose
+    median sampled length in the run is below the median of all the test split's samples (issue 37 part 5:
+    not from each arm's completed outputs, which differ between arms and draws)."""
+    s = run.samples(columns=["prompt_id", "n_tokens"])
+    s = s[s.prompt_id.astype(str).isin(test)]
+    if s.empty:
+        return {}
+    thr = float(np.median(s.n_tokens))
+    med = s.groupby(s.prompt_id.astype(str)).n_tokens.median()
+    return {pid: bool(m < thr) for pid, m in med.items()}
 
 
 def _ab_body(row: dict[str, Any], sampling: dict[str, Any], max_tokens: int, k: int, model: str) -> dict[str, Any]:
@@ -77,6 +97,7 @@ async def _replay(url: str, rows: list[dict[str, Any]], arrivals: np.ndarray, se
     for r, row, at in zip(recs, rows, arrivals, strict=True):
         r["arrival_s"] = float(at)
         r["prompt_id"] = row["prompt_id"]
+        r["short_fixed"] = row.get("short")
         r["output_tokens"] = (r.get("usage") or {}).get("completion_tokens", r.get("n", 0))
         r["prompt_tokens"] = (r.get("usage") or {}).get("prompt_tokens", row["prompt_tokens"])
         r["predicted"] = float(r["headers"].get("x-lenpred-predicted-tokens", "nan"))
@@ -107,6 +128,7 @@ def _arm_figures(recs: list[dict[str, Any]], short_thr: float) -> dict[str, Any]
     ok = _completed(recs)
     e2e = [r["e2e"] for r in ok]
     short = [r["e2e"] for r in ok if r["output_tokens"] < short_thr]
+    fixed = [r["e2e"] for r in ok if r.get("short_fixed")]
     span = _span(recs)
     toks = sum(r["output_tokens"] for r in ok)
     # the servers' own speed in this arm: tokens per second while a response streams (a llama.cpp server
@@ -118,6 +140,9 @@ def _arm_figures(recs: list[dict[str, Any]], short_thr: float) -> dict[str, Any]
             "decode_tok_s_median": rounded(quantile(speed, 0.5), 1, 2),
             "short_p50_e2e_s": rounded(quantile(short, 0.5)), "p99_e2e_s": rounded(quantile(e2e, 0.99)), "mean_e2e_s": rounded(statistics.fmean(e2e)) if e2e else None,
             "p99_ttft_s": rounded(quantile([r["first"] for r in ok if r["first"] is not None], 0.99)),
+            # "short" fixed in advance from the prompt set (short_prompts): the same requests in every arm
+            "short_fixed_n": len(fixed), "short_fixed_p99_e2e_s": rounded(quantile(fixed, 0.99)),
+            "short_fixed_p50_e2e_s": rounded(quantile(fixed, 0.5)), "p50_e2e_s": rounded(quantile(e2e, 0.5)),
             "throughput_tok_s": rounded(toks / span, 1, 2), "throughput_req_s": rounded(len(ok) / span, 1, 4),
             "backends": {b: sum(1 for r in ok if r["backend"] == b) for b in sorted({str(r["backend"]) for r in ok})}}
 
@@ -269,10 +294,14 @@ def _arms(args: argparse.Namespace, heads: dict[str, str], n: int) -> dict[str, 
     """The arms to run (name -> policy and estimator or head), from ``--arms`` and ``--head``; a bad choice of
     arms, blocks or repeats exits with one line."""
     kinds = [k.strip() for k in args.arms.split(",") if k.strip()]
-    unknown = sorted(set(kinds) - {"rr", "lpt", "recommended"})
+    unknown = sorted(set(kinds) - set(ARM_KINDS))
     if unknown:
-        raise SystemExit(f"bench_router ab: unknown arm kind {unknown[0]!r} -- fix: use rr, lpt, recommended")
+        raise SystemExit(f"bench_router ab: unknown arm kind {unknown[0]!r} -- fix: use {', '.join(ARM_KINDS)}")
+    if "late-sjf" in kinds and not heads:
+        raise SystemExit("bench_router ab: the late-sjf arm orders its queue by a prediction -- fix: give a --head")
     arms: dict[str, dict[str, Any]] = {}
+    if "late" in kinds:  # the router's default (issue 37): one FCFS queue, sent to the least loaded free server
+        arms["late"] = {"policy": "least-requests", "estimator": {"kind": "none"}, "slots": args.slots, "priority": {}}
     if "rr" in kinds:  # FCFS + round robin: each server's own arrival order
         arms["round-robin"] = {"policy": "round-robin", "estimator": {"kind": "chars"}}
         if args.same_estimator and heads:  # the head's prediction is made (and costs its CPU) in every arm
@@ -282,6 +311,9 @@ def _arms(args: argparse.Namespace, heads: dict[str, str], n: int) -> dict[str, 
             arms[f"lpt-{name}"] = {"policy": "least-predicted-tokens", "head": name}
         if "recommended" in kinds:  # the router's defaults (queue auto: gboost on a head, lpt) in front of the slots
             arms[f"recommended-{name}"] = {"policy": "least-predicted-tokens", "head": name, "slots": args.slots}
+        if "late-sjf" in kinds:  # the same late binding, the queue ordered by the head (the yardstick's best real arm)
+            arms[f"late-sjf-{name}"] = {"policy": "least-requests", "head": name, "slots": args.slots,
+                                        "priority": {"queue": {"name": "sjf", "aging": 100}}}
     if "lpt" in kinds and (args.chars_arm or not heads):
         arms["lpt-chars"] = {"policy": "least-predicted-tokens", "estimator": {"kind": "chars"}}
     if not arms:
@@ -346,7 +378,7 @@ def _router_cfg(plan: Plan, spec: dict[str, Any], servers: list[LlamaServer],
     # prediction, no field sent), max_outstanding = the server's slots, so requests wait in the router's
     # queue and go to whichever server frees first
     slots = spec.get("slots", 1024)
-    prio = json.loads(plan.args.priority_json) if "slots" in spec else {}  # the router's own queue's order
+    prio = spec["priority"] if "priority" in spec else json.loads(plan.args.priority_json) if "slots" in spec else {}
     return {"backends": [{"url": s.url, "name": s.name, "priority": "off", "max_outstanding": slots}
                          for s in servers], "priority": prio,
             "policy": spec["policy"], "estimator": est, "log_requests": True,

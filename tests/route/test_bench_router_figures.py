@@ -141,3 +141,73 @@ def test_load_generator_does_not_collect_while_it_measures():
         finally:
             gc.callbacks.remove(count)
     assert runs == [] and gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_ab_late_arms_are_the_default_and_sjf_on_a_head():
+    """``late``: the router's default since issue 37 (least-requests behind the router's FCFS queue, no
+    estimator); ``late-sjf``: the same, the queue ordered by SJF with aging 100 on each head; their router
+    configs say so, and ``late-sjf`` without a head is refused."""
+    from lenpred.route.config import RouterConfig
+
+    arms = br._arms(_ab_args(arms="late,late-sjf", slots=1), {"proxy": "p"}, 10)
+    assert list(arms) == ["late", "late-sjf-proxy"]
+    assert arms["late"] == {"policy": "least-requests", "estimator": {"kind": "none"}, "slots": 1, "priority": {}}
+    assert arms["late-sjf-proxy"]["priority"] == {"queue": {"name": "sjf", "aging": 100}}
+    plan = argparse.Namespace(args=argparse.Namespace(priority_json='{"queue": "boost2"}', prompt_weight=0.5))
+
+    class _S:
+        def __init__(self, name: str) -> None:
+            self.url, self.name = f"http://127.0.0.1:{9 + len(name)}", name
+
+    serves = {"proxy": argparse.Namespace(url="http://127.0.0.1:8100")}
+    late = RouterConfig.from_dict(br._router_cfg(plan, arms["late"], [_S("a"), _S("bb")], serves))
+    assert late.policy == "least-requests" and late.queue_policy.name == "fcfs"
+    assert [b.max_outstanding for b in late.backends] == [1, 1]
+    sjf = RouterConfig.from_dict(br._router_cfg(plan, arms["late-sjf-proxy"], [_S("a"), _S("bb")], serves))
+    assert sjf.queue_policy.name == "sjf" and sjf.estimator.kind == "remote"
+    with pytest.raises(SystemExit, match="late-sjf arm orders its queue by a prediction"):
+        br._arms(_ab_args(arms="late,late-sjf"), {}, 10)
+
+
+def test_short_prompts_are_fixed_from_the_prompt_set():
+    """Short = a prompt whose median sampled length is below the median of every test sample: fixed by the
+    run, not by any arm's outputs; prompts outside the test split are not labelled."""
+    import pandas as pd
+
+    class _Run:
+        def samples(self, columns=None):
+            return pd.DataFrame({"prompt_id": ["a", "a", "b", "b", "c", "c", "x"],
+                                 "n_tokens": [10, 20, 100, 300, 40, 60, 1]})
+
+    # test samples 10, 20, 100, 300, 40, 60: median 50; medians a 15, b 200, c 50 (not below)
+    assert br.short_prompts(_Run(), {"a", "b", "c"}) == {"a": True, "b": False, "c": False}
+
+
+def test_draws_summary_pairs_arms_inside_each_draw(tmp_path):
+    """Per draw the arm's P99 over the reference's, from the committed per-request records; the geometric
+    mean and a bootstrap interval over draws that crosses 1 when the draws disagree."""
+    import json
+
+    from benchmarks import router_ab_draws as rd
+
+    def rec(arm: str, e2e: float, short: bool) -> dict:
+        return {"arm": arm, "e2e": e2e, "short_fixed": short, "done": True, "error": None}
+
+    for d, (fast, slow) in enumerate([(1.0, 2.0), (1.0, 0.5), (1.0, 1.0)]):
+        recs = [rec("late", 10.0 * fast, True), rec("late", 30.0, False),
+                rec("late-sjf-p", 10.0 * slow, True), rec("late-sjf-p", 30.0, False),
+                {**rec("late-sjf-p", 99.0, True), "done": False}]  # an unfinished request counts in no figure
+        (tmp_path / f"draw-{d}.requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        (tmp_path / f"draw-{d}.json").write_text("{}")
+    s = rd.summarize(tmp_path)
+    e = s["arms"]["late-sjf-p"]["short_p99_s"]
+    assert e["per_draw"] == [2.0, 0.5, 1.0]
+    assert e["geomean"] == pytest.approx(1.0)
+    assert e["ci95"][0] < 1.0 < e["ci95"][1] and e["crosses_1"]
+    # the overall P99 of two requests interpolates: late 10 + 0.99 x 20 = 29.8 s; sjf 20 + 0.99 x 10, 5 + 0.99 x 25
+    assert s["arms"]["late-sjf-p"]["p99_s"]["per_draw"] == pytest.approx([29.9 / 29.8, 29.75 / 29.8, 1.0], abs=1e-4)
+    assert s["per_draw"]["0"]["late-sjf-p"]["ok"] == 2
+    gm, lo, hi = rd.bootstrap_ratio([0.8, 0.8, 0.8])
+    assert gm == pytest.approx(0.8) and lo == pytest.approx(0.8) and hi == pytest.approx(0.8)
+    with pytest.raises(SystemExit, match="reference arm 'rr'"):
+        rd.summarize(tmp_path, reference="rr")

@@ -160,13 +160,14 @@ def test_values_no_backend_can_take_are_refused():
     m = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], '
     assert _bad(m + b'"temperature": NaN}').param == "temperature"  # Python's json reads NaN and 1e400 (inf)
     assert _bad(m + b'"top_p": 1e400}').param == "top_p"
-    assert _bad(m + b'"n": 100000000000000000000}').param == "n"  # past 64 bits
+    assert _bad(m + b'"n": 100000000000000000000}').param == "n"  # past the I-JSON integer range
     assert "not valid JSON" in _bad(m + b'"seed": ' + b"9" * 5000 + b"}").message  # more digits than Python reads
     assert _bad(m + b'"logit_bias": {"5": true}}').param == "logit_bias"
     e = _bad(b'{"model": "m", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}")
     assert (e.status, e.code) == (400, "json_too_deep")
-    _, q = parse_request(m + b'"temperature": null, "stream": null, "top_p": 1, "seed": -9223372036854775808}', "chat")
-    assert not q.stream
+    _, q = parse_request(m + b'"temperature": null, "stream": null, "top_p": 1, "seed": -9007199254740991}', "chat")
+    assert not q.stream  # the I-JSON range's ends are served; one past them is refused, naming the bound
+    assert "at most 9007199254740991" in _bad(m + b'"seed": 9007199254740992}').message
 
 
 def test_a_lone_surrogate_anywhere_in_the_body_is_refused():

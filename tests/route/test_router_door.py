@@ -60,7 +60,7 @@ MALFORMED = [
      "max_tokens"),
     ("max_tokens as a fraction", {"model": "stub", "prompt": "x", "max_tokens": 2.5}, "/v1/completions",
      "max_tokens"),
-    ("a seed past 64 bits", {"model": "stub", "prompt": "x", "seed": 1 << 64}, "/v1/completions", "seed"),
+    ("a seed past the I-JSON integer range", {"model": "stub", "prompt": "x", "seed": 1 << 64}, "/v1/completions", "seed"),
     ("a penalty out of range", {"model": "stub", "messages": USER, "presence_penalty": 3}, "/v1/chat/completions",
      "presence_penalty"),
     ("stop with a number", {"model": "stub", "prompt": "x", "stop": ["a", 1]}, "/v1/completions", "stop"),

@@ -31,9 +31,10 @@ __all__ = ["INT64", "INTEGERS", "NO_CONTENT_ROLES", "NUMBERS", "ROLES", "ApiErro
 # integer fields: the lowest value allowed (None: any); every integer must fit in 64 bits, as the engines parse it
 INTEGERS: dict[str, int | None] = {"n": 1, "max_tokens": 1, "max_completion_tokens": 1, "seed": None,
                                    "top_logprobs": 0, "best_of": 1, "top_k": None}
-# the int64 range, its top cut to the largest integer a double holds too (2**63 - 1024): the OpenAPI document states
-# this bound, and a schema tool that reads a bound as a double (schemathesis does) would turn 2**63 - 1 into 2**63
-INT64 = (-(1 << 63), (1 << 63) - 1024)
+# the interoperable integer range of I-JSON (RFC 7493): +-(2**53 - 1), the integers every JSON parser holds exactly.
+# The OpenAPI document states this bound, and a schema tool that compares bounds as doubles (schemathesis does) reads
+# any integer past it as past it; with an int64 bound (2**63 - 1024) it read 2**63 - 1023 as equal to the bound.
+INT64 = (-((1 << 53) - 1), (1 << 53) - 1)
 # number fields: (lowest, highest) allowed (None: unbounded), OpenAI's ranges where vLLM, SGLang and llama.cpp
 # agree with them (none caps the temperature at OpenAI's 2); every number must be a finite double
 NUMBERS: dict[str, tuple[float | None, float | None]] = {
@@ -115,7 +116,7 @@ def _int_field(body: dict[str, Any], name: str, low: int | None) -> int | None:
     if i is None or not lo <= i <= INT64[1]:
         what = "an integer" if low is None else f"an integer >= {low}"
         if i is not None and i >= lo:
-            what += f" that fits in 64 bits (at most {INT64[1]})"
+            what += f" in the range every JSON parser holds exactly (at most {INT64[1]})"
         raise ApiError(400, f"'{name}' must be {what}, got {_shown(v)}", param=name)
     return i
 

@@ -190,7 +190,7 @@ class EstimatorConfig(Config):
 
 
 # estimators whose answer is a model's prediction of the output length; chars (a prompt-length guess) and
-# none are not, so the default queue ("auto") orders by gboost after these and by arrival after the others
+# none are not; the default queue ("auto", ROUTER_DEFAULT) orders by arrival after either since issue 37
 PREDICTING_ESTIMATORS = ("inline", "head", "remote")
 
 
@@ -229,9 +229,9 @@ class PriorityConfig(Config):
     key is known at arrival) with its parameters, the same typed object a simulator arm's ``queue`` is
     (:data:`lenpred.sched.params.QueueParams`; defaults and ranges are the policy's own), or ``auto``:
 
-    * ``auto`` (the default, :data:`lenpred.sched.recommended.ROUTER_DEFAULT`): ``gboost`` with its
-      defaults when the estimator gives a model's prediction (kinds inline, head, remote), ``fcfs`` when
-      it does not (chars, none): :meth:`RouterConfig.queue_policy`;
+    * ``auto`` (the default, :data:`lenpred.sched.recommended.ROUTER_DEFAULT`): ``fcfs`` whether the
+      estimator gives a model's prediction (kinds inline, head, remote) or not (chars, none), since issue 37
+      (it was ``gboost`` after a prediction): :meth:`RouterConfig.queue_policy`;
     * ``fcfs``: the arrival;
     * ``boost2``: the arrival minus ``boost_s`` seconds when the predicted output is under
       ``short_threshold`` tokens (a two-class boost);
@@ -252,8 +252,8 @@ class PriorityConfig(Config):
     """
 
     queue: QueueParams | Literal["auto"] = Field(
-        "auto", description='queue policy: auto (gboost after a model\'s prediction, fcfs after '
-                                             'chars / none), or one a router can run with its parameters, '
+        "auto", description='queue policy: auto (fcfs, with a prediction or '
+                                             'without: lenpred.sched.recommended.ROUTER_DEFAULT), or one a router can run with its parameters, '
                                              '{"name": "sjf", "aging": 1000}, or its name alone (fcfs, gboost, '
                                              'boost2, sjf)')
     enabled: bool | None = Field(None, description="send the priority field: true, false, or null = only when "
@@ -486,5 +486,5 @@ class RouterConfig(Config):
     @property
     def queue_policy(self) -> PolicyParams:
         """The queue policy the router runs, with its parameters: ``priority.queue``, with ``auto`` resolved by
-        the estimator's kind (gboost after a model's prediction, fcfs after chars / none)."""
+        the estimator's kind (:data:`lenpred.sched.recommended.ROUTER_DEFAULT`: fcfs after either since issue 37)."""
         return self.priority.resolve(self.estimator.kind)

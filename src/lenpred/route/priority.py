@@ -4,7 +4,7 @@ The key is the queue key (:mod:`lenpred.sched.queue`, the simulator's too) of ``
 arrival, with ``arrival`` in seconds since the router started. The policy is built from its typed
 parameters (:class:`lenpred.sched.queue.PolicyParams`: the simulator's defaults are the router's):
 
-* ``auto`` (the default) is ``gboost`` after a model's prediction, ``fcfs`` after chars / none
+* ``auto`` (the default) is ``fcfs`` after a model's prediction and after chars / none (issue 37)
   (:meth:`lenpred.route.config.RouterConfig.queue_policy`); the mapper gets the resolved policy;
 * ``fcfs`` orders by arrival;
 * ``boost2`` by the arrival minus ``boost_s`` when the prediction is under ``short_threshold`` tokens;
