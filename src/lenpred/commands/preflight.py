@@ -84,7 +84,14 @@ def _outlets_bench(a: argparse.Namespace) -> None:
     check_limit("--n-boot", a.n_boot)
     check_out(a.out, kind="outlets-bench", card=_card(a.run),
               inputs={"--traj": a.traj, "--run": a.run, "--heads": _paths(a.heads),
-                      "--prefill-predictions": _paths(a.prefill_predictions), "--split": a.split})
+                      "--prefill-predictions": _paths(a.prefill_predictions), "--counters": _paths(a.counters),
+                      "--split": a.split})
+
+
+def _outlets_counters(a: argparse.Namespace) -> None:
+    check_out(a.out, kind="outlets-counters", card=_card(a.run),
+              inputs={"--run": a.run, "--prefill-predictions": _paths([a.prefill_predictions] if a.prefill_predictions
+                                                                       else []), "--split": a.split})
 
 
 def _generate(a: argparse.Namespace) -> None:
@@ -108,6 +115,7 @@ _TABLE: dict[tuple[str, str | None], Callable[[argparse.Namespace], None]] = {
     ("outlets", "train"): _outlets_train,
     ("outlets", "predict"): _outlets_predict,
     ("outlets", "bench"): _outlets_bench,
+    ("outlets", "counters"): _outlets_counters,
     ("generate", None): _generate,
 }
 

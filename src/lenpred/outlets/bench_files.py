@@ -47,7 +47,7 @@ from lenpred.outlets.livebench import (
     score_live,
 )
 
-__all__ = ["BenchRequest", "Loaded", "anchored_method", "head_method", "load_methods", "named", "run_bench",
+__all__ = ["BenchRequest", "Loaded", "anchored_method", "counters_method", "head_method", "load_methods", "named", "run_bench",
            "run_benches", "run_live"]
 
 
@@ -71,6 +71,7 @@ class BenchRequest:
     heads: Sequence[str] = ()
     prefill_predictions: Sequence[str] = ()
     anchors: Sequence[str] = ()
+    counters: Sequence[str] = ()
     reference: str | None = None
     split: str | None = None
     boot: Bootstrap = Bootstrap()
@@ -83,7 +84,8 @@ class BenchRequest:
                 if v is not None}
         return {"traj": self.traj, "run": self.run, "heads": list(self.heads),
                 "prefill_predictions": list(self.prefill_predictions),
-                **({"anchors": list(self.anchors)} if self.anchors else {}), "reference": self.reference,
+                **({"anchors": list(self.anchors)} if self.anchors else {}),
+                **({"counters": list(self.counters)} if self.counters else {}), "reference": self.reference,
                 "split": self.split, "n_boot": self.boot.n_boot, "seed": self.boot.seed, **live}
 
 
@@ -129,6 +131,28 @@ def anchored_method(name: str | None, path: str, methods: Sequence[Any], traj: A
                             "refit the anchor on this head (`lenpred outlets anchor`)")
     rem = a.apply(head.remaining, pre.remaining, traj.index["t"].to_numpy())
     return MethodInput(name or "outlets-anchored", "outlets", str(path), rem, extra=dict(head.extra))
+
+
+def counters_method(name: str | None, path: str, index: Any, rd: Any, tables: Mapping[str, Any]) -> MethodInput:
+    """A counter head (lenpred outlets counters) predicted on the rows of ``index`` from the run's answers
+    so far; a head that reads a prefill table takes it from ``tables`` (the bench's --prefill-predictions)."""
+    from lenpred.outlets.counters import load_counter_head, run_samples
+
+    head = load_counter_head(path, card=rd.card)
+    pre = None
+    if head.prefill is not None:
+        want = str(head.prefill.get("name"))
+        pre = tables.get(want) or tables.get(want.removeprefix("prefill-"))
+        if pre is None:
+            raise DataError(f"counter head {path} reads the prefill predictions {want!r}, which are not in this bench",
+                            f"pass them with --prefill-predictions {want}=FILE (lenpred predict --roles test)")
+    samples = run_samples(rd, set(index["prompt_id"].astype(str)))
+    rem = head.predict(head.rows(samples, index, pre), index["t"].to_numpy())
+    nm = name or ("counters" + (f"-{head.kind}" if head.kind != "quantile" else "")
+                  + (f"+{str(head.prefill['name']).removeprefix('prefill-')}" if head.prefill else ""))
+    if not nm.startswith("counters"):
+        nm = f"counters-{nm}"
+    return MethodInput(nm, "counters", str(path), rem, extra={"made_for": "live"})
 
 
 @dataclass
@@ -179,8 +203,10 @@ def load_methods(req: BenchRequest, live_points: bool = False) -> Loaded:
     methods: list[MethodInput] = []
     for name, path in named(req.heads):
         methods.append(head_method(path, test, rd.card, name))
+    tables: dict[str, Any] = {}
     for name, path in named(req.prefill_predictions):
         p = read_predictions(path, card=rd.card)
+        tables[name or p.made_by] = tables[p.made_by] = p
         nm = name or p.made_by
         nm = nm if nm.startswith("prefill-") else f"prefill-{nm}"
         rem = carry_prefill(p, idx, cap, what=f"prefill predictions {nm!r}")
@@ -188,6 +214,8 @@ def load_methods(req: BenchRequest, live_points: bool = False) -> Loaded:
         methods.append(MethodInput(nm, "prefill", str(path), rem, point.to_numpy(dtype=np.float64)))
     if req.anchors:
         methods.extend([anchored_method(name, path, methods, test, rd.card) for name, path in named(req.anchors)])
+    if req.counters:
+        methods.extend([counters_method(name, path, idx, rd, tables) for name, path in named(req.counters)])
     t = idx["t"].to_numpy()
     const_rem = constant.predict(t)
     methods.append(MethodInput(CONSTANT, "prefill", "run", const_rem))

@@ -69,7 +69,7 @@ FRACTIONS = (0.1, 0.25, 0.5, 0.75)
 TOKENS = (32, 64, 128, 256, 512)
 ORACLE = "oracle-prompt"
 CONSTANT = "prefill-constant"
-Family = Literal["outlets", "probe", "prefill", "oracle", "baseline"]
+Family = Literal["outlets", "probe", "prefill", "oracle", "baseline", "counters"]
 Interval = tuple[float | None, float | None]
 
 
@@ -258,6 +258,8 @@ def _family(name: str) -> str:
         return "outlets"
     if name.startswith("probe"):
         return "probe"
+    if name.startswith("counters"):
+        return "counters"
     if name.startswith("prefill-"):
         return "prefill"
     if name.startswith("oracle-"):
@@ -265,7 +267,7 @@ def _family(name: str) -> str:
     if name == "t-only":
         return "baseline"
     raise ConfigError(f"method name {name!r} does not say its family",
-                      "name heads outlets* or probe*, prefill tables prefill-*")
+                      "name heads outlets* or probe*, counter heads counters*, prefill tables prefill-*")
 
 
 def bound_on(lengths: pd.DataFrame, n_boot: int, ci: float, seed: int) -> BoundInfo:
@@ -397,7 +399,7 @@ def score_methods(index: pd.DataFrame, methods: Sequence[MethodInput], *, points
             beats_ci[s] = ids[bc] if bc is not None else None
         results.append(MethodResult(
             name=m.name, family=m.family, source=m.source, note=m.remaining.note,  # type: ignore[arg-type]
-            made_for=m.extra.get("made_for") if m.family in ("outlets", "probe") else None,
+            made_for=m.extra.get("made_for") if m.family in ("outlets", "probe", "counters") else None,
             fallback_rows=m.remaining.fallback_rows, points=pts, mean_mae_progress=mean_prog,
             ratio_progress_vs_reference=rp, ratio_progress_vs_reference_ci=rp_ci, beats_oracle_from=beats,
             beats_oracle_from_ci=beats_ci))

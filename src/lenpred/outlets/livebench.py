@@ -230,7 +230,7 @@ class LiveBench(Config):
 
 # ---------------------------------------------------------------- scoring
 def _made_for(m: Any) -> str:
-    if m.family in ("outlets", "probe"):
+    if m.family in ("outlets", "probe", "counters"):
         return str(m.extra.get("made_for", "fraction"))
     if m.name == T_ONLY or m.name == "prefill-constant":
         return "lengths"

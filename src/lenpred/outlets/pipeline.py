@@ -169,8 +169,8 @@ def bench(req: BenchRequest, out: str) -> BenchRun:
     from lenpred.outlets.bench_files import run_benches
 
     check_out(Path(out), kind="outlets-bench")
-    if not req.heads and not req.prefill_predictions and not req.anchors:
-        raise ConfigError("nothing to bench", "pass --heads HEAD... and/or --prefill-predictions FILE...")
+    if not req.heads and not req.prefill_predictions and not req.anchors and not req.counters:
+        raise ConfigError("nothing to bench", "pass --heads HEAD..., --counters HEAD... and/or --prefill-predictions FILE...")
     live, res = run_benches(req)
     return BenchRun(res, req.config(), RunDir.open(req.run).card, live)
 

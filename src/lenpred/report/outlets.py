@@ -267,8 +267,8 @@ def write_live_plots(live: Any, out: Path) -> list[Path]:
                 ax.fill_between(x, lo, hi, color="grey", alpha=0.3, label=f"{name} (95% CI)")
                 ax.plot(x, y, color="grey", ls="--", lw=1)
             else:
-                ax.plot(x, y, marker="o", ms=3, lw=1.5 if m.family in ("outlets", "probe") else 1.0,
-                        ls="-" if m.family in ("outlets", "probe") else ":", label=f"{name} ({m.made_for})")
+                ax.plot(x, y, marker="o", ms=3, lw=1.5 if m.family in ("outlets", "probe", "counters") else 1.0,
+                        ls="-" if m.family in ("outlets", "probe", "counters") else ":", label=f"{name} ({m.made_for})")
         if what == "coverage80":
             ax.axhspan(75, 85, color="tab:green", alpha=0.15)
             ax.axhline(80, color="tab:green", lw=1)

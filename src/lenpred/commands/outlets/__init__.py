@@ -12,6 +12,9 @@ module per group (:mod:`.features`; :mod:`.heads`: train, predict, anchor; :mod:
   with trajectory re-predictions (for the simulator);
 * ``lenpred outlets bench --traj TRAJ --run RUN --heads [NAME=]HEAD... --prefill-predictions
   [NAME=]FILE... --out DIR``: every method along the trajectory on the test prompts;
+* ``lenpred outlets counters --run RUN --out HEAD [--kind quantile|hazard]``: a counter head on the live
+  rows of the training prompts (what the answer so far counts, no hidden state); the bench takes it with
+  ``--counters``;
 * ``lenpred outlets schedule --run RUN --traj TRAJ --outlets-head HEAD --prefill-predictions FILE
   --out DIR``: the simulator's value-for-scheduling experiment (experiments/outlets/schedule.json).
 """
@@ -31,9 +34,11 @@ from lenpred.commands.outlets.evaluate import (
 from lenpred.commands.outlets.features import add_features_arguments, run_features
 from lenpred.commands.outlets.heads import (
     add_anchor_arguments,
+    add_counters_arguments,
     add_predict_arguments,
     add_train_arguments,
     run_anchor,
+    run_counters,
     run_predict,
     run_train,
 )
@@ -58,6 +63,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                         "remaining-length MAE along the trajectory: heads, carried prefill heads, oracle, probe"),
     "anchor": Subcommand(add_anchor_arguments, run_anchor,
                          "never worse than the prefill head: blend an OUTLETS head with it per progress band (fit on val)"),
+    "counters": Subcommand(add_counters_arguments, run_counters,
+                           "a head on what a server counts in the answer so far (newlines, lists, fences, ...): live rows"),
     "schedule": Subcommand(add_schedule_arguments, run_schedule,
                            "value for scheduling: the simulator with OUTLETS re-predictions against prefill and oracle arms"),
 }

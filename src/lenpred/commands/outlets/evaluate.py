@@ -16,6 +16,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="prefill predictions tables (lenpred predict), carried along the trajectory")
     p.add_argument("--anchors", nargs="*", default=[], metavar="[NAME=]ANCHOR",
                    help="prefill anchors (lenpred outlets anchor): their head and prefill table blended by progress band")
+    p.add_argument("--counters", nargs="*", default=[], metavar="[NAME=]HEAD",
+                   help="counter heads (lenpred outlets counters): what the answer so far counts, read from the run")
     p.add_argument("--reference", default=None, help="method the ratios use (default: best carried prefill head at t=0)")
     p.add_argument("--out", required=True, help="report folder (an artifact directory)")
     p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
@@ -40,7 +42,7 @@ def run_bench(a: argparse.Namespace) -> int:
     from lenpred.report.outlets import write_bench
 
     req = BenchRequest(a.traj, a.run, heads=a.heads, prefill_predictions=a.prefill_predictions, anchors=a.anchors,
-                       reference=a.reference, split=a.split, boot=Bootstrap(n_boot=a.n_boot, seed=a.seed),
+                       counters=a.counters, reference=a.reference, split=a.split, boot=Bootstrap(n_boot=a.n_boot, seed=a.seed),
                        live=LiveRequest(points=_token_list(a.live_points), every=a.live_every, strict=a.strict_series))
     done = bench(req, a.out)
     art, md = write_bench(done, a.out, plots=not a.no_plots)

@@ -85,3 +85,38 @@ def run_anchor(a: argparse.Namespace) -> int:
         print(f"t >= {b:>4}: weight on OUTLETS {w:.2f}, interval x{s:.2f}, {v.get('rows', 0)} rows; {maes}")
     print(f"anchor: {a.out}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------ counters
+def add_counters_arguments(p: argparse.ArgumentParser) -> None:
+    from lenpred.outlets.counters import KINDS
+
+    p.add_argument("--run", required=True, help="run directory (its split: train prompts fit, val prompts stop and calibrate)")
+    p.add_argument("--out", required=True, help="counter head directory to write (an outlets-counters artifact)")
+    p.add_argument("--kind", default="quantile", choices=KINDS,
+                   help="quantile: three pinball-loss tree ensembles; hazard: a discrete-time hazard over log bins")
+    p.add_argument("--prefill-predictions", default=None, metavar="[NAME=]FILE",
+                   help="also read a prefill head's prediction (a table covering the train and val prompts: "
+                        "lenpred predict --roles train,val)")
+    p.add_argument("--live-every", type=int, default=None, metavar="K",
+                   help="train on t = K, 2K, ... too (default: the live series t = 0, 16, 32, 64, ...)")
+    p.add_argument("--model", default=None, help="tokenizer to read token texts with (default: the run card's model)")
+    p.add_argument("--split", default=None, help="split file (default RUN/split.json)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run_counters(a: argparse.Namespace) -> int:
+    import sys
+    import time
+
+    from lenpred.outlets.counters import train_counter_files
+
+    t0 = time.perf_counter()
+    head = train_counter_files(a.run, a.out, kind=a.kind, prefill=a.prefill_predictions, every=a.live_every,
+                               split=a.split, seed=a.seed, model=a.model,
+                               progress=lambda m: print(m, file=sys.stderr, flush=True))
+    rows = head.info["rows"]
+    print(f"outlets counters: {head.kind} head on {rows['fit']} live rows ({head.info['samples']['fit']} samples), "
+          f"stopped on {rows['stop']}, calibrated on {rows['cal']} in {time.perf_counter() - t0:.1f} s; "
+          f"80% interval widening (log) pooled {head.calibration['pooled']:+.3f} -> {a.out}")
+    return 0
