@@ -11,7 +11,7 @@ A draw made with other settings refuses to mix with this run's.
 requests in every arm and draw. The summary pairs the arms inside each draw (short-request P99, overall P99,
 P50 of one arm over the reference arm's) and bootstraps the geometric mean of those ratios over draws::
 
-    OMP_NUM_THREADS=1 python -m benchmarks.router_ab_draws --draws 5 --requests 200 --rate 0.35 --blocks 2 \\
+    OMP_NUM_THREADS=1 python -m benchmarks.router_ab_draws --draws 5 --requests 200 --rate 0.12 --blocks 2 \\
         --head proxy=data/heads/proxy-smollm2-sharegpt --arms late,late-sjf --out docs/route/ab-draws
     python -m benchmarks.router_ab_draws --out docs/route/ab-draws --summary-only
 """
@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draws", type=int, default=5)
     ap.add_argument("--first-draw", type=int, default=0)
     ap.add_argument("--requests", type=int, default=200, help="requests per arm and draw")
-    ap.add_argument("--rate", type=float, default=0.35)
+    ap.add_argument("--rate", type=float, default=0.12,
+                    help="arrivals per second per arm (0.12: ~0.8 of two one-thread llama.cpp servers on an AVX2 core each, ~22 tokens/s at these lengths)")
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--arms", default="late,late-sjf")
     ap.add_argument("--head", action="append", default=[], metavar="NAME=DIR")
