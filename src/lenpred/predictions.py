@@ -13,6 +13,7 @@ column                 type             meaning
 ``q10 q50 q90``        float64, null    predictive quantiles (tokens), where known
 ``repred_gen``         list<int32>      re-predictions during decoding: tokens generated so far ...
 ``repred_remaining``   list<float64>    ... and the predicted *remaining* tokens at that point
+``repred_q10 q90``     list<float64>    ... and, where known, its 10% / 90% quantiles (remaining tokens)
 ``dist_tokens``        list<float64>    predictive distribution of the total tokens as equal-weight
                                         support points (e.g. the prompt's other samples, or
                                         quantiles at levels (i + 1/2) / n), where known
@@ -68,9 +69,12 @@ PREDICTIONS_SCHEMA = pa.schema([
     ("repred_gen", pa.list_(pa.int32())),
     ("repred_remaining", pa.list_(pa.float64())),
     ("dist_tokens", pa.list_(pa.float64())),
+    ("repred_q10", pa.list_(pa.float64())),
+    ("repred_q90", pa.list_(pa.float64())),
 ])
 COLUMNS = tuple(f.name for f in PREDICTIONS_SCHEMA)
-OPTIONAL = ("spread", "q10", "q50", "q90", "repred_gen", "repred_remaining", "dist_tokens")
+OPTIONAL = ("spread", "q10", "q50", "q90", "repred_gen", "repred_remaining", "dist_tokens", "repred_q10", "repred_q90")
+LIST_COLUMNS = ("repred_gen", "repred_remaining", "dist_tokens", "repred_q10", "repred_q90")
 
 
 @dataclass
@@ -187,9 +191,13 @@ class Predictions:
             )
         for c in ("pred_tokens", "spread", "q10", "q50", "q90"):
             out[c] = out[c].astype(float)
-        for c in ("repred_gen", "repred_remaining", "dist_tokens"):
+        for c in LIST_COLUMNS:
             out[c] = [x if isinstance(x, list | tuple | np.ndarray) else [] for x in out[c]]
         return out
+
+    @property
+    def has_repred_quantiles(self) -> bool:
+        return bool(self.frame["repred_q10"].map(len).gt(0).any())
 
     def repredictions(self, row: pd.Series) -> tuple[tuple[int, float], ...]:
         """``(tokens generated, predicted remaining)`` pairs of one aligned row."""
@@ -290,6 +298,23 @@ def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
                             "write remaining token counts (0 or more), not scores or log values")
     out["repred_gen"] = [[int(x) for x in g] if len(g) else [] for g in gens]
     out["repred_remaining"] = [[float(x) for x in r] if len(r) else [] for r in rems]
+    q10s, q90s = _lists(df, "repred_q10", n, where), _lists(df, "repred_q90", n, where)
+    for i, (r, lo, hi) in enumerate(zip(rems, q10s, q90s, strict=True)):
+        if not len(lo) and not len(hi):
+            continue
+        if not (len(lo) == len(hi) == len(r)):
+            raise DataError(f"{where}: row {i} has {len(r)} repred_remaining but {len(lo)} repred_q10 and {len(hi)} "
+                            "repred_q90", "give both quantiles for every re-prediction of a row, or none")
+        try:
+            a, m, b = (np.asarray(v, dtype=float) for v in (lo, r, hi))
+        except (TypeError, ValueError):
+            a = m = b = np.array([np.nan])
+        if not (np.isfinite(a).all() and np.isfinite(b).all() and (a >= 0).all()
+                and (a <= m + 1e-9).all() and (m <= b + 1e-9).all()):
+            raise DataError(f"{where}: row {i}: each re-prediction needs finite 0 <= repred_q10 <= repred_remaining <= "
+                            "repred_q90", "write the remaining tokens' quantiles, sorted")
+    out["repred_q10"] = [[float(x) for x in v] if len(v) else [] for v in q10s]
+    out["repred_q90"] = [[float(x) for x in v] if len(v) else [] for v in q90s]
     dists = _lists(df, "dist_tokens", n, where)
     for i, d in enumerate(dists):
         try:

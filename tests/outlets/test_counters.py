@@ -82,7 +82,7 @@ def planted(n: int, seed: int, prefix: str) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def planted_sets():
-    tr, va, te = planted(500, 0, "tr"), planted(240, 1, "va"), planted(300, 2, "te")
+    tr, va, te = planted(300, 0, "tr"), planted(160, 1, "va"), planted(200, 2, "te")
     return tr, va, te, token_flags(PIECES)
 
 
@@ -222,3 +222,73 @@ def test_cli_trains_and_the_bench_scores_it_on_the_live_series(text_run, tmp_pat
     # the head refuses to be retrained over itself with another run's card, and an unknown kind
     with pytest.raises(SystemExit):
         main(["outlets", "counters", "--run", str(rd.path), "--out", str(tmp_path / "h2"), "--kind", "gbm"])
+
+
+# ---------------------------------------------------------------- re-predictions with quantiles
+def test_repred_quantiles_round_trip_and_bad_rows_refused(tmp_path) -> None:
+    from lenpred.predictions import Predictions, read_predictions
+
+    ok = pd.DataFrame({"prompt_id": ["a", "b"], "sample_idx": [0, 0], "pred_tokens": [100.0, 50.0],
+                       "repred_gen": [[16, 32], []], "repred_remaining": [[80.0, 60.0], []],
+                       "repred_q10": [[20.0, 10.0], []], "repred_q90": [[200.0, 150.0], []]})
+    p = Predictions.from_frame(ok, made_by="x")
+    assert p.has_repred_quantiles
+    back = read_predictions(p.write(tmp_path / "p.parquet"))
+    assert back.frame["repred_q90"].iloc[0] == [200.0, 150.0] and back.frame["repred_q10"].iloc[1] == []
+    got = back.for_samples(pd.DataFrame({"prompt_id": ["a"], "sample_idx": [0]}))
+    assert list(got["repred_q10"].iloc[0]) == [20.0, 10.0]
+    # a table without the columns (every table before them) reads with empty lists
+    old = Predictions.from_frame(ok.drop(columns=["repred_q10", "repred_q90"]), made_by="x")
+    assert not old.has_repred_quantiles
+    with pytest.raises(DataError, match="both quantiles for every re-prediction"):
+        Predictions.from_frame(ok.assign(repred_q90=[[200.0], []]), made_by="x")
+    with pytest.raises(DataError, match="repred_q10 <= repred_remaining <= repred_q90"):
+        Predictions.from_frame(ok.assign(repred_q10=[[90.0, 10.0], []]), made_by="x")
+
+
+def test_repredicted_distribution_is_counted_from_gen_and_capped() -> None:
+    from lenpred.sched.dists import repredicted
+
+    d = repredicted(100, 20.0, 50.0, 120.0, cap=200.0)
+    assert d.x.min() > 100 and d.x.max() <= 200.0  # no mass before gen + 1 token, none past the cap
+    assert np.median(d.x) == pytest.approx(150.0, abs=6)  # gen + the remaining median
+    lo, hi = np.quantile(d.x, [0.1, 0.9])
+    assert lo == pytest.approx(120.0, abs=12) and hi == pytest.approx(200.0, abs=1e-9)  # q90 220 clipped at the cap
+
+
+def test_counter_head_writes_a_repredictions_table_the_simulator_reads(text_run, tmp_path) -> None:
+    from lenpred.cli import main
+    from lenpred.predictions import read_predictions
+
+    root, rd, df = text_run
+    head = tmp_path / "counters"
+    assert main(["outlets", "counters", "--run", str(rd.path), "--out", str(head)]) == 0
+    out = tmp_path / "preds.parquet"
+    assert main(["outlets", "predict", "--head", str(head), "--run", str(rd.path), "--roles", "test",
+                 "--out", str(out)]) == 0
+    p = read_predictions(out, card=rd.card)
+    assert p.made_by == "counters" and p.has_repred_quantiles and len(p) == int((df["prompt_id"].str[:2] == "te").sum())
+    f = p.frame.set_index(["prompt_id", "sample_idx"])
+    for (pid, k), r in f.iterrows():
+        n = int(df[(df["prompt_id"] == pid) & (df["sample_idx"] == k)]["n_tokens"].iloc[0])
+        assert list(r["repred_gen"]) == [t for t in (16, 32, 64, 128) if t < n]  # the live points it reaches
+        assert len(r["repred_q10"]) == len(r["repred_gen"]) == len(r["repred_q90"])
+        assert r["q10"] <= r["q50"] <= r["q90"]
+    # the simulator builds each re-prediction's own distribution from its quantiles
+    from lenpred.sched.dists import repredicted
+    from lenpred.sim.config import LengthConfig, WorkloadConfig
+    from lenpred.sim.workload import build_workload
+
+    wl = build_workload(WorkloadConfig(n_requests=40, lengths=LengthConfig(source="rundir", path=str(rd.path),
+                                                                           roles=["test"], min_tokens=1)), seed=0)
+    reqs = wl.requests(1.0, p, with_dist=True)
+    r = max(reqs, key=lambda q: len(q.repred))
+    row = p.for_samples(wl.keys.iloc[[reqs.index(r)]]).iloc[0]
+    assert len(r.repred_dists) == len(row["repred_gen"]) > 0
+    want = repredicted(int(row["repred_gen"][0]), row["repred_q10"][0], row["repred_remaining"][0],
+                       row["repred_q90"][0], CAP)
+    assert np.allclose(r.repred_dists[0].x, want.x) and want.x.min() > row["repred_gen"][0]
+    # a head that is not a counter head, without --traj, is refused naming the flag (and nothing is written)
+    assert main(["outlets", "predict", "--head", str(tmp_path / "nope"), "--run", str(rd.path),
+                 "--out", str(tmp_path / "x.parquet")]) != 0
+    assert not (tmp_path / "x.parquet").exists()

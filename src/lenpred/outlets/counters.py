@@ -454,3 +454,44 @@ def train_counter_files(run: str, out: str, *, kind: str = "quantile", prefill: 
     save_counter_head(head, out, rd.card, {"run": run, "kind": kind, "prefill": prefill, "live_every": every,
                                            "split": split, "seed": seed, "model": model_id})
     return head
+
+
+def predict_counter_files(head_path: str, run: str, roles: Sequence[str], *, prefill: str | None = None,
+                          every: int | None = None, split: str | None = None) -> Any:
+    """A predictions table from a counter head: per sample of the split's ``roles``, its prediction at t = 0
+    (pred_tokens, q10 / q50 / q90) and a re-prediction with its quantiles at every live point below L
+    (``repred_gen``, ``repred_remaining``, ``repred_q10``, ``repred_q90``: what the simulator's
+    distribution-aware policies read). ``prefill``: the table a ``-mlp`` head reads (``[NAME=]FILE``)."""
+    from lenpred.data.rundir import RunDir
+    from lenpred.data.split import load_split
+    from lenpred.predictions import Predictions, read_predictions
+
+    rd = RunDir.open(run)
+    head = load_counter_head(head_path, card=rd.card)
+    pre = None
+    if head.prefill is not None:
+        if not prefill:
+            raise ConfigError(f"counter head {head_path} reads the prefill predictions {head.prefill.get('name')!r}",
+                              f"pass --prefill-predictions {head.prefill.get('name')}=FILE (lenpred predict)")
+        pre = read_predictions(prefill.partition("=")[2] if "=" in prefill else prefill, card=rd.card)
+    sp = load_split(rd, split)
+    ids: set[str] = set()
+    for r in roles:
+        ids |= set(sp.ids(r))
+    samples = run_samples(rd, ids)
+    idx = live_index(samples, head.cap, every)
+    rem = head.predict(head.rows(samples, idx, pre), idx["t"].to_numpy())
+    df = idx[["prompt_id", "sample_idx", "t"]].assign(q10=rem.q10, q50=rem.q50, q90=rem.q90)
+    rows = []
+    for (pid, k), g in df.groupby(["prompt_id", "sample_idx"], sort=False):
+        g = g.sort_values("t")
+        first, later = g.iloc[0], g.iloc[1:]
+        rows.append({"prompt_id": pid, "sample_idx": int(k), "pred_tokens": float(first["q50"]),
+                     "q10": float(first["q10"]), "q50": float(first["q50"]), "q90": float(first["q90"]),
+                     "repred_gen": later["t"].astype(int).tolist(), "repred_remaining": later["q50"].tolist(),
+                     "repred_q10": later["q10"].tolist(), "repred_q90": later["q90"].tolist()})
+    made_by = "counters" + (f"-{head.kind}" if head.kind != "quantile" else "") + (
+        f"+{str(head.prefill['name']).removeprefix('prefill-')}" if head.prefill else "")
+    return Predictions.from_frame(pd.DataFrame(rows), made_by=made_by, card=rd.card,
+                                  config={"head": head_path, "roles": list(roles), "prefill": prefill,
+                                          "live_every": every, "rows": "live"})

@@ -37,8 +37,8 @@ from lenpred.errors import DataError
 from lenpred.stats.quantiles import Z90
 
 __all__ = [
-    "GRID", "LengthDist", "cvar", "from_quantiles", "from_spread", "gittins_ranks", "levels", "rescaled",
-    "row_dist",
+    "GRID", "LengthDist", "cvar", "from_quantiles", "from_spread", "gittins_ranks", "levels", "repredicted",
+    "rescaled", "row_dist",
 ]
 
 GRID = 16  # support points of a parametric fit (levels (i + 1/2) / 16: 3.1% .. 96.9%)
@@ -182,6 +182,15 @@ def row_dist(row: dict, cap: float | None) -> LengthDist | None:
     if s is not None and s == s:
         return from_spread(float(row["pred_tokens"]), float(s), cap)
     return None
+
+
+def repredicted(gen: int, q10: float, q50: float, q90: float, cap: float | None) -> LengthDist:
+    """The distribution a re-prediction with its own quantiles says: the remaining tokens' two-piece
+    normal through q10 / q50 / q90 (conditioned on at least 1 more token, clipped at the room left to
+    ``cap``), counted from ``gen``."""
+    room = None if cap is None else max(cap - gen, 1.0)
+    rem = from_quantiles(q10, max(q50, 1.0), max(q90, q50, 1.0), room)
+    return LengthDist(gen + rem.x, cap)
 
 
 def rescaled(base: LengthDist, gen: int, remaining: float) -> LengthDist:

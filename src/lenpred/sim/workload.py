@@ -25,7 +25,7 @@ import pandas as pd
 
 from lenpred.errors import ConfigError, DataError
 from lenpred.predictions import Predictions
-from lenpred.sched.dists import rescaled, row_dist
+from lenpred.sched.dists import repredicted, rescaled, row_dist
 from lenpred.sim.arrivals import require_rate, trace_arrivals, unit_arrivals
 from lenpred.sim.config import PredictionConfig, WorkloadConfig
 from lenpred.sim.episode import Episode
@@ -163,7 +163,12 @@ class Workload:
             if got is None:
                 base = row_dist(row, cap)
                 reps: tuple[Any, ...] = ()
-                if base is not None and len(row["repred_gen"]):
+                if len(row["repred_gen"]) and len(row.get("repred_q10") or ()):
+                    # the re-predictions carry their own quantiles: each its own distribution
+                    reps = tuple(repredicted(int(g), float(lo), float(r), float(hi), cap)
+                                 for g, lo, r, hi in zip(row["repred_gen"], row["repred_q10"], row["repred_remaining"],
+                                                         row["repred_q90"], strict=True))
+                elif base is not None and len(row["repred_gen"]):
                     reps = tuple(rescaled(base, int(g), float(r))
                                  for g, r in zip(row["repred_gen"], row["repred_remaining"], strict=True))
                 got = made[k] = (base, reps)

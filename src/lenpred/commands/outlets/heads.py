@@ -35,8 +35,12 @@ def run_train(a: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------ predict
 def add_predict_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--head", required=True, help="outlets head (lenpred outlets train)")
-    p.add_argument("--traj", required=True, help="trajectory features of --run")
+    p.add_argument("--head", required=True, help="outlets head (lenpred outlets train) or counter head (lenpred outlets counters)")
+    p.add_argument("--traj", default=None, help="trajectory features of --run (an outlets head; a counter head reads the run)")
+    p.add_argument("--prefill-predictions", default=None, metavar="[NAME=]FILE",
+                   help="a counter head that reads a prefill head's prediction: that head's table on these roles")
+    p.add_argument("--live-every", type=int, default=None, metavar="K",
+                   help="a counter head: re-predict every K tokens too (default: t = 16, 32, 64, ...)")
     p.add_argument("--run", required=True, help="run directory")
     p.add_argument("--out", required=True, help="predictions file to write (.parquet)")
     p.add_argument("--roles", default="test", help="split roles whose samples to predict (default %(default)s)")
@@ -50,11 +54,30 @@ def run_predict(a: argparse.Namespace) -> int:
     if out.is_dir():
         raise DataError(f"{out} is a directory", "pass a file path ending in .parquet")
     roles = [r.strip() for r in a.roles.split(",") if r.strip()]
-    preds = predict_table(a.head, a.traj, a.run, roles, a.split)
+    if _is_counter_head(a.head):
+        from lenpred.outlets.counters import predict_counter_files
+
+        preds = predict_counter_files(a.head, a.run, roles, prefill=a.prefill_predictions, every=a.live_every,
+                                      split=a.split)
+    elif a.traj is None:
+        raise ConfigError(f"--head {a.head} is an outlets head: it reads trajectory features",
+                          "pass --traj TRAJ (lenpred outlets features of --run)")
+    else:
+        preds = predict_table(a.head, a.traj, a.run, roles, a.split)
     path = preds.write(out)
     n_rep = int(preds.frame["repred_gen"].map(len).sum())
     print(f"outlets predict: {len(preds)} samples, {n_rep} re-predictions -> {path}")
     return 0
+
+
+def _is_counter_head(path: str) -> bool:
+    import json
+
+    meta = Path(path) / "meta.json"
+    try:
+        return bool(json.loads(meta.read_text()).get("kind") == "outlets-counters")
+    except (OSError, ValueError):
+        return False
 
 
 # ------------------------------------------------------------------------------------------ anchor
