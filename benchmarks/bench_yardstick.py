@@ -26,7 +26,8 @@ arms a committed cells file lacks (the prediction-free dispatchers, late binding
 on the same cells, checking that the baseline reproduces each row.
 
     .venv/bin/python -m benchmarks.bench_yardstick --dry-run     # the cells, runs and estimated CPU time
-    flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python -m benchmarks.bench_yardstick --max-minutes 8
+    flock /tmp/lenpred-heavy.lock nice -n 5 .venv/bin/python -m benchmarks.bench_yardstick --max-minutes 8 \\
+        --out docs/yardstick
     .venv/bin/python -m benchmarks.bench_yardstick --clusters 1+2 --batches 16 --regimes episode \\
         --episodes 1.3x30s --arrivals poisson --seeds 0 --work out/yardstick --out docs/yardstick
     .venv/bin/python -m benchmarks.bench_yardstick --report-only --work out/yardstick --out docs/yardstick
@@ -502,7 +503,9 @@ def _list(values: str | Sequence[Any], valid: Sequence[Any], what: str) -> list[
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="docs/yardstick", help="report folder (yardstick.json, yardstick.md)")
+    ap.add_argument("--out", default=None,
+                    help="report folder (yardstick.json, yardstick.md); default WORK, so a partial run or an "
+                         "--augment never overwrites the committed report (docs/yardstick) unless named")
     ap.add_argument("--work", default="out/yardstick", help="cells.jsonl, capacity.json, predictions tables")
     ap.add_argument("--regimes", default=",".join(REGIMES))
     ap.add_argument("--clusters", default=",".join(CLUSTERS))
@@ -558,6 +561,8 @@ def resolve(a: argparse.Namespace) -> argparse.Namespace:
     if a.max_minutes is not None and not a.max_minutes > 0:
         raise ConfigError(f"--max-minutes must be > 0, got {a.max_minutes:g}")
     a.metrics = MetricsConfig(slo_ttft_s=a.slo_ttft, slo_tpot_s=a.slo_tpot)
+    if a.out is None:
+        a.out = a.work
     return a
 
 

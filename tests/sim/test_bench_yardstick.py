@@ -39,6 +39,13 @@ def test_subset_flags_and_arms() -> None:
     assert a.arm_objs["srpt aging300/mlp"].params == (("aging", 300.0),)
 
 
+def test_the_report_goes_to_the_work_folder_unless_named() -> None:
+    """A partial run or an --augment of a few rows must not overwrite the committed docs/yardstick report."""
+    assert _args("--work", "out/ys-a").out == "out/ys-a"
+    assert _args("--work", "out/ys-a", "--augment", "docs/yardstick/steady-cells.jsonl").out == "out/ys-a"
+    assert _args("--work", "out/ys-a", "--out", "docs/yardstick").out == "docs/yardstick"
+
+
 @pytest.mark.parametrize(("argv", "match"), [
     (["--loads", "0.9x,30"], r"mixes multiples of capacity"),
     (["--loads", "0.9,1.1"], r"--loads 1.1: steady loads must lie below capacity"),
