@@ -9,7 +9,8 @@ A draw made with other settings refuses to mix with this run's.
 
 "Short" is fixed before any arm runs, from the prompt set alone (``router_ab.short_prompts``): the same
 requests in every arm and draw. The summary pairs the arms inside each draw (short-request P99, overall P99,
-P50 of one arm over the reference arm's) and bootstraps the geometric mean of those ratios over draws::
+P50 of one arm over the reference arm's) and bootstraps the geometric mean of those ratios over draws; inside
+each draw it also bootstraps the ratio over the draw's own request pairs (:func:`request_bootstrap`)::
 
     OMP_NUM_THREADS=1 python -m benchmarks.router_ab_draws --draws 5 --requests 200 --rate 0.12 --blocks 2 \\
         --head proxy=data/heads/proxy-smollm2-sharegpt --arms late,late-sjf --out docs/route/ab-draws
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bootstrap_ratio", "main", "summarize"]
+__all__ = ["bootstrap_ratio", "main", "request_bootstrap", "summarize"]
 
 # the per-request fields committed (the rest, the token lags and headers, stay in the logs folder)
 KEEP = ("arm", "block", "prompt_id", "short_fixed", "arrival_s", "t_send", "first", "e2e", "output_tokens",
@@ -43,6 +44,39 @@ def bootstrap_ratio(ratios: list[float], n_boot: int = 10_000, seed: int = 0) ->
     means = logs[rng.integers(0, len(logs), (n_boot, len(logs)))].mean(axis=1)
     lo, hi = np.quantile(means, [0.025, 0.975])
     return float(np.exp(logs.mean())), float(np.exp(lo)), float(np.exp(hi))
+
+
+def _pair_key(r: dict[str, Any]) -> tuple[Any, ...]:
+    """The same request in two arms of one draw: the same block, prompt and arrival time."""
+    a = r.get("arrival_s")
+    return (r.get("block"), r.get("prompt_id"), None if a is None else round(float(a), 6))
+
+
+def request_bootstrap(recs: list[dict[str, Any]], arm: str, reference: str, q: float, short: bool,
+                      n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float] | None:
+    """Inside one draw: the ratio of ``arm``'s latency quantile ``q`` to ``reference``'s over the requests both
+    arms finished (paired by block, prompt and arrival; ``short``: only the prompts fixed as short), and its
+    95% interval with the pairs resampled whole (what one draw's requests say; the draws' spread is the
+    other half of the noise)."""
+    def done(name: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+        return {_pair_key(r): r for r in recs if r.get("arm") == name and r.get("done") and r.get("error") is None
+                and (r.get("short_fixed") or not short)}
+
+    a, b = done(arm), done(reference)
+    keys = sorted(set(a) & set(b), key=repr)
+    if len(keys) < 2:
+        return None
+    xa = np.array([a[k]["e2e"] for k in keys], float)
+    xb = np.array([b[k]["e2e"] for k in keys], float)
+    idx = np.random.default_rng(seed).integers(0, len(keys), (n_boot, len(keys)))
+    ratios = np.quantile(xa[idx], q, axis=1) / np.quantile(xb[idx], q, axis=1)
+    lo, hi = np.quantile(ratios, [0.025, 0.975])
+    return float(np.quantile(xa, q) / np.quantile(xb, q)), float(lo), float(hi)
+
+
+def _json_value(v: Any) -> Any:
+    """NaN and infinities as null: the records stay I-JSON, readable by every parser."""
+    return None if isinstance(v, float) and not np.isfinite(v) else v
 
 
 def _p(xs: list[float], q: float) -> float | None:
@@ -61,9 +95,11 @@ def summarize(folder: Path, reference: str = "late") -> dict[str, Any]:
     """Per draw and arm the figures from the committed per-request records; per arm, its ratios to the
     reference arm paired by draw and their bootstrap interval over draws."""
     draws: dict[int, dict[str, dict[str, Any]]] = {}
+    records: dict[int, list[dict[str, Any]]] = {}
     for p in sorted(folder.glob("draw-*.json")):
         d = int(p.stem.split("-")[1])
         recs = [json.loads(line) for line in (folder / f"draw-{d}.requests.jsonl").read_text().splitlines() if line]
+        records[d] = recs
         by: dict[str, list[dict[str, Any]]] = {}
         for r in recs:
             by.setdefault(r["arm"], []).append(r)
@@ -87,6 +123,11 @@ def summarize(folder: Path, reference: str = "late") -> dict[str, Any]:
                 gm, lo, hi = bootstrap_ratio(rs)
                 entry[key] = {"per_draw": [round(r, 4) for r in rs], "geomean": round(gm, 4), "ci95": [round(lo, 4),
                               round(hi, 4)], "crosses_1": bool(lo <= 1.0 <= hi)}
+        within = {}
+        for key, q, short in (("short_p99_s", 0.99, True), ("p99_s", 0.99, False)):
+            per = {str(d): request_bootstrap(records[d], arm, reference, q, short) for d in sorted(records)}
+            within[key] = {d: [round(x, 4) for x in v] for d, v in per.items() if v is not None}
+        entry["within_draw"] = within
         out["arms"][arm] = entry
     return out
 
@@ -103,6 +144,15 @@ def _markdown(s: dict[str, Any]) -> str:
                 for k in ("short_p99_s", "p99_s", "short_p50_s", "p50_s")]
         per = ", ".join(f"{r:.2f}" for r in e.get("short_p99_s", {}).get("per_draw", []))
         lines.append(f"| {arm} | " + " | ".join(cell) + f" | {per} |")
+    lines += ["", "Inside each draw, the same ratio with its 95% interval from the draw's own requests (pairs "
+              "resampled whole: how far one draw's requests pin its P99; the spread over draws is the other half):", "",
+              "| arm | draw | short P99 | overall P99 |", "|---|---|---|---|"]
+    for arm, e in s["arms"].items():
+        w = e.get("within_draw", {})
+        for d in s["per_draw"]:
+            cell = [f"{v[0]:.3f} ({v[1]:.3f}-{v[2]:.3f})" if (v := w.get(k, {}).get(d)) else "-"
+                    for k in ("short_p99_s", "p99_s")]
+            lines.append(f"| {arm} | {d} | " + " | ".join(cell) + " |")
     lines += ["", "Per draw (seconds):", "", "| draw | arm | ok | short n | short P99 | P99 | short P50 | P50 |",
               "|---|---|---|---|---|---|---|---|"]
     for d, f in s["per_draw"].items():
@@ -136,7 +186,7 @@ def _run_draw(args: argparse.Namespace, d: int, settings: dict[str, Any]) -> Non
     res = json.loads((logs / "ab.json").read_text())
     out = Path(args.out)
     recs = [json.loads(line) for line in (logs / "requests.jsonl").read_text().splitlines() if line]
-    _write(out / f"draw-{d}.requests.jsonl", "".join(json.dumps({k: r.get(k) for k in KEEP}) + "\n" for r in recs))
+    _write(out / f"draw-{d}.requests.jsonl", "".join(json.dumps({k: _json_value(r.get(k)) for k in KEEP}) + "\n" for r in recs))
     res["draws_settings"] = settings
     _write(out / f"draw-{d}.json", json.dumps(res, indent=1) + "\n")  # last: the draw is done
 

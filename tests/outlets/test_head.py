@@ -197,6 +197,28 @@ def test_row_weights_count_each_prompt_once():
     w = row_weights(idx)
     raw = np.array([1 / 6, 1 / 6, 1 / 6, 1 / 2, 1 / 2, 1 / 2])  # a: 2 samples (3 rows, 1 row); b: 1 sample, 2 rows
     np.testing.assert_allclose(w, raw / raw.mean())
+    # per row: each prompt split over its samples, every row of a sample the same (a long answer counts
+    # as often as it has rows)
+    raw = np.array([1 / 2, 1 / 2, 1 / 2, 1 / 2, 1, 1])
+    np.testing.assert_allclose(row_weights(idx, "row"), raw / raw.mean())
+    with pytest.raises(ValueError, match="per must be 'sample' or 'row'"):
+        row_weights(idx, "prompt")
+
+
+def test_row_weighted_head_learns_and_round_trips(data, heads, tmp_path):
+    tr, va, te = data["train"]["traj"], data["val"]["traj"], data["test"]["traj"]
+    with pytest.raises(ConfigError, match="hyperparameter weights"):
+        OutletsHead(weights="prompt").fit(tr)
+    h = make_predictor("outlets", {**VARIANTS["outlets"], **FAST, "weights": "row"}).fit(tr, X_val=va, cap=CAP)
+    y = te.index["remaining"].to_numpy(float)
+    w = row_weights(te.index, "row")
+    const = CarriedConstant.from_samples(data["train"]["lengths"]).predict(te.index["t"].to_numpy())
+    mae = float(np.average(np.abs(h.predict(te) - y), weights=w))
+    assert mae < 0.2 * float(np.average(np.abs(const.q50 - y), weights=w))  # the sample-weighted head: <= 0.1
+    h.save(tmp_path / "row", card=CARD, meta={"variant": "outlets"})
+    back = load_head(tmp_path / "row", card=CARD)
+    assert back.weights == "row" and back.get_params() == h.get_params()
+    np.testing.assert_array_equal(back.predict(te), h.predict(te))
 
 
 def test_two_piece_moments_match_sampling():

@@ -211,3 +211,27 @@ def test_draws_summary_pairs_arms_inside_each_draw(tmp_path):
     assert gm == pytest.approx(0.8) and lo == pytest.approx(0.8) and hi == pytest.approx(0.8)
     with pytest.raises(SystemExit, match="reference arm 'rr'"):
         rd.summarize(tmp_path, reference="rr")
+
+
+def test_draw_request_bootstrap_pairs_the_same_requests():
+    """Inside one draw: the ratio over the requests both arms finished, paired by block, prompt and arrival;
+    an arm exactly half as slow on every pair has ratio 0.5 and a zero-width interval."""
+    import math
+
+    from benchmarks import router_ab_draws as rd
+
+    def rec(arm: str, i: int, e2e: float, short: bool = True, **kw) -> dict:
+        return {"arm": arm, "block": i % 2, "prompt_id": f"p{i}", "arrival_s": 0.5 * i, "e2e": e2e,
+                "short_fixed": short, "done": True, "error": None, **kw}
+
+    recs = [rec("late", i, 10.0 + i) for i in range(40)] + [rec("sjf", i, (10.0 + i) / 2) for i in range(40)]
+    recs += [rec("sjf", 99, 1000.0), rec("late", 98, 1000.0, done=False)]  # unpaired: counted in neither
+    recs += [rec("late", i, 500.0, short=False) for i in range(50, 60)]  # long prompts: not in the short ratio
+    recs += [rec("sjf", i, 500.0, short=False) for i in range(50, 60)]
+    r, lo, hi = rd.request_bootstrap(recs, "sjf", "late", 0.99, short=True)
+    assert r == pytest.approx(0.5) and lo == pytest.approx(0.5) and hi == pytest.approx(0.5)
+    r, lo, hi = rd.request_bootstrap(recs, "sjf", "late", 0.99, short=False)
+    assert r == pytest.approx(1.0) and lo < 1.0 + 1e-9  # the P99 over all pairs sits among the equal long ones
+    assert rd.request_bootstrap(recs, "none", "late", 0.99, short=True) is None
+    # the committed records hold no NaN: the router's missing prediction is written as null
+    assert rd._json_value(math.nan) is None and rd._json_value(3.5) == 3.5 and rd._json_value("x") == "x"

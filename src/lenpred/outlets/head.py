@@ -78,6 +78,7 @@ class OutletsHead(TorchHead):
     hidden: int = 256
     depth: int = 2
     dropout: float = 0.1
+    weights: str = "sample"
     epochs: int = field(default=60, kw_only=True)
     batch_size: int = field(default=512, kw_only=True)
     patience: int = field(default=8, kw_only=True)
@@ -97,6 +98,8 @@ class OutletsHead(TorchHead):
         check_param(isinstance(self.n_bins, int) and self.n_bins >= 2, n, "n_bins", "must be an integer >= 2")
         check_param(float(self.smoothing) >= 0, n, "smoothing", "must be >= 0 (bins)")
         check_param(self.point in ("median", "mean"), n, "point", "must be 'median' or 'mean'")
+        check_param(self.weights in ("sample", "row"), n, "weights",
+                    "must be 'sample' (each sample 1, over its rows) or 'row' (each row as a server meets it)")
         self._check_net()
         blocks = self.default_blocks if self.blocks is None else self.blocks
         check_param(len(blocks) >= 1 and all(isinstance(b, str) and b for b in blocks), n, "blocks",
@@ -179,11 +182,11 @@ class OutletsHead(TorchHead):
             ln = X.index["length"].to_numpy(dtype=np.float64)
             cap = float(ln[tr].max()) if tr.any() else float(ln.max())
         self.cap_ = float(cap)
-        w = row_weights(X.index)
+        w = row_weights(X.index, self.weights)
         val = None
         if X_val is not None:
             xv, tv = self._matrix(X_val, fit=False)
-            val = (xv, tv, self._labels(X_val, y_val), row_weights(X_val.index))
+            val = (xv, tv, self._labels(X_val, y_val), row_weights(X_val.index, self.weights))
         t0 = time.perf_counter()
         self.scaler_ = Standardizer.fit(x)
         self.d_in_ = int(x.shape[1])

@@ -80,8 +80,13 @@ def check_trajectory_spec(trained: Mapping[str, Any], given: Mapping[str, Any], 
             f"({k}: {b.get(k)!r} != {a.get(k)!r})", f"{fix} (lenpred outlets features), or retrain the head on these")
 
 
-def row_weights(index: Any) -> np.ndarray:
-    """(n,) weights: each prompt 1, split evenly over its samples, each sample's over its positions."""
+def row_weights(index: Any, per: str = "sample") -> np.ndarray:
+    """(n,) weights, mean 1. ``per="sample"``: each prompt 1, split evenly over its samples, each sample's
+    over its positions (a long answer counts as much as a short one). ``per="row"``: each prompt split
+    evenly over its samples, every row of a sample weighing the same, so a sample counts as often as it
+    has rows: on live rows (t = 0, 16, 32, ... while running) as often as a server meets it."""
+    if per not in ("sample", "row"):
+        raise ValueError(f"row_weights: per must be 'sample' or 'row', got {per!r}")
     pid = index["prompt_id"].astype(str).to_numpy()
     sid = index["sample_idx"].to_numpy()
     key = np.char.add(np.char.add(pid.astype(str), "\x00"), sid.astype(str))
@@ -90,7 +95,7 @@ def row_weights(index: Any) -> np.ndarray:
     # samples per prompt: distinct sample codes within each prompt
     pairs = np.unique(np.column_stack([p_code, s_code]), axis=0)
     k_per_prompt = np.bincount(pairs[:, 0], minlength=p_code.max() + 1)
-    w = 1.0 / (k_per_prompt[p_code] * s_count[s_code])
+    w = 1.0 / (k_per_prompt[p_code] * (1.0 if per == "row" else s_count[s_code]))
     return w / w.mean()
 
 

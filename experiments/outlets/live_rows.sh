@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issue 38 part 2: OUTLETS heads trained on rows as a live server meets them (t = 0, 16, 32, 64, ...
+# tokens while the answer runs), not at fractions of the true length. Every step is resumable (rerun the
+# script after a stop: finished steps are skipped, the trajectory pass continues from its last chunk).
+#
+#   bash experiments/outlets/live_rows.sh
+#
+# 1. the training and validation prompts' live rows, every sample (states-only pass, SHARDS processes of
+#    one thread; nothing else should run beside it);
+# 2. the head variants on them, each row weighted as a server meets it (--param weights=row), into
+#    data/outlets/smollm2-sharegpt-live/ (committed: ~1 MB each);
+# 3. the live bench on the committed test live rows (384 samples), beside the fraction-row heads, the
+#    counter heads and the baselines, into docs/outlets_real_live_trained/.
+# The trajectory (~145 MB) stays under $LENPRED_HOME/trajectories (not committed).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+R=data/runs/smollm2-sharegpt
+HOME_DIR=${LENPRED_HOME:-$HOME/.cache/lenpred}
+SHARDS=${SHARDS:-$(nproc)}
+LP=${LENPRED:-.venv/bin/lenpred}
+D=data/draft/smollm2-135m
+HEADS=${HEADS:-data/outlets/smollm2-sharegpt-live}
+PREDS=${PREDS:-out/preds}
+BENCH=${BENCH:-docs/outlets_real_live_trained}
+VARIANTS=${VARIANTS:-outlets outlets-running outlets-fused outlets-target}
+# shellcheck disable=SC2086
+run() { echo "+ $*" >&2; env OMP_NUM_THREADS=1 $LP "$@"; }
+
+# 1. live rows of every training and validation sample
+TRAJ=$HOME_DIR/trajectories/smollm2-sharegpt--$(basename "$D")--live-train-val
+if [ ! -f "$TRAJ/meta.json" ]; then
+  parts=()
+  pids=()
+  for i in $(seq 0 $((SHARDS - 1))); do
+    parts+=("$TRAJ-shard-$i")
+    run outlets features --run $R --draft "$D" --roles train,val --rows live --shard "$i/$SHARDS" --threads 1 \
+        --no-progress --out "$TRAJ-shard-$i" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  run outlets features --merge "${parts[@]}" --out "$TRAJ"
+fi
+
+# 2. the heads, each row weighted as a server meets it
+for v in $VARIANTS; do
+  [ -f "$HEADS/$v/meta.json" ] || run outlets train --traj "$TRAJ" --run $R --variant "$v" --param weights=row \
+      --out "$HEADS/$v"
+done
+
+# 3. the live bench on the committed test live rows
+for h in mlp ngram; do
+  [ -f "$PREDS/$h.parquet" ] || { if [ $h = mlp ]; then f=(--features data/features/smollm2-sharegpt); else f=(); fi
+    run predict --head data/heads/$h-smollm2-sharegpt --run $R "${f[@]}" --roles train,val,test \
+        --out "$PREDS/$h.parquet"; }
+done
+live=()
+for v in $VARIANTS; do live+=("$v-live=$HEADS/$v"); done
+run outlets bench --traj data/outlets/traj-live-test-smollm2-sharegpt --run $R \
+    --heads "${live[@]}" data/outlets/smollm2-sharegpt/outlets data/outlets/smollm2-sharegpt/outlets-running \
+    --counters data/outlets/counters/quantile-mlp data/outlets/counters/hazard-mlp \
+    --prefill-predictions mlp="$PREDS/mlp.parquet" ngram="$PREDS/ngram.parquet" --out "$BENCH"
