@@ -96,10 +96,13 @@ def summarize(folder: Path, reference: str = "late") -> dict[str, Any]:
     reference arm paired by draw and their bootstrap interval over draws."""
     draws: dict[int, dict[str, dict[str, Any]]] = {}
     records: dict[int, list[dict[str, Any]]] = {}
+    loads: dict[str, float | None] = {}  # the offered load over the servers' measured decode capacity, per draw
     for p in sorted(folder.glob("draw-*.json")):
         d = int(p.stem.split("-")[1])
         recs = [json.loads(line) for line in (folder / f"draw-{d}.requests.jsonl").read_text().splitlines() if line]
         records[d] = recs
+        load = json.loads(p.read_text()).get("load_vs_decode_capacity")
+        loads[str(d)] = round(float(load), 3) if isinstance(load, (int, float)) else None
         by: dict[str, list[dict[str, Any]]] = {}
         for r in recs:
             by.setdefault(r["arm"], []).append(r)
@@ -111,7 +114,7 @@ def summarize(folder: Path, reference: str = "late") -> dict[str, Any]:
         raise SystemExit(f"router_ab_draws: the reference arm {reference!r} is not in {folder} (arms: {arms}) -- "
                          "fix: --reference one of them")
     out: dict[str, Any] = {"reference": reference, "draws": sorted(draws), "per_draw": {str(d): f for d, f in draws.items()},
-                           "arms": {}}
+                           "load_vs_decode_capacity": loads, "arms": {}}
     for arm in arms:
         if arm == reference:
             continue
@@ -153,12 +156,15 @@ def _markdown(s: dict[str, Any]) -> str:
             cell = [f"{v[0]:.3f} ({v[1]:.3f}-{v[2]:.3f})" if (v := w.get(k, {}).get(d)) else "-"
                     for k in ("short_p99_s", "p99_s")]
             lines.append(f"| {arm} | {d} | " + " | ".join(cell) + " |")
-    lines += ["", "Per draw (seconds):", "", "| draw | arm | ok | short n | short P99 | P99 | short P50 | P50 |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "Per draw (seconds; load: the offered rate over the servers' decode capacity measured in that draw):",
+              "", "| draw | load | arm | ok | short n | short P99 | P99 | short P50 | P50 |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for d, f in s["per_draw"].items():
+        load = s.get("load_vs_decode_capacity", {}).get(d)
         for arm, g in f.items():
             vals = [f"{g[k]:.1f}" if g[k] is not None else "-" for k in ("short_p99_s", "p99_s", "short_p50_s", "p50_s")]
-            lines.append(f"| {d} | {arm} | {g['ok']} | {g['short_n']} | " + " | ".join(vals) + " |")
+            lines.append(f"| {d} | {'-' if load is None else f'{load:.2f}x'} | {arm} | {g['ok']} | {g['short_n']} | "
+                         + " | ".join(vals) + " |")
     return "\n".join(lines) + "\n"
 
 

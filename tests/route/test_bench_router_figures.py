@@ -198,8 +198,10 @@ def test_draws_summary_pairs_arms_inside_each_draw(tmp_path):
                 rec("late-sjf-p", 10.0 * slow, True), rec("late-sjf-p", 30.0, False),
                 {**rec("late-sjf-p", 99.0, True), "done": False}]  # an unfinished request counts in no figure
         (tmp_path / f"draw-{d}.requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-        (tmp_path / f"draw-{d}.json").write_text("{}")
+        (tmp_path / f"draw-{d}.json").write_text(json.dumps({"load_vs_decode_capacity": 0.5 + 0.25 * d} if d else {}))
     s = rd.summarize(tmp_path)
+    assert s["load_vs_decode_capacity"] == {"0": None, "1": 0.75, "2": 1.0}
+    assert "| 1 | 0.75x | late |" in rd._markdown(s) and "| 0 | - | late |" in rd._markdown(s)
     e = s["arms"]["late-sjf-p"]["short_p99_s"]
     assert e["per_draw"] == [2.0, 0.5, 1.0]
     assert e["geomean"] == pytest.approx(1.0)
