@@ -20,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "to use under torchrun, whose own --run-path swallows an abbreviated --run")
     t.add_argument("--out", required=True, help="output head directory")
     t.add_argument("--model", help="target model (default: the run's model)")
-    t.add_argument("--cache", help="teacher-forced state cache (default: under $LENPRED_HOME/draft-states)")
+    t.add_argument("--cache", help="teacher-forced state cache (default: under $LENPRED_HOME/draft-states); a cache "
+                                   "made with `draft cache --labels hard` trains on the sampled tokens")
     t.add_argument("--ckpt", help="checkpoint directory (default: under $LENPRED_HOME/draft-train)")
     t.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     t.add_argument("--device", default="cpu", help="torch device for the target and the head (cpu, cuda, ...)")
@@ -36,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument("--layers", help="target layers as 'a,b,c' (default: 2, L//2, L-3)")
     f.add_argument("--max-seq-len", type=int, default=2048, help="longer samples are cut to this many tokens")
     f.add_argument("--topk", type=int, default=64, help="target top-k log-probabilities cached per response token")
+    f.add_argument("--labels", choices=["soft", "hard"], default="soft",
+                   help="soft: the target's top-k (a full pass with its LM head); hard: no logits, the states-only "
+                        "pass (draft training then learns the run's sampled tokens; --topk is not used)")
     f.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     f.add_argument("--device", default="cpu", help="torch device for the target (cpu, cuda, ...)")
     f.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -59,15 +63,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _cache(args: argparse.Namespace) -> int:
     from lenpred.draft.train_config import DraftTrainConfig
-    from lenpred.draft.train_data import fill_state_cache, open_run_target
+    from lenpred.draft.train_data import check_cache_labels, fill_state_cache, open_run_target
     from lenpred.report.draft import cache_line
 
     roles = tuple(dict.fromkeys(r.strip() for r in args.roles.split(",") if r.strip()))  # checked by preflight
+    check_cache_labels(args.cache, args.labels)  # another kind of labels: refused before the target loads
     cfg = DraftTrainConfig(max_seq_len=args.max_seq_len, topk=args.topk, layers=args.layers)
     rt = open_run_target(args.run, model=args.model, cfg=cfg, device=args.device, threads=args.threads,
                          cache_dir=args.cache)
-    cdir, tf, n = fill_state_cache(rt.source, cfg, cache_dir=args.cache, roles=roles, progress=not args.no_progress)
-    print(f"lenpred draft cache: {cache_line(tf, n, roles, cdir)}", file=sys.stderr, flush=True)
+    cdir, tf, n = fill_state_cache(rt.source, cfg, cache_dir=args.cache, roles=roles, progress=not args.no_progress,
+                                   labels=args.labels)
+    print(f"lenpred draft cache: {cache_line(tf, n, roles, cdir)} ({args.labels} labels)", file=sys.stderr, flush=True)
     return 0
 
 

@@ -18,20 +18,24 @@ from typing import Any
 import torch
 
 from lenpred.draft.train_config import DraftTrainConfig
+from lenpred.errors import DataError
 from lenpred.io.fileio import canonical_json
 
 __all__ = ["checkpoint_key", "latest_checkpoint", "resume", "save_checkpoint"]
 
 
 def checkpoint_key(cfg: DraftTrainConfig, card_hash: str, fingerprint: str, layers: tuple[int, ...],
-                   train_sha256: str, n_train: int, ckpt_dir: str | os.PathLike[str] | None = None
-                   ) -> tuple[dict[str, Any], Path]:
+                   train_sha256: str, n_train: int, ckpt_dir: str | os.PathLike[str] | None = None,
+                   labels: str = "soft") -> tuple[dict[str, Any], Path]:
     """(what determines the weights, the checkpoint directory: ``ckpt_dir`` or one under
-    ``$LENPRED_HOME/draft-train`` named by that key's hash)."""
+    ``$LENPRED_HOME/draft-train`` named by that key's hash). ``labels``: the state cache's kind; hard
+    labels enter the key (soft ones do not, so the keys of soft runs are what they always were)."""
     from lenpred.io.paths import home
 
     key = {"config": cfg.identity(), "card_hash": card_hash, "fingerprint": fingerprint, "layers": list(layers),
            "train": train_sha256, "n_train": n_train}
+    if labels != "soft":
+        key["labels"] = labels
     khash = hashlib.sha256(canonical_json(key).encode()).hexdigest()[:16]
     return key, Path(ckpt_dir) if ckpt_dir else home() / "draft-train" / khash
 
@@ -62,9 +66,14 @@ def resume(kdir: Path, key: dict[str, Any], model: Any, opt: Any, cfg: DraftTrai
             (kdir / "key.json").write_text(json.dumps(key, indent=2))
         return 0, {"loss": [], "acc": [], "val": []}
     try:  # the settings the checkpoints began with
-        began = json.loads((kdir / "key.json").read_text()).get("config", {})
+        began_key = json.loads((kdir / "key.json").read_text())
     except (json.JSONDecodeError, OSError):
-        began = {}
+        began_key = {}
+    began = began_key.get("config", {})
+    was, now = began_key.get("labels", "soft"), key.get("labels", "soft")
+    if began_key and was != now:  # another loss: not a resume of these weights
+        raise DataError(f"checkpoints {kdir} were trained on {was} labels, the state cache holds {now} labels",
+                        "pass another --ckpt directory (or leave --ckpt out: the default one differs by label kind)")
     changed = {f: [began[f], v] for f, v in cfg.identity().items() if f in began and began[f] != v}
     ck = torch.load(last, map_location="cpu", weights_only=True)
     model.load_state_dict(ck["model"])

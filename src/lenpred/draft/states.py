@@ -4,7 +4,7 @@ Teacher forcing (prompt + response through the target, no sampling) is the expen
 draft training on a CPU, and OUTLETS needs the same states, so they are computed once and kept::
 
     CACHE/                                   $LENPRED_HOME/draft-states/<card>-<fp>-L<a>-<b>-<c>-k<K>
-      manifest.json                          target fingerprint, layers, top-k, dtype, run card hash
+      manifest.json                          target fingerprint, layers, labels, top-k, dtype, run card hash
       shard-00000.safetensors                aux (R, 3d) fp16 | tokens (R,) int32
                                              topk_ids (Rr, K) int32 | topk_logp (Rr, K) fp16
       shard-00000.json                       index: prompts (row, n) and samples (row, n, topk_row)
@@ -15,6 +15,15 @@ tokens. ``aux`` is the concatenation of the target's hidden states at the head's
 log-probabilities of the target's next-token distribution (temperature 1, no penalties) over the
 whole vocabulary and their ids -- the soft labels, restricted to the draft vocabulary at training
 time (so one cache serves any draft vocabulary).
+
+**Labels.** The manifest's ``labels`` says which: ``soft`` (the default; a manifest without the field
+is one) holds the top-K above, from a full forward pass with the LM head and a log-softmax over the
+vocabulary; ``hard`` holds no logits at all (no ``topk_*`` tensors, ``topk`` 0 in the manifest, the
+directory named ``...-hard`` instead of ``...-k<K>``): draft training then learns the run's own sampled
+next tokens, which ``tokens`` already holds, and the states come from the target's states-only pass
+(:meth:`lenpred.draft.target.Target.states_only`: no LM head, no layers above the highest captured
+one, a prompt's samples batched on its cache). A cache keeps the kind it was made with: extending it
+with the other kind is refused.
 
 **Sizes.** fp16 throughout (hidden states of SmolLM2-135M reach |x| ~ 620, far inside fp16's
 range; fp16's 11-bit mantissa is finer than bf16's 8): per token 3 x 576 x 2 = 3456 bytes of states
@@ -45,16 +54,29 @@ import torch
 from lenpred.errors import DataError
 from lenpred.io.fileio import atomic_write_json
 
-__all__ = ["SampleStates", "StateCache", "default_cache_dir"]
+# one prompt of a shard: (prompt_id, n_prompt, prompt aux, prompt ids,
+#   [(sample_idx, n, aux, ids, topk_ids, topk_logp, stop_reason)])
+_Prompt = tuple[str, int, np.ndarray, np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]]]
+
+__all__ = ["LABELS", "SampleStates", "StateCache", "default_cache_dir", "labels_of", "refuse_other_labels"]
 
 SCHEMA = "lenpred.draft-states/1"
+LABELS = ("soft", "hard")  # soft: the target's top-K log-probabilities; hard: the run's sampled tokens only
+_TOPK = ("topk_ids", "topk_logp")
 
 
-def default_cache_dir(card_hash: str, fingerprint: str, layers: tuple[int, ...], topk: int) -> Path:
+def default_cache_dir(card_hash: str, fingerprint: str, layers: tuple[int, ...], topk: int,
+                      labels: str = "soft") -> Path:
     from lenpred.io.paths import home
 
     fp = fingerprint.split(":")[-1][:12]
-    return home() / "draft-states" / f"{card_hash}-{fp}-L{'-'.join(map(str, layers))}-k{topk}"
+    kind = "hard" if labels == "hard" else f"k{topk}"
+    return home() / "draft-states" / f"{card_hash}-{fp}-L{'-'.join(map(str, layers))}-{kind}"
+
+
+def labels_of(manifest: dict[str, Any]) -> str:
+    """A cache's label kind: ``soft`` for a manifest written before hard labels existed."""
+    return str(manifest.get("labels", "soft"))
 
 
 @dataclass
@@ -66,7 +88,7 @@ class SampleStates:
     n_prompt: int
     tokens: np.ndarray  # (N,) int32
     aux: np.ndarray  # (N, 3d) float16: target states at x_t
-    topk_ids: np.ndarray  # (N - n_prompt, K) int32: at s = n_prompt..N-1, top-K ids of the next token
+    topk_ids: np.ndarray  # (N - n_prompt, K) int32: at s = n_prompt..N-1, top-K ids of the next token (K = 0: hard)
     topk_logp: np.ndarray  # (N - n_prompt, K) float16: their log-probabilities
     stop_reason: str
 
@@ -84,12 +106,19 @@ class StateCache:
         """Open a cache made under the same manifest, or start one (the directory is made lazily)."""
         root = Path(root)
         m = {"schema": SCHEMA, **manifest}
+        m["labels"] = labels_of(m)
+        if m["labels"] not in LABELS:
+            raise DataError(f"state cache labels {m['labels']!r} is not one of {', '.join(LABELS)}",
+                            "pass --labels soft or --labels hard")
+        if m["labels"] == "hard":
+            m["topk"] = 0  # no logits are kept
         f = root / "manifest.json"
         if f.is_file():
             try:
                 have = json.loads(f.read_text(encoding="utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise DataError(f"{f} is not valid JSON ({e})", "remove the cache directory to rebuild it") from None
+            refuse_other_labels(root, have, m["labels"])
             for k in ("schema", "target_fingerprint", "layers", "topk", "dtype", "card_hash", "max_seq_len"):
                 if have.get(k) != m.get(k):
                     raise DataError(f"state cache {root} was made with another {k} ({have.get(k)!r} != {m.get(k)!r})",
@@ -108,6 +137,11 @@ class StateCache:
         if not f.is_file():
             raise DataError(f"{root} is not a draft state cache (no manifest.json)", "run `lenpred draft train` first")
         return cls(Path(root), json.loads(f.read_text(encoding="utf-8")))
+
+    @property
+    def labels(self) -> str:
+        """``soft`` (the target's top-K log-probabilities) or ``hard`` (the sampled tokens only)."""
+        return labels_of(self.manifest)
 
     def _ensure_dir(self) -> None:
         if not (self.root / "manifest.json").is_file():
@@ -142,11 +176,12 @@ class StateCache:
 
         try:
             meta = json.loads((self.root / f"{name}.json").read_text(encoding="utf-8"))
+            names = ("aux", "tokens") + (_TOPK if self.labels == "soft" else ())
             with safe_open(str(self.root / f"{name}.safetensors"), framework="np") as f:
-                rows = {k: f.get_slice(k).get_shape()[0] for k in ("aux", "tokens", "topk_ids", "topk_logp")}
+                rows = {k: f.get_slice(k).get_shape()[0] for k in names}
             n_rows = sum(int(p["n"]) for p in meta["prompts"].values()) + sum(int(s["n"]) for s in meta["samples"])
             n_k = sum(int(s["n"]) for s in meta["samples"])
-            if rows["aux"] != n_rows or rows["tokens"] != n_rows or rows["topk_ids"] != n_k or rows["topk_logp"] != n_k:
+            if rows["aux"] != n_rows or rows["tokens"] != n_rows or any(rows[k] != n_k for k in names[2:]):
                 raise ValueError(f"{rows} rows where the index says {n_rows} / {n_k}")
             return meta
         except Exception as e:  # noqa: BLE001 -- any unreadable shard is set aside, whatever broke it
@@ -177,11 +212,15 @@ class StateCache:
 
         name, s, p = self.index()[key]
         with safe_open(str(self.root / f"{name}.safetensors"), framework="np") as f:
-            pr, pn, sr, sn, kr = int(p["row"]), int(p["n"]), int(s["row"]), int(s["n"]), int(s["topk_row"])
+            pr, pn, sr, sn = int(p["row"]), int(p["n"]), int(s["row"]), int(s["n"])
             aux = np.concatenate([f.get_slice("aux")[pr : pr + pn], f.get_slice("aux")[sr : sr + sn]])
             tok = np.concatenate([f.get_slice("tokens")[pr : pr + pn], f.get_slice("tokens")[sr : sr + sn]])
-            ids = f.get_slice("topk_ids")[kr : kr + sn]
-            logp = f.get_slice("topk_logp")[kr : kr + sn]
+            if self.labels == "hard":  # no logits: zero-width labels, the loss reads the next sampled tokens
+                ids, logp = np.zeros((sn, 0), np.int32), np.zeros((sn, 0), np.float16)
+            else:
+                kr = int(s["topk_row"])
+                ids = f.get_slice("topk_ids")[kr : kr + sn]
+                logp = f.get_slice("topk_logp")[kr : kr + sn]
         return SampleStates(key[0], key[1], pn, tok, aux, ids, logp, str(s.get("stop_reason", "")))
 
     # ------------------------------------------------------------------ building
@@ -189,17 +228,20 @@ class StateCache:
               prompts_per_shard: int = 4, progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
         """Teacher-force the samples not cached yet. ``jobs``: (prompt_id, prompt ids, [(sample_idx,
         response ids, stop_reason)]). ``progress(tokens_done, samples_done)`` after each sample.
-        Returns {"tokens": ..., "seconds": ...} of the work done now."""
+        Returns {"tokens": ..., "seconds": ...} of the work done now (response tokens). ``target`` is a
+        :class:`lenpred.draft.target.Target`; a hard-label cache runs only its states-only pass."""
         done = self.done_keys()
         todo = []
         for pid, pids, samples in jobs:
             rest = [s for s in samples if (pid, s[0]) not in done]
             if rest:
                 todo.append((pid, pids, rest))
+        if self.labels == "hard":
+            return self._build_hard(target, todo, prompts_per_shard, progress)
         topk = int(self.manifest["topk"])
         t0 = time.perf_counter()
         n_tok = 0
-        buf: list[tuple[str, int, np.ndarray, np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]]]] = []
+        buf: list[_Prompt] = []
         for pid, pids, samples in todo:
             with torch.inference_mode():
                 cache = target.new_cache()
@@ -228,14 +270,41 @@ class StateCache:
             self._write_shard(buf)
         return {"tokens": float(n_tok), "seconds": time.perf_counter() - t0}
 
+    def _build_hard(self, target: Any, todo: list[tuple[str, list[int], list[tuple[int, list[int], str]]]],
+                    prompts_per_shard: int, progress: Callable[[int, int], None] | None) -> dict[str, float]:
+        """Hard labels: the states-only pass (no LM head), the prompt once and its samples batched on
+        its cache; the tokens are the labels, so nothing else is kept."""
+        states = target.states_only("float32")
+        none_i, none_f = np.zeros((0, 0), np.int32), np.zeros((0, 0), np.float16)
+        t0 = time.perf_counter()
+        n_tok = 0
+        buf: list[_Prompt] = []
+        for pid, pids, samples in todo:
+            got = states.sample_states(pids, [rids for _, rids, _ in samples])  # each (P + n_i, 3d) float32
+            n_p = len(pids)
+            rows = []
+            for (sidx, rids, stop), a in zip(samples, got, strict=True):
+                rows.append((sidx, len(rids), _fp16(a[n_p:]), np.asarray(rids, np.int32), none_i, none_f, stop))
+                n_tok += len(rids)
+                if progress is not None and rids:
+                    progress(len(rids), 1)
+            buf.append((pid, n_p, _fp16(got[0][:n_p]), np.asarray(pids, np.int32), rows))
+            if len(buf) >= prompts_per_shard:
+                self._write_shard(buf)
+                buf = []
+        if buf:
+            self._write_shard(buf)
+        return {"tokens": float(n_tok), "seconds": time.perf_counter() - t0}
+
     def _next_name(self) -> str:
         nums = [int(m.group(1)) for n in (p.name for p in self.root.glob("shard-*")) if (m := re.match(r"shard-(\d+)", n))]
         return f"shard-{(max(nums) + 1 if nums else 0):05d}"
 
-    def _write_shard(self, buf: list[Any]) -> None:
+    def _write_shard(self, buf: list[_Prompt]) -> None:
         from safetensors.numpy import save_file
 
         self._ensure_dir()
+        soft = self.labels == "soft"
         aux, tok, kid, klp = [], [], [], []
         prompts: dict[str, dict[str, int]] = {}
         samples: list[dict[str, Any]] = []
@@ -246,8 +315,11 @@ class StateCache:
             tok.append(p_tok)
             row += n_p
             for sidx, n, s_aux, s_tok, ids, logp, stop in rows:
-                samples.append({"prompt_id": pid, "sample_idx": int(sidx), "row": row, "n": n, "topk_row": krow,
-                                "stop_reason": stop})
+                entry = {"prompt_id": pid, "sample_idx": int(sidx), "row": row, "n": n, "topk_row": krow,
+                         "stop_reason": stop}
+                if not soft:
+                    del entry["topk_row"]  # no label rows
+                samples.append(entry)
                 aux.append(s_aux)
                 tok.append(s_tok)
                 kid.append(ids)
@@ -255,14 +327,26 @@ class StateCache:
                 row += n
                 krow += n
         name = self._next_name()
-        tensors = {"aux": np.ascontiguousarray(np.concatenate(aux)), "tokens": np.concatenate(tok),
-                   "topk_ids": np.ascontiguousarray(np.concatenate(kid)), "topk_logp": np.ascontiguousarray(np.concatenate(klp))}
+        tensors = {"aux": np.ascontiguousarray(np.concatenate(aux)), "tokens": np.concatenate(tok)}
+        if soft:
+            tensors |= {"topk_ids": np.ascontiguousarray(np.concatenate(kid)),
+                        "topk_logp": np.ascontiguousarray(np.concatenate(klp))}
         tmp = self.root / f".{name}.safetensors.tmp"
         save_file(tensors, str(tmp))
         os.chmod(tmp, 0o644)  # shared like every other artifact
         os.replace(tmp, self.root / f"{name}.safetensors")
         atomic_write_json(self.root / f"{name}.json", {"prompts": prompts, "samples": samples})  # the commit marker
         self._index = None
+
+
+def refuse_other_labels(root: Path, have: dict[str, Any], want: str) -> None:
+    """Refuse to extend the cache at ``root`` (manifest ``have``) with labels of another kind."""
+    kind = labels_of(have)
+    if kind != want:
+        words = "no logits" if kind == "hard" else f"the target's top-{have.get('topk')}"
+        raise DataError(f"state cache {root} holds {kind} labels ({words}), this asks for {want} labels",
+                        f"pass --labels {kind} to extend it, or another --cache directory for {want} labels "
+                        "(the default directories differ by label kind)")
 
 
 def _fp16(x: torch.Tensor) -> np.ndarray:

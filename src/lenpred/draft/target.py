@@ -4,6 +4,8 @@
 float32 logits and the concatenation of ``hidden_states[j]`` for the head's layers ``j`` (the
 residual stream *entering* decoder layer ``j``; see :mod:`lenpred.draft.config`). With a
 ``DynamicCache`` it continues a sequence; :meth:`Target.crop` drops rejected positions.
+:meth:`Target.states_only` is the same target seen through OUTLETS' states-only pass (the three states,
+no LM head, no layers above the highest captured one), which hard-label state caches use.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ class Target:
     @property
     def device(self) -> torch.device:
         return self.model.get_input_embeddings().weight.device
+
+    def states_only(self, dtype: str = "float32") -> Any:
+        """This target's states-only pass (:class:`lenpred.outlets.teacher.StatesOnlyTarget`): ids ->
+        the concatenated states of its three layers, no LM head; a prompt's samples batched on its cache."""
+        from lenpred.outlets.teacher import StatesOnlyTarget
+
+        return StatesOnlyTarget(self.model, self.layers, dtype)
 
     def new_cache(self) -> Any:
         from transformers import DynamicCache

@@ -15,6 +15,9 @@ Recipe (the release's, SafeAILab/EAGLE ``traineagle3``; where lenpred differs it
   start at the last prompt token at the earliest) and the target's distribution at t+i+1 exists.
   As in the release, positions whose target argmax lies outside the draft vocabulary are left out.
   Each step's loss is the mean over its counted positions (the release divides by all positions).
+  A cache made with hard labels (``lenpred draft cache --labels hard``: no logits) trains against the
+  run's own next sampled token instead (:class:`lenpred.draft.loss.HardTTTLoss`); the kind is read from
+  the cache, recorded in the head's ``meta.json`` (``training.labels``) and in the checkpoint key.
 * **Optimiser**: AdamW (betas 0.9, 0.95, no weight decay), gradient clipping 0.5, linear warm-up
   then linear decay to 0 (the release: peak 5e-5, 12k warm-up steps of 800k, on 8 GPUs; the
   defaults here are sized for a few thousand CPU steps). ``lm_head`` starts from the target's output
@@ -46,7 +49,7 @@ import torch
 
 from lenpred.draft.checkpoint import checkpoint_key, resume, save_checkpoint
 from lenpred.draft.distributed import Distributed
-from lenpred.draft.loss import LossModule, TTTLoss
+from lenpred.draft.loss import LossModule, make_loss
 from lenpred.draft.states import StateCache
 from lenpred.draft.train_config import DraftTrainConfig
 from lenpred.draft.train_data import (
@@ -94,6 +97,7 @@ class _Trained:
     final: dict[str, Any]
     speed: dict[str, Any]
     world: int
+    labels: str = "soft"
 
 
 @dataclass
@@ -155,6 +159,9 @@ def train_draft(job: TrainJob, *, log: Callable[[str], None] | None = None,
     tf_rate = tf["tokens"] / tf["seconds"] if tf["tokens"] else None  # None: everything was cached already
     if tf["tokens"]:
         say(f"teacher forcing: {int(tf['tokens'])} tokens in {tf['seconds']:.0f}s ({tf_rate:.0f} tokens/s)")
+    labels = cache.labels  # soft: the target's top-k; hard: the run's sampled tokens (the cache says which)
+    if labels != "soft":
+        say(f"{labels} labels (the state cache {cdir} holds no target logits): trained on the sampled tokens")
 
     # 2. draft vocabulary from the training responses
     counts = count_tokens(data.counts_source, target.vocab_size)
@@ -166,7 +173,7 @@ def train_draft(job: TrainJob, *, log: Callable[[str], None] | None = None,
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=0.0)
     key, kdir = checkpoint_key(cfg, run.card_hash, target_spec.fingerprint, target.layers,
-                               data.split_info["train_prompt_ids_sha256"], len(data.keys), job.ckpt_dir)
+                               data.split_info["train_prompt_ids_sha256"], len(data.keys), job.ckpt_dir, labels)
     step, history = resume(kdir, key, model, opt, cfg, main=ddp.main, say=say)
 
     # 4. train
@@ -187,7 +194,7 @@ def train_draft(job: TrainJob, *, log: Callable[[str], None] | None = None,
     # 5. the head, in the released layout, with lenpred's meta.json
     final = {"train_loss": tl, "train_acc": ta, "val_loss": vl, "val_acc": va}
     speed = {"teacher_tokens_per_s": tf_rate, "steps_per_s": sps}
-    _write_head(model, job, _Trained(data, cdir, kdir, coverage, step, history, final, speed, ddp.world))
+    _write_head(model, job, _Trained(data, cdir, kdir, coverage, step, history, final, speed, ddp.world, labels))
     ddp.barrier()
     ddp.stop()
     return TrainResult(Path(out), step, tl, ta, vl, va, tf_rate, sps, cdir, coverage, _digest(model))
@@ -222,7 +229,7 @@ class _Loop:
         idx = cache.index()
         # prompt + response tokens of each sample
         self.lengths = {k: int(idx[k][1]["n"]) + int(idx[k][2]["n"]) for k in data.keys + data.val_keys}
-        self.loss_fn = TTTLoss(model, cfg, vocab_size)
+        self.loss_fn = make_loss(model, cfg, vocab_size, cache.labels, job.eos_id)
         self.step_fn: Any = self.loss_fn
         if ddp.active:
             dev = torch.device(device)
@@ -294,7 +301,8 @@ def _write_head(model: Any, job: TrainJob, done: _Trained) -> None:
         "run": str(run.path), "card_hash": run.card_hash,
         "run_card": {k: card.get(k) for k in ("model", "prompts", "sampling")},
         "data": {**data.split_info, "response_tokens": int(sum(len(c) for c in data.counts_source)),
-                 "cache": str(cdir), "topk": cfg.topk},
+                 "cache": str(cdir), "topk": cfg.topk if done.labels == "soft" else None},
+        "labels": done.labels,  # soft: the target's top-k distribution; hard: the run's sampled next tokens
         "draft_vocab": {"size": cfg.draft_vocab_size, "coverage": coverage},
         "ttt": {"steps": cfg.ttt_steps, "weights": [cfg.step_decay ** i for i in range(cfg.ttt_steps)]},
         "optimiser": {"name": "AdamW", "lr": cfg.lr, "betas": [0.9, 0.95], "weight_decay": 0.0,

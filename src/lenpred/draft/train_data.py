@@ -5,7 +5,8 @@ the state-cache jobs, and the order of the batches.
   a ``lenpred draft`` verb (refuses a model other than the run's own: its responses are the data);
 * :func:`load_training_data` -- the training and validation samples (training prompts only);
 * :func:`state_cache_jobs` / :func:`fill_state_cache` -- every sample of chosen split roles,
-  teacher-forced into the state cache ``lenpred draft train`` and ``lenpred outlets features`` read;
+  teacher-forced into the state cache ``lenpred draft train`` and ``lenpred outlets features`` read
+  (soft labels, the target's top-k, or hard ones, the states-only pass: :func:`cache_location`);
 * :func:`batch_at` -- the samples of optimiser step ``step``: a pure function of (seed, step), so a
   resumed run sees the batches the uninterrupted one would have.
 """
@@ -25,12 +26,13 @@ from lenpred.data.rundir import RunDir
 from lenpred.data.split import Split, load_split
 from lenpred.draft.states import StateCache
 from lenpred.draft.train_config import DraftTrainConfig
-from lenpred.errors import CardMismatchError, DataError, ModelError
+from lenpred.errors import CardMismatchError, ConfigError, DataError, ModelError
 from lenpred.io.fileio import canonical_json
 from lenpred.progress import Progress
 
-__all__ = ["DraftSource", "RunTarget", "TrainingData", "batch_at", "cache_location", "epoch_batches", "fill_state_cache",
-           "load_training_data", "open_run_target", "state_cache_jobs", "teacher_force"]
+__all__ = ["DraftSource", "RunTarget", "TrainingData", "batch_at", "cache_location", "check_cache_labels",
+           "epoch_batches", "fill_state_cache", "load_training_data", "open_run_target", "state_cache_jobs",
+           "teacher_force"]
 
 
 @dataclass(frozen=True)
@@ -212,18 +214,58 @@ def state_cache_jobs(run: RunDir, split: Split, roles: tuple[str, ...] = ("train
 
 
 def cache_location(run: RunDir, target: Any, target_spec: Any, cfg: DraftTrainConfig,
-                   cache_dir: str | os.PathLike[str] | None = None) -> tuple[Path, dict[str, Any]]:
+                   cache_dir: str | os.PathLike[str] | None = None, labels: str | None = None
+                   ) -> tuple[Path, dict[str, Any]]:
     """The state cache's directory (``cache_dir``, or the default one named by what determines its
-    contents) and its manifest (which a cache opened again must match)."""
-    from lenpred.draft.states import default_cache_dir
+    contents) and its manifest (which a cache opened again must match). ``labels`` (``soft``: the
+    target's top-k; ``hard``: the sampled tokens only); None: the kind of the cache already at
+    ``cache_dir`` (draft training reads it from there), soft for a new one."""
+    from lenpred.draft.states import LABELS, default_cache_dir
 
+    if labels is None:
+        labels = _existing_labels(cache_dir) or "soft"
+    if labels not in LABELS:
+        raise ConfigError(f"--labels must be one of {', '.join(LABELS)}, got {labels!r}",
+                          "pass --labels soft (the target's top-k) or --labels hard (the sampled tokens)")
     layers = target.layers
     fp = target_spec.fingerprint
-    manifest = {"target_fingerprint": fp, "layers": list(layers), "topk": cfg.topk, "dtype": "float16",
+    manifest = {"target_fingerprint": fp, "layers": list(layers), "labels": labels,
+                "topk": cfg.topk if labels == "soft" else 0, "dtype": "float16",
                 "card_hash": run.card_hash, "max_seq_len": cfg.max_seq_len, "target_id": target_spec.id,
                 "run": str(run.path)}
-    cdir = Path(cache_dir) if cache_dir else default_cache_dir(run.card_hash, fp, layers, cfg.topk)
+    cdir = Path(cache_dir) if cache_dir else default_cache_dir(run.card_hash, fp, layers, cfg.topk, labels)
     return cdir, manifest
+
+
+def _existing_manifest(cache_dir: str | os.PathLike[str] | None) -> dict[str, Any] | None:
+    """The manifest of the state cache at ``cache_dir``, None without a readable one (an unreadable
+    manifest is left to :meth:`StateCache.open_or_create` to refuse, naming the fix)."""
+    import json
+
+    f = Path(cache_dir) / "manifest.json" if cache_dir else None
+    if f is None or not f.is_file():
+        return None
+    try:
+        m = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) else None
+
+
+def _existing_labels(cache_dir: str | os.PathLike[str] | None) -> str | None:
+    from lenpred.draft.states import labels_of
+
+    m = _existing_manifest(cache_dir)
+    return labels_of(m) if m is not None else None
+
+
+def check_cache_labels(cache_dir: str | os.PathLike[str] | None, labels: str) -> None:
+    """Refuse, before the target loads, to extend the cache at ``cache_dir`` with another label kind."""
+    from lenpred.draft.states import refuse_other_labels
+
+    m = _existing_manifest(cache_dir)
+    if m is not None and cache_dir is not None:
+        refuse_other_labels(Path(cache_dir), m, labels)
 
 
 def teacher_force(cache: StateCache, target: Any, jobs: list[tuple[str, list[int], list[tuple[int, list[int], str]]]], *,
@@ -237,12 +279,14 @@ def teacher_force(cache: StateCache, target: Any, jobs: list[tuple[str, list[int
 
 def fill_state_cache(src: DraftSource, cfg: DraftTrainConfig, *, cache_dir: str | os.PathLike[str] | None = None,
                      roles: tuple[str, ...] = ("train", "val", "test"), progress: bool = True,
-                     prompts_per_shard: int = 4) -> tuple[Path, dict[str, float], int]:
+                     prompts_per_shard: int = 4, labels: str = "soft") -> tuple[Path, dict[str, float], int]:
     """Teacher-force every sample of ``roles`` into the state cache ``lenpred draft train`` and
-    ``lenpred outlets features`` read (resumable: samples already cached are skipped).
+    ``lenpred outlets features`` read (resumable: samples already cached are skipped). ``labels``:
+    ``soft`` (the target's top-k, a full pass with its LM head) or ``hard`` (the states-only pass; no
+    logits kept); a cache of the other kind is refused.
     Returns (cache directory, {"tokens", "seconds"} of this call, response tokens in the cache for these jobs)."""
     cfg.check()
-    cdir, manifest = cache_location(src.run, src.target, src.target_spec, cfg, cache_dir)
+    cdir, manifest = cache_location(src.run, src.target, src.target_spec, cfg, cache_dir, labels)
     jobs = state_cache_jobs(src.run, src.split, roles, cfg.max_seq_len)
     cache = StateCache.open_or_create(cdir, manifest)
     tf = teacher_force(cache, src.target, jobs, progress=progress, prompts_per_shard=prompts_per_shard)
