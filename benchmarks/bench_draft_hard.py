@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.flags import refuse_other_figures
+
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -51,14 +53,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name in ("prompts", "steps"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1")
-    if args.out and Path(args.out).exists():  # replace only this benchmark's own figures, checked before any work
-        try:
-            kind = json.loads(Path(args.out).read_text()).get("bench")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            kind = None
-        if kind != "draft_hard":
-            raise SystemExit(f"--out {args.out} exists and holds {kind or 'something else'}, not this benchmark's "
-                             "figures -- fix: another --out")
+    refuse_other_figures(args.out, "draft_hard")
     return args
 
 

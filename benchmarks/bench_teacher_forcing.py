@@ -29,7 +29,6 @@ tokens on both (median and p95 absolute difference, in tokens and relative).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import subprocess
 import tempfile
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.flags import refuse_other_figures
 from lenpred.data.rundir import RunDir
 from lenpred.data.split import load_split
 from lenpred.draft.io import check_against_target, load_draft
@@ -65,14 +65,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--emulated-bf16", action="store_true",
                     help="run the bf16 settings on a CPU without bf16 hardware too (emulated: slow; rows labelled so)")
     args = ap.parse_args(argv)
-    if args.out and Path(args.out).exists():  # replace only this benchmark's own figures, checked before any work
-        try:
-            kind = json.loads(Path(args.out).read_text()).get("bench")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            kind = None
-        if kind != "teacher_forcing":
-            raise SystemExit(f"--out {args.out} exists and holds {kind or 'something else'}, not this benchmark's "
-                             "figures -- fix: another --out")
+    refuse_other_figures(args.out, "teacher_forcing")
     return args
 
 
