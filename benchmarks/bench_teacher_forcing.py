@@ -46,10 +46,10 @@ from lenpred.data.split import load_split
 from lenpred.draft.io import check_against_target, load_draft
 from lenpred.draft.states import StateCache
 from lenpred.draft.target import Target
+from lenpred.draft.teacher import StatesOnlyTarget, cpu_bf16, expand_cache, length_groups
 from lenpred.models import load
 from lenpred.outlets.features import positions, sample_rows
 from lenpred.outlets.inputs import select_prompts
-from lenpred.outlets.teacher import StatesOnlyTarget, cpu_bf16, expand_cache, length_groups
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:

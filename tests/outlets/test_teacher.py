@@ -11,11 +11,11 @@ import torch
 from traj_helpers import make_run, save_head, tiny_llama
 
 from lenpred.draft.target import Target
+from lenpred.draft.teacher import StatesOnlyTarget, cpu_bf16, length_groups, resolve_compute_dtype
 from lenpred.errors import ConfigError, DataError
 from lenpred.outlets.extract import TrajectoryRequest, compute_trajectory
 from lenpred.outlets.features import TrajectoryConfig
 from lenpred.outlets.store import load_trajectory
-from lenpred.outlets.teacher import StatesOnlyTarget, cpu_bf16, length_groups, resolve_compute_dtype
 
 LAYERS = (2, 4, 5)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -99,7 +99,7 @@ def test_bfloat16_on_a_cpu_without_it_says_so_in_one_line(tmp_path) -> None:
 
 # ------------------------------------------------------------------------------------------ resume
 def test_a_resume_in_another_precision_is_refused_naming_both(tmp_path, model, monkeypatch) -> None:
-    monkeypatch.setattr("lenpred.outlets.teacher.cpu_bf16", lambda *a, **k: ["amx_bf16"])
+    monkeypatch.setattr("lenpred.draft.teacher.cpu_bf16", lambda *a, **k: ["amx_bf16"])
     run, head = make_run(tmp_path / "run", model), save_head(tmp_path / "head", model)
     with pytest.raises(KeyboardInterrupt):
         _compute(run, head, tmp_path / "t", model, "float32", kill_after=1)

@@ -43,7 +43,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -236,12 +236,26 @@ class StateCache:
             rest = [s for s in samples if (pid, s[0]) not in done]
             if rest:
                 todo.append((pid, pids, rest))
-        if self.labels == "hard":
-            return self._build_hard(target, todo, prompts_per_shard, progress)
-        topk = int(self.manifest["topk"])
+        prompts = self._hard_prompts(target, todo, progress) if self.labels == "hard" else \
+            self._soft_prompts(target, todo, progress)
         t0 = time.perf_counter()
         n_tok = 0
         buf: list[_Prompt] = []
+        for entry in prompts:  # the shards are written as the prompts come, the last one partly filled
+            n_tok += sum(row[1] for row in entry[4])
+            buf.append(entry)
+            if len(buf) >= prompts_per_shard:
+                self._write_shard(buf)
+                buf = []
+        if buf:
+            self._write_shard(buf)
+        return {"tokens": float(n_tok), "seconds": time.perf_counter() - t0}
+
+    def _soft_prompts(self, target: Any, todo: list[tuple[str, list[int], list[tuple[int, list[int], str]]]],
+                      progress: Callable[[int, int], None] | None) -> Iterator[_Prompt]:
+        """Soft labels: the full forward pass, the prompt once on its cache and each sample after it; the
+        target's top-k log-probabilities at every response token are kept."""
+        topk = int(self.manifest["topk"])
         for pid, pids, samples in todo:
             with torch.inference_mode():
                 cache = target.new_cache()
@@ -259,42 +273,25 @@ class StateCache:
                     top = torch.topk(logp, topk, dim=-1)  # sorted: column 0 is the argmax
                     rows.append((sidx, len(rids), _fp16(aux[0]), np.asarray(rids, np.int32),
                                  top.indices.to(torch.int32).cpu().numpy(), top.values.to(torch.float16).cpu().numpy(), stop))
-                    n_tok += len(rids)
                     if progress is not None:
                         progress(len(rids), 1)
-            buf.append((pid, len(pids), _fp16(p_aux[0]), np.asarray(pids, np.int32), rows))
-            if len(buf) >= prompts_per_shard:
-                self._write_shard(buf)
-                buf = []
-        if buf:
-            self._write_shard(buf)
-        return {"tokens": float(n_tok), "seconds": time.perf_counter() - t0}
+            yield (pid, len(pids), _fp16(p_aux[0]), np.asarray(pids, np.int32), rows)
 
-    def _build_hard(self, target: Any, todo: list[tuple[str, list[int], list[tuple[int, list[int], str]]]],
-                    prompts_per_shard: int, progress: Callable[[int, int], None] | None) -> dict[str, float]:
+    def _hard_prompts(self, target: Any, todo: list[tuple[str, list[int], list[tuple[int, list[int], str]]]],
+                      progress: Callable[[int, int], None] | None) -> Iterator[_Prompt]:
         """Hard labels: the states-only pass (no LM head), the prompt once and its samples batched on
         its cache; the tokens are the labels, so nothing else is kept."""
         states = target.states_only("float32")
         none_i, none_f = np.zeros((0, 0), np.int32), np.zeros((0, 0), np.float16)
-        t0 = time.perf_counter()
-        n_tok = 0
-        buf: list[_Prompt] = []
         for pid, pids, samples in todo:
             got = states.sample_states(pids, [rids for _, rids, _ in samples])  # each (P + n_i, 3d) float32
             n_p = len(pids)
             rows = []
             for (sidx, rids, stop), a in zip(samples, got, strict=True):
                 rows.append((sidx, len(rids), _fp16(a[n_p:]), np.asarray(rids, np.int32), none_i, none_f, stop))
-                n_tok += len(rids)
                 if progress is not None and rids:
                     progress(len(rids), 1)
-            buf.append((pid, n_p, _fp16(got[0][:n_p]), np.asarray(pids, np.int32), rows))
-            if len(buf) >= prompts_per_shard:
-                self._write_shard(buf)
-                buf = []
-        if buf:
-            self._write_shard(buf)
-        return {"tokens": float(n_tok), "seconds": time.perf_counter() - t0}
+            yield (pid, n_p, _fp16(got[0][:n_p]), np.asarray(pids, np.int32), rows)
 
     def _next_name(self) -> str:
         nums = [int(m.group(1)) for n in (p.name for p in self.root.glob("shard-*")) if (m := re.match(r"shard-(\d+)", n))]

@@ -46,9 +46,9 @@ class Target:
         return self.model.get_input_embeddings().weight.device
 
     def states_only(self, dtype: str = "float32") -> Any:
-        """This target's states-only pass (:class:`lenpred.outlets.teacher.StatesOnlyTarget`): ids ->
+        """This target's states-only pass (:class:`lenpred.draft.teacher.StatesOnlyTarget`): ids ->
         the concatenated states of its three layers, no LM head; a prompt's samples batched on its cache."""
-        from lenpred.outlets.teacher import StatesOnlyTarget
+        from lenpred.draft.teacher import StatesOnlyTarget
 
         return StatesOnlyTarget(self.model, self.layers, dtype)
 

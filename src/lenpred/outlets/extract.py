@@ -6,7 +6,7 @@ is ours), then teacher-forces each selected sample through the target and the dr
 the rows of :func:`lenpred.outlets.features.positions`.
 
 **Target states.** By default the pass computes only what the rows read
-(:class:`lenpred.outlets.teacher.StatesOnlyTarget`): the target's three captured states, no LM head,
+(:class:`lenpred.draft.teacher.StatesOnlyTarget`): the target's three captured states, no LM head,
 a prompt's samples batched on its cache, in bf16 autocast where the CPU has bf16 hardware (or on a
 GPU) and float32 elsewhere (``compute_dtype``); nothing is written but the rows. With ``cache=DIR``
 the states come from the draft-training state cache (:mod:`lenpred.draft.states`) when it holds the
@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lenpred.draft.teacher import StatesOnlyTarget, resolve_compute_dtype
 from lenpred.errors import CardMismatchError, ConfigError, DataError
 from lenpred.features.work import WorkDir, work_path
 from lenpred.io.artifacts import check_out
@@ -52,7 +53,6 @@ from lenpred.outlets.inputs import (
     shard_prompts,
 )
 from lenpred.outlets.store import KIND, Trajectory, load_trajectory, save_trajectory
-from lenpred.outlets.teacher import StatesOnlyTarget, resolve_compute_dtype
 from lenpred.progress import Progress
 
 __all__ = ["TrajectoryRequest", "TrajectoryRun", "compute_trajectory", "draft_identity", "parse_roles"]
