@@ -129,7 +129,7 @@ FREE_ARMS = ("fcfs/-:dispatch=least-requests", "fcfs/-:dispatch=power-of-two", "
 ON_FREE_ARMS = ("sjf/mlp:aging=100:late", "gboost/mlp:late", "gboost/outlets:late",
                 "fcfs/mlp:dispatch=least-requests-predicted", "gboost/mlp:dispatch=least-requests",
                 "sjf/true:aging=100:late", "gboost/true:late")
-PREDICTORS = ("-", "mlp", "proxy", "prompt-median", "samples", "outlets", "counters", "true")
+PREDICTORS = ("-", "mlp", "proxy", "prompt-median", "samples", "outlets", "counters", "anchored", "true")
 
 
 def parse_arm(spec: str) -> tuple[str, Arm]:
@@ -403,7 +403,8 @@ def run_study(a: argparse.Namespace, say: Any) -> None:
     if not todo:
         return
     src = sources(argparse.Namespace(alpaca_roles=None))["sharegpt"]
-    tables = {**make_tables(src, work, None, "", "", say), "outlets": a.outlets, "counters": a.counters}
+    tables = {**make_tables(src, work, None, "", "", say), "outlets": a.outlets, "counters": a.counters,
+              "anchored": a.anchored}
     t0 = time.monotonic()
     for i, cell in enumerate(todo):
         if a.max_minutes is not None and time.monotonic() - t0 > 60.0 * a.max_minutes:
@@ -478,7 +479,8 @@ def run_augment(a: argparse.Namespace, say: Any) -> None:
     if not todo:
         return
     src = sources(argparse.Namespace(alpaca_roles=None))["sharegpt"]
-    tables = {**make_tables(src, work, None, "", "", say), "outlets": a.outlets, "counters": a.counters}
+    tables = {**make_tables(src, work, None, "", "", say), "outlets": a.outlets, "counters": a.counters,
+              "anchored": a.anchored}
     t0 = time.monotonic()
     for i, row in enumerate(todo):
         if a.max_minutes is not None and time.monotonic() - t0 > 60.0 * a.max_minutes:
@@ -525,6 +527,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                     metavar="TABLE", help="predictor 'counters': a counter head's predictions with re-predictions and "
                     "their quantiles at the live points of every test sample (lenpred outlets predict --head "
                     "data/outlets/counters/quantile-mlp --roles test ...)")
+    ap.add_argument("--anchored", default=str(ROOT / "data/outlets/predictions-anchored-live-test-smollm2-sharegpt.parquet"),
+                    metavar="TABLE", help="predictor 'anchored': the live-trained OUTLETS head's prefill anchor, with "
+                    "re-predictions and their quantiles at the live points of every test sample (lenpred outlets "
+                    "predict --head data/outlets/anchor-live-smollm2-sharegpt --prefill-predictions mlp=FILE ...)")
     ap.add_argument("--n0", type=int, default=1000, help="steady: first N, requests per decode instance")
     ap.add_argument("--n-max", type=int, default=16000, help="steady: largest N, requests per decode instance")
     ap.add_argument("--goodput-n", type=int, default=4000, help="goodput probes: requests per decode instance")

@@ -48,15 +48,20 @@ for v in $VARIANTS; do
       --out "$HEADS/$v"
 done
 
-# 3. the live bench on the committed test live rows
+# 3. the prefill anchor of the best live head (blend with the carried mlp head per band, fit on val),
+#    then the live bench on the committed test live rows
 for h in mlp ngram; do
   [ -f "$PREDS/$h.parquet" ] || { if [ $h = mlp ]; then f=(--features data/features/smollm2-sharegpt); else f=(); fi
     run predict --head data/heads/$h-smollm2-sharegpt --run $R "${f[@]}" --roles train,val,test \
         --out "$PREDS/$h.parquet"; }
 done
+ANCHOR=${ANCHOR:-data/outlets/anchor-live-smollm2-sharegpt}
+[ -f "$ANCHOR/meta.json" ] || run outlets anchor --traj "$TRAJ" --run $R \
+    --head "$HEADS/outlets-running" --prefill-predictions mlp="$PREDS/mlp.parquet" --out "$ANCHOR"
 live=()
 for v in $VARIANTS; do live+=("$v-live=$HEADS/$v"); done
 run outlets bench --traj data/outlets/traj-live-test-smollm2-sharegpt --run $R \
     --heads "${live[@]}" data/outlets/smollm2-sharegpt/outlets data/outlets/smollm2-sharegpt/outlets-running \
     --counters data/outlets/counters/quantile-mlp data/outlets/counters/hazard-mlp \
+    --anchors outlets-running-live-anchored="$ANCHOR" \
     --prefill-predictions mlp="$PREDS/mlp.parquet" ngram="$PREDS/ngram.parquet" --out "$BENCH"

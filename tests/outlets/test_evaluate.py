@@ -197,6 +197,62 @@ def test_outlets_predictions_carry_repredictions(bench):
         assert f.loc[key, "pred_tokens"] == pytest.approx(point[rows[t == 0][0]])
         assert list(f.loc[key, "repred_gen"]) == sorted(t[t > 0].tolist())
         np.testing.assert_allclose(f.loc[key, "repred_remaining"], point[rows[t > 0]])
+        # each re-prediction carries the head's own 80% interval, widened only to hold the point
+        lo, hi = np.asarray(f.loc[key, "repred_q10"]), np.asarray(f.loc[key, "repred_q90"])
+        assert len(lo) == len(hi) == int((t > 0).sum())
+        assert np.all(lo <= np.asarray(f.loc[key, "repred_remaining"]) + 1e-9)
+        assert np.all(hi >= np.asarray(f.loc[key, "repred_remaining"]) - 1e-9)
+    d = head.predict_dist(te)
+    later = te.index["t"].to_numpy() > 0
+    got_hi = np.concatenate([np.asarray(v, float) for v in f["repred_q90"]])
+    assert got_hi.size == int(later.sum())
+    assert np.sort(got_hi) == pytest.approx(np.sort(np.maximum(d.q90, point)[later]))
+
+
+def test_anchored_predictions_table_blends_the_head_with_the_prefill_table(bench, tmp_path, capsys):
+    """`outlets predict --head ANCHOR --prefill-predictions`: the anchor's blend per row (equal to what the
+    bench scores), with re-prediction quantiles; without the prefill table, or with it beside a plain head,
+    a clear refusal and no file."""
+    from lenpred.cli import main
+    from lenpred.outlets.anchor import load_anchor
+    from lenpred.outlets.baselines import carry_prefill
+    from lenpred.outlets.bench_files import anchored_method
+    from lenpred.outlets.evaluate import MethodInput
+    from lenpred.outlets.store import load_trajectory
+    from lenpred.predictions import read_predictions
+
+    root, p = bench["root"], bench["paths"]
+    anc = tmp_path / "anchor"
+    assert main(["outlets", "anchor", "--traj", str(p["traj"]), "--run", str(p["run"]), "--head", str(root / "outlets"),
+                 "--prefill-predictions", f"mlp={root / 'pre.parquet'}", "--out", str(anc)]) == 0
+    out = tmp_path / "anchored.parquet"
+    assert main(["outlets", "predict", "--head", str(anc), "--traj", str(p["traj"]), "--run", str(p["run"]),
+                 "--prefill-predictions", f"mlp={root / 'pre.parquet'}", "--out", str(out)]) == 0
+    f = read_predictions(out).frame.set_index(["prompt_id", "sample_idx"])
+    te = load_trajectory(p["traj"]).for_prompts(bench["data"]["test"]["lengths"]["prompt_id"].unique())
+    pre = MethodInput("prefill-mlp", "prefill", "x", carry_prefill(read_predictions(root / "pre.parquet"), te.index, None))
+    want = anchored_method(None, str(anc), [pre], te, None).remaining
+    assert len(f) == 240
+    idx, t = te.index, te.index["t"].to_numpy()
+    for i in np.flatnonzero(t == 0)[:5]:
+        key = (idx["prompt_id"].iloc[i], int(idx["sample_idx"].iloc[i]))
+        rows = np.flatnonzero((idx["prompt_id"] == key[0]).to_numpy() & (idx["sample_idx"] == key[1]).to_numpy())
+        later = rows[np.argsort(t[rows])][1:]
+        assert f.loc[key, "pred_tokens"] == pytest.approx(want.q50[i])
+        assert (f.loc[key, "q10"], f.loc[key, "q90"]) == (pytest.approx(want.q10[i]), pytest.approx(want.q90[i]))
+        np.testing.assert_allclose(f.loc[key, "repred_remaining"], want.q50[later])
+        np.testing.assert_allclose(f.loc[key, "repred_q10"], np.minimum(want.q10[later], want.q50[later]))
+        np.testing.assert_allclose(f.loc[key, "repred_q90"], np.maximum(want.q90[later], want.q50[later]))
+    # the anchor's weights on the head are not all zero, so the table is not the prefill table carried
+    assert any(w > 0 for w in load_anchor(str(anc)).weights)
+    capsys.readouterr()
+    bad = tmp_path / "bad.parquet"
+    assert main(["outlets", "predict", "--head", str(anc), "--traj", str(p["traj"]), "--run", str(p["run"]),
+                 "--out", str(bad)]) == 1
+    assert "--prefill-predictions mlp=FILE" in capsys.readouterr().err and not bad.exists()
+    assert main(["outlets", "predict", "--head", str(root / "outlets"), "--traj", str(p["traj"]), "--run", str(p["run"]),
+                 "--prefill-predictions", f"mlp={root / 'pre.parquet'}", "--out", str(bad)]) == 1
+    assert "neither" in capsys.readouterr().err and not bad.exists()
 
 
 def _tiny_config(path: str) -> dict:

@@ -122,12 +122,15 @@ def train_variant(traj_path: str, run: str, variant: str, params: dict[str, Any]
 
 # ---------------------------------------------------------------- predict
 def predict_table(head_path: str, traj_path: str, run: str, roles: Sequence[str] = ("test",),
-                  split: str | None = None) -> Any:
+                  split: str | None = None, prefill: str | None = None) -> Any:
     """The :class:`~lenpred.predictions.Predictions` of an outlets head on the trajectory rows of the
-    split's ``roles`` prompts, with re-predictions."""
+    split's ``roles`` prompts, with re-predictions and their quantiles. ``head_path`` may be a prefill
+    anchor (``lenpred outlets anchor``): its OUTLETS head blended with ``prefill`` (``[NAME=]FILE``, the
+    prefill head's table on those prompts) carried along the trajectory."""
     import lenpred.outlets.head  # noqa: F401 - registers the outlets head
     from lenpred.data.rundir import RunDir
     from lenpred.data.split import ROLES, load_split
+    from lenpred.io.artifacts import load_artifact
     from lenpred.outlets.schedule import outlets_predictions
     from lenpred.outlets.store import load_trajectory
     from lenpred.predictors.io import read_head
@@ -136,9 +139,14 @@ def predict_table(head_path: str, traj_path: str, run: str, roles: Sequence[str]
     if bad or not roles:
         raise ConfigError(f"unknown split role(s) {bad or list(roles)}", f"roles are {', '.join(ROLES)}")
     rd = RunDir.open(run)
-    head, art = read_head(head_path, card=rd.card)
-    if head.name != "outlets":
-        raise DataError(f"{head_path} is a {head.name} head, not an outlets head", "use `lenpred predict` for prefill heads")
+    is_anchor = load_artifact(head_path, verify=False).meta.get("kind") == "outlets-anchor"
+    if prefill is not None and not is_anchor:
+        raise ConfigError(f"--prefill-predictions is read only by a prefill anchor or a counter head; {head_path} is neither",
+                          "drop --prefill-predictions, or pass the anchor (lenpred outlets anchor) as --head")
+    if not is_anchor:
+        head, art = read_head(head_path, card=rd.card)
+        if head.name != "outlets":
+            raise DataError(f"{head_path} is a {head.name} head, not an outlets head", "use `lenpred predict` for prefill heads")
     sp = load_split(rd, split, require_complete=False)
     traj = load_trajectory(traj_path, card=rd.card)
     want = sorted(set().union(*(sp.ids(r) for r in roles)))
@@ -146,8 +154,37 @@ def predict_table(head_path: str, traj_path: str, run: str, roles: Sequence[str]
     if sub.n == 0:
         raise DataError(f"trajectory {traj_path} has no row of a prompt of role {', '.join(roles)}",
                         "compute trajectory features for those prompts")
+    if is_anchor:
+        return _anchored_table(head_path, sub, rd, prefill)
     variant = (art.meta.get("train") or {}).get("variant") or "outlets"
     return outlets_predictions(head, sub, rd.card, source=str(head_path), variant=variant)
+
+
+def _anchored_table(anchor_path: str, sub: Any, rd: Any, prefill: str | None) -> Any:
+    """The predictions table of a prefill anchor on trajectory rows ``sub``."""
+    from lenpred.outlets.anchor import load_anchor
+    from lenpred.outlets.baselines import carry_prefill
+    from lenpred.outlets.bench_files import anchored_method
+    from lenpred.outlets.evaluate import MethodInput
+    from lenpred.outlets.schedule import remaining_predictions
+    from lenpred.predictions import read_predictions
+    from lenpred.predictors.pipeline import run_cap
+
+    want = str(load_anchor(anchor_path, card=rd.card).prefill.get("name"))
+    if prefill is None:
+        raise ConfigError(f"{anchor_path} is a prefill anchor: it blends its OUTLETS head with the prefill predictions {want!r}",
+                          f"pass --prefill-predictions {want.removeprefix('prefill-')}=FILE (lenpred predict on these roles)")
+    name, sep, path = prefill.partition("=")
+    path = path if sep else prefill
+    p = read_predictions(path, card=rd.card)
+    nm = (name if sep and name else p.made_by)
+    nm = nm if nm.startswith("prefill-") else f"prefill-{nm}"
+    pre = MethodInput(nm, "prefill", str(path), carry_prefill(p, sub.index, run_cap(rd.card), what=f"prefill predictions {nm!r}"))
+    m = anchored_method(None, anchor_path, [pre], sub, rd.card)
+    r = m.remaining
+    return remaining_predictions(sub.index, r.q50, r.q10, r.q50, r.q90, None, rd.card, made_by="outlets",
+                                 config={"anchor": str(anchor_path), "prefill": str(path)},
+                                 note=f"the prefill anchor's remaining tokens ({r.note}) at the trajectory artifact's positions")
 
 
 # ---------------------------------------------------------------- bench

@@ -45,7 +45,7 @@ import pandas as pd
 
 from lenpred.errors import ConfigError, DataError
 
-__all__ = ["ScheduleRequest", "outlets_predictions", "sample_workload", "fill_placeholders", "run_schedule", "schedule_table"]
+__all__ = ["ScheduleRequest", "outlets_predictions", "remaining_predictions", "sample_workload", "fill_placeholders", "run_schedule", "schedule_table"]
 
 PLACEHOLDERS = ("{run}", "{prefill}", "{outlets}")
 
@@ -53,13 +53,30 @@ PLACEHOLDERS = ("{run}", "{prefill}", "{outlets}")
 def outlets_predictions(head: Any, traj: Any, card: Mapping[str, Any] | None = None, *, source: str = "",
                         variant: str = "outlets") -> Any:
     """A predictions table with re-predictions from an outlets head on trajectory rows (every sample
-    needs its t = 0 row)."""
-    from lenpred.predictions import Predictions
-
-    idx = traj.index
-    t = idx["t"].to_numpy(dtype=np.int64)
+    needs its t = 0 row); each re-prediction carries the head's own 10% / 90% quantiles."""
     d = head.predict_dist(traj)
-    point = head.predict(traj)
+    return remaining_predictions(traj.index, head.predict(traj), d.q10, d.q50, d.q90, d.spread, card, made_by="outlets",
+                                 config={"head": source, "variant": variant},
+                                 note="the outlets head's predicted remaining tokens at the trajectory artifact's positions")
+
+
+def remaining_predictions(idx: pd.DataFrame, point: np.ndarray, q10: np.ndarray, q50: np.ndarray, q90: np.ndarray,
+                          spread: np.ndarray | None, card: Mapping[str, Any] | None, *, made_by: str,
+                          config: Mapping[str, Any], note: str) -> Any:
+    """The predictions table of remaining-length predictions on trajectory rows ``idx`` (the arrays aligned
+    with it; ``spread``: the predictive standard deviation, else read off the 80% interval): each sample's
+    t = 0 row gives pred_tokens / spread / q10 / q50 / q90, its later rows the re-predictions
+    (``repred_gen``, ``repred_remaining`` = the point) and their quantiles (``repred_q10`` / ``repred_q90``,
+    widened where needed to hold the point)."""
+    from lenpred.predictions import Predictions
+    from lenpred.stats.quantiles import Z90
+
+    t = idx["t"].to_numpy(dtype=np.int64)
+    q10, q50, q90 = (np.asarray(v, dtype=np.float64) for v in (q10, q50, q90))
+    sd = (q90 - q10) / (2.0 * Z90) if spread is None else np.asarray(spread, dtype=np.float64)
+    point = np.maximum(np.asarray(point, dtype=np.float64), 0.0)
+    lo = np.minimum(np.maximum(q10, 0.0), point)
+    hi = np.maximum(q90, point)
     key = idx["prompt_id"].astype(str) + "\x00" + idx["sample_idx"].astype(str)
     codes, _ = pd.factorize(key)
     order = np.lexsort((t, codes))
@@ -74,14 +91,13 @@ def outlets_predictions(head: Any, traj: Any, card: Mapping[str, Any] | None = N
                             "compute trajectory features with the documented positions (t = 0 is always kept)")
         i0, later = r[0], r[1:]
         rows.append({"prompt_id": str(idx["prompt_id"].iloc[i0]), "sample_idx": int(idx["sample_idx"].iloc[i0]),
-                     "pred_tokens": float(point[i0]), "spread": float(d.spread[i0]), "q10": float(d.q10[i0]),
-                     "q50": float(d.q50[i0]), "q90": float(d.q90[i0]),
+                     "pred_tokens": float(point[i0]), "spread": float(sd[i0]), "q10": float(q10[i0]),
+                     "q50": float(q50[i0]), "q90": float(q90[i0]),
                      "repred_gen": [int(x) for x in t[later]],
-                     "repred_remaining": [float(max(x, 0.0)) for x in point[later]]})
-    frame = pd.DataFrame(rows)
-    return Predictions.from_frame(
-        frame, made_by="outlets", config={"head": source, "variant": variant}, card=card,
-        extra={"repredictions": "the outlets head's predicted remaining tokens at the trajectory artifact's positions"})
+                     "repred_remaining": [float(x) for x in point[later]],
+                     "repred_q10": [float(x) for x in lo[later]], "repred_q90": [float(x) for x in hi[later]]})
+    return Predictions.from_frame(pd.DataFrame(rows), made_by=made_by, config=dict(config), card=card,
+                                  extra={"repredictions": note})
 
 
 def sample_workload(cfg: Any, run: str | os.PathLike[str], keys: pd.DataFrame, seed: int = 0) -> Any:

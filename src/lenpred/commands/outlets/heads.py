@@ -35,10 +35,12 @@ def run_train(a: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------ predict
 def add_predict_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--head", required=True, help="outlets head (lenpred outlets train) or counter head (lenpred outlets counters)")
+    p.add_argument("--head", required=True, help="outlets head (lenpred outlets train), its prefill anchor (lenpred outlets "
+                                                 "anchor) or a counter head (lenpred outlets counters)")
     p.add_argument("--traj", default=None, help="trajectory features of --run (an outlets head; a counter head reads the run)")
     p.add_argument("--prefill-predictions", default=None, metavar="[NAME=]FILE",
-                   help="a counter head that reads a prefill head's prediction: that head's table on these roles")
+                   help="a prefill anchor, or a counter head that reads a prefill head's prediction: that head's "
+                        "table on these roles")
     p.add_argument("--live-every", type=int, default=None, metavar="K",
                    help="a counter head: re-predict every K tokens too (default: t = 16, 32, 64, ...)")
     p.add_argument("--run", required=True, help="run directory")
@@ -63,7 +65,7 @@ def run_predict(a: argparse.Namespace) -> int:
         raise ConfigError(f"--head {a.head} is an outlets head: it reads trajectory features",
                           "pass --traj TRAJ (lenpred outlets features of --run)")
     else:
-        preds = predict_table(a.head, a.traj, a.run, roles, a.split)
+        preds = predict_table(a.head, a.traj, a.run, roles, a.split, prefill=a.prefill_predictions)
     path = preds.write(out)
     n_rep = int(preds.frame["repred_gen"].map(len).sum())
     print(f"outlets predict: {len(preds)} samples, {n_rep} re-predictions -> {path}")
