@@ -10,7 +10,8 @@
 # 2. the head variants on them, each row weighted as a server meets it (--param weights=row), into
 #    data/outlets/smollm2-sharegpt-live/ (committed: ~1 MB each);
 # 3. the live bench on the committed test live rows (384 samples), beside the fraction-row heads, the
-#    counter heads and the baselines, into docs/outlets_real_live_trained/.
+#    counter heads and the baselines, into docs/outlets_real_live_trained/;
+# 4. the same on all 2,416 test samples, and the anchored re-predictions table the yardstick reads.
 # The trajectory (~145 MB) stays under $LENPRED_HOME/trajectories (not committed).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,3 +66,31 @@ run outlets bench --traj data/outlets/traj-live-test-smollm2-sharegpt --run $R \
     --counters data/outlets/counters/quantile-mlp data/outlets/counters/hazard-mlp \
     --anchors outlets-running-live-anchored="$ANCHOR" \
     --prefill-predictions mlp="$PREDS/mlp.parquet" ngram="$PREDS/ngram.parquet" --out "$BENCH"
+
+# 4. the doubling check and the scheduler's table: live rows of all 2,416 test samples (~5.5 min of two
+#    one-thread shards on an AMX host, ~485 k target tokens; ~57 MB, not committed), the same bench on them
+#    (docs/outlets_real_live_full/, copied to docs/outlets_real/outlets_live.json: the headline), and the
+#    anchor's re-predictions with their quantiles for every test sample (what bench_yardstick's 'anchored'
+#    predictor reads; committed)
+TEST=$HOME_DIR/trajectories/smollm2-sharegpt--$(basename "$D")--live-test-all
+FULL=${FULL:-docs/outlets_real_live_full}
+if [ ! -f "$TEST/meta.json" ]; then
+  parts=()
+  pids=()
+  for i in $(seq 0 $((SHARDS - 1))); do
+    parts+=("$TEST-shard-$i")
+    run outlets features --run $R --draft "$D" --roles test --rows live --shard "$i/$SHARDS" --threads 1 \
+        --no-progress --out "$TEST-shard-$i" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  run outlets features --merge "${parts[@]}" --out "$TEST"
+fi
+run outlets bench --traj "$TEST" --run $R \
+    --heads "${live[@]}" data/outlets/smollm2-sharegpt/outlets data/outlets/smollm2-sharegpt/outlets-running \
+    --counters data/outlets/counters/quantile-mlp data/outlets/counters/hazard-mlp \
+    --anchors outlets-running-live-anchored="$ANCHOR" outlets-anchored=data/outlets/anchor-smollm2-sharegpt \
+    --prefill-predictions mlp="$PREDS/mlp.parquet" ngram="$PREDS/ngram.parquet" --out "$FULL"
+cp "$FULL/outlets_live.json" "$FULL/outlets_mae_live.png" docs/outlets_real/
+run outlets predict --head "$ANCHOR" --traj "$TEST" --run $R --roles test --prefill-predictions mlp="$PREDS/mlp.parquet" \
+    --out data/outlets/predictions-anchored-live-test-smollm2-sharegpt.parquet
