@@ -370,3 +370,23 @@ def test_bench_console_fits_100_columns(inputs: Inputs) -> None:
     header = next(line for line in wide.export_text().splitlines() if "predictor" in line)
     assert all(c in header for c in COLUMNS)
     assert "left out" not in wide.export_text()
+
+
+def test_outlets_live_heads_the_section_with_the_other_benchs_live_series(tmp_path: Path, inputs: Inputs,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """--outlets-live: the committed full-size live bench's series heads the OUTLETS section (its figures, its
+    command), the fraction tables stay those of --outlets; a bench without a live series is refused."""
+    live_dir = inputs.outlets.parent / "outlets_real_live_full"
+    live = json.loads((live_dir / "outlets_live.json").read_text())
+    out = tmp_path / "r.html"
+    assert main(["report", "--run", str(inputs.run), "--outlets", str(inputs.outlets), "--outlets-live", str(live_dir),
+                 "--yardstick", "--out", str(out)]) == 0
+    page = parse(out)
+    best = min(live["methods"], key=lambda n: live["methods"][n]["ratio_vs_carried_mlp"])
+    r = _row(page, "Live series: remaining-length MAE per row", best)
+    assert r[3].startswith(f"{live['methods'][best]['ratio_vs_carried_mlp']:.3f} (")
+    assert f"{live['n_samples']} samples, {live['rows']} rows" in out.read_text()
+    assert f"--out {live_dir}" in out.read_text()  # the live bench's own command
+    (tmp_path / "bad").mkdir()
+    err = _bad(tmp_path / "bad", "--run", inputs.run, "--outlets-live", inputs.outlets, capsys=capsys)
+    assert "holds no live series" in err and "--rows live" in err

@@ -20,6 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="`lenpred bench` outputs: one of the run; others of runs under the same model and "
                         "sampling card make the transfer section")
     p.add_argument("--outlets", default=None, metavar="DIR", help="`lenpred outlets bench` output of the run")
+    p.add_argument("--outlets-live", default=None, metavar="DIR",
+                   help="another `lenpred outlets bench` output whose live series (a trajectory of live rows) heads "
+                        "the OUTLETS section")
     p.add_argument("--sim", nargs="*", default=[], metavar="DIR", help="`lenpred simulate` output folders")
     p.add_argument("--policies", default=None, metavar="JSON",
                    help="policy study rows (a JSON list of {policy, predictor, load, short_p99_s, ...}); the page "
@@ -37,7 +40,7 @@ def run(a: argparse.Namespace) -> int:
         return None if v is None else Path(v)
 
     inputs = ReportInputs(Path(a.run), bound=opt(a.bound), bench=tuple(Path(x) for x in a.bench),
-                          outlets=opt(a.outlets), sim=tuple(Path(x) for x in a.sim), policies=opt(a.policies),
+                          outlets=opt(a.outlets), outlets_live=opt(a.outlets_live), sim=tuple(Path(x) for x in a.sim), policies=opt(a.policies),
                           yardstick=None if a.yardstick is None else tuple(Path(x) for x in a.yardstick))
     res = write_report(inputs, a.out)
     print(f"report: {res.path} ({res.size / 1e6:.1f} MB; sections: {', '.join(res.sections)})")

@@ -29,6 +29,7 @@ TRANSFER = Path("data/runs/smollm2-alpaca-eval")
 HEADS = Path("data/heads")
 FEATURES = Path("data/features")
 OUTLETS = Path("docs/outlets_real")
+OUTLETS_LIVE = Path("docs/outlets_real_live_full")  # the live series on every test sample: the headline
 POLICIES = Path("docs/policies/policies.json")
 
 
@@ -131,6 +132,7 @@ def demo_report(reference: str | os.PathLike[str] = REFERENCE, out_dir: str | os
     sim = _simulate(run, out, log, console)
     inputs = ReportInputs(run, bound=out / "bound", bench=tuple(benches),
                           outlets=OUTLETS if _matches(OUTLETS, run) else None,
+                          outlets_live=OUTLETS_LIVE if _matches(OUTLETS_LIVE, run) else None,
                           sim=() if sim is None else (sim,),
                           policies=POLICIES if _matches(POLICIES, run) else None)
     return write_report(inputs, out / "report.html").path

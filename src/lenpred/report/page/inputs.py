@@ -8,6 +8,9 @@ one-line :class:`~lenpred.errors.LenpredError`, so ``lenpred report`` writes all
 * ``--bench``    ``lenpred bench`` artifacts (kind ``bench``): one of this run, and any number of
   other runs collected under the same model and sampling card (transfer between prompt sets);
 * ``--outlets``  a ``lenpred outlets bench`` artifact (kind ``outlets-bench``) of this run;
+* ``--outlets-live`` another such artifact whose live series (``outlets_live.json``) heads the OUTLETS
+  section instead of ``--outlets``' own (a bench on a trajectory of live rows only, beside the
+  fraction-row bench);
 * ``--sim``      ``lenpred simulate`` artifacts (kind ``sim``: ``results.json`` + ``config.json``);
 * ``--policies`` a JSON list of rows ``{policy, predictor, load, short_p99_s, ...}`` (named as the full table);
 * ``--yardstick`` the scheduling yardstick's cells files (``*cells.jsonl``, or folders holding them);
@@ -56,6 +59,7 @@ class ReportInputs:
     bound: Path | None = None
     bench: tuple[Path, ...] = ()
     outlets: Path | None = None
+    outlets_live: Path | None = None
     sim: tuple[Path, ...] = ()
     policies: Path | None = None
     yardstick: tuple[Path, ...] | None = None  # None: the committed docs/yardstick cells; (): none
@@ -86,6 +90,7 @@ class Loaded:
     bench: LoadedBench | None = None  # the bench of this run
     transfer: list[LoadedBench] = field(default_factory=list)  # benches of other runs, same model+sampling
     outlets: tuple[Artifact, OutletsBench] | None = None
+    outlets_live: Artifact | None = None  # the bench whose live series heads the OUTLETS section
     sims: list[LoadedSim] = field(default_factory=list)
     policies: tuple[list[dict[str, Any]], str | None] | None = None  # rows, the command that made them
     yardstick: LoadedYardstick | None = None  # None: left out (--yardstick with no path)
@@ -260,6 +265,15 @@ def load_inputs(inputs: ReportInputs) -> Loaded:
     out.bench, out.transfer = _split_benches(inputs.bench, rd)
     if inputs.outlets is not None:
         out.outlets = _load_outlets(inputs.outlets, rd)
+    if inputs.outlets_live is not None:
+        art, res = _load_outlets(inputs.outlets_live, rd)
+        if "outlets_live.json" not in (art.meta.get("files") or {}):
+            raise DataError(f"--outlets-live {inputs.outlets_live} holds no live series (outlets_live.json)",
+                            "rerun lenpred outlets bench on a trajectory with live rows (lenpred outlets features "
+                            "--rows live), or drop --outlets-live")
+        out.outlets_live = art
+        if out.outlets is None:
+            out.outlets = (art, res)
     out.sims = [_load_sim(p, rd) for p in inputs.sim]
     if inputs.policies is not None:
         out.policies = _load_policies(inputs.policies)

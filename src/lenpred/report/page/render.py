@@ -48,7 +48,7 @@ def build_sections(loaded: Loaded) -> list[Section]:
         if loaded.transfer:
             secs.append(transfer_section(loaded.bench, loaded.transfer))
     if loaded.outlets is not None:
-        secs.append(outlets_section(*loaded.outlets))
+        secs.append(outlets_section(*loaded.outlets, live_art=loaded.outlets_live))
     if loaded.sims or loaded.policies is not None or loaded.yardstick is not None:
         pol = None if loaded.inputs.policies is None else str(loaded.inputs.policies)
         secs.append(value_section(loaded.sims, loaded.policies, pol, loaded.yardstick))
@@ -102,6 +102,7 @@ def check_out(out: Path, inputs: ReportInputs) -> None:
                         "pass a new path, or move that file away")
     overwrite_rule(out, kind="report", inputs={
         "--run": inputs.run, "--bound": inputs.bound, "--bench": inputs.bench, "--outlets": inputs.outlets,
+        "--outlets-live": inputs.outlets_live,
         "--sim": inputs.sim, "--policies": inputs.policies, "--yardstick": inputs.yardstick or ()})
 
 

@@ -35,7 +35,8 @@ def _f(x: float | None, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def outlets_section(art: Artifact, res: OutletsBench) -> Section:
+def outlets_section(art: Artifact, res: OutletsBench, live_art: Artifact | None = None) -> Section:
+    """The OUTLETS section of bench ``art``; the live series (the headline) from ``live_art`` where given."""
     from lenpred.report.outlets import mae_rows, write_plots
 
     p = res.protocol
@@ -59,7 +60,10 @@ def outlets_section(art: Artifact, res: OutletsBench) -> Section:
                                                       Column("/ reference"), Column("below the carried oracle from", "left")),
                             tuple(summary)))
     sec.figures = figures_from_writer(lambda d: write_plots(res, d), OUTLETS_PLOTS)
-    live = _live_of(art)
+    live = _live_of(live_art if live_art is not None else art)
+    if live_art is not None and live_art.path != art.path:
+        sec.commands.insert(0, outlets_command(live_art))
+        sec.sources.insert(0, str(live_art.path))
     if live is not None:  # the live series is the headline: its table and plots first
         from lenpred.report.outlets import write_live_plots
 
