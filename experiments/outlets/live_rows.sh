@@ -24,7 +24,7 @@ D=data/draft/smollm2-135m
 HEADS=${HEADS:-data/outlets/smollm2-sharegpt-live}
 PREDS=${PREDS:-out/preds}
 BENCH=${BENCH:-docs/outlets_real_live_trained}
-VARIANTS=${VARIANTS:-outlets outlets-running outlets-fused outlets-target}
+VARIANTS=${VARIANTS:-outlets outlets-running outlets-fused outlets-target outlets-history}
 # shellcheck disable=SC2086
 run() { echo "+ $*" >&2; env OMP_NUM_THREADS=1 $LP "$@"; }
 

@@ -319,3 +319,42 @@ def test_refinement_folds_checkpoints_only(data, heads):
     order = np.random.default_rng(1).permutation(2 * ts.size)
     out = h._refine(np.vstack([lik, lik[::-1]])[order], both.iloc[order].reset_index(drop=True))
     np.testing.assert_array_equal(out[np.argsort(order)][: ts.size], got)
+
+
+def test_history_pool_known_answers():
+    """Each row: the mean of its sample's earlier rows, its change since the previous one, log1p(count);
+    rows in any order, samples kept apart, zeros at a sample's first row."""
+    from lenpred.outlets.head import history_pool
+
+    idx = pd.DataFrame({"prompt_id": ["a", "b", "a", "a", "b"], "sample_idx": [0, 0, 0, 0, 0], "t": [32, 16, 0, 16, 0]})
+    x = np.array([[7.0, 1.0], [5.0, 5.0], [1.0, 3.0], [3.0, 2.0], [2.0, 2.0]], dtype=np.float32)
+    h = history_pool(x, idx)
+    assert h.shape == (5, 5) and h.dtype == np.float32
+    np.testing.assert_allclose(h[2], [0, 0, 0, 0, 0])  # a, t=0: no history
+    np.testing.assert_allclose(h[3], [1, 3, 2, -1, np.log1p(1)])  # a, t=16: mean of t=0; x - x(t=0)
+    np.testing.assert_allclose(h[0], [2, 2.5, 4, -1, np.log1p(2)])  # a, t=32: mean of t=0,16; x - x(t=16)
+    np.testing.assert_allclose(h[4], [0, 0, 0, 0, 0])  # b, t=0
+    np.testing.assert_allclose(h[1], [2, 2, 3, 3, np.log1p(1)], rtol=1e-6)  # b, t=16
+    assert history_pool(np.zeros((0, 3), np.float32), idx.iloc[:0]).shape == (0, 7)
+
+
+def test_history_head_learns_round_trips_and_refuses_other_rows(data, tmp_path):
+    """outlets-history reads each sample's earlier rows: it learns the planted signal, round trips, refuses a
+    trajectory whose rows are placed by another scheme (naming --rows) and has no online twin."""
+    tr, va, te = data["train"]["traj"], data["val"]["traj"], data["test"]["traj"]
+    with pytest.raises(ConfigError, match="hyperparameter history"):
+        OutletsHead(history="gru").fit(tr)
+    blocks = {"blocks": ("draft",)} if "draft_running" not in tr.blocks else {}
+    h = make_predictor("outlets", {**VARIANTS["outlets-history"], **blocks, **FAST}).fit(tr, X_val=va, cap=CAP)
+    const, _ = _baselines(data)
+    assert _mae(h.predict(te), te) < 0.3 * const
+    assert h.d_in_ == 3 * sum(te.block(b).shape[1] for b in h.blocks_["x"]) + 1 + 2  # x, pool (2d + 1), progress
+    h.save(tmp_path / "hist", card=CARD, meta={"variant": "outlets-history"})
+    back = load_head(tmp_path / "hist", card=CARD)
+    assert back.history == "pool" and back.history_rows_ == h.history_rows_
+    np.testing.assert_array_equal(back.predict(te), h.predict(te))
+    other = "live" if h.history_rows_ != "live" else "fraction"
+    with pytest.raises(DataError, match=rf"trained on {h.history_rows_} rows; the trajectory has {other} rows.*--rows"):
+        h.predict(_with_spec(te, positions__rows=other))
+    with pytest.raises(DataError, match="no online twin"):
+        h.online()

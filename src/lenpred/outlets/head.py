@@ -4,6 +4,8 @@
 decoding position ``t``, with the blocks ``draft``, ``fused``, ``draft_running`` and ``target.<layer>``)
 and predicts the **remaining** length ``L - t`` (as served, in [0, cap - t]) with q10 / q50 / q90.
 Its hyperparameters pick the variant: ``blocks``, ``progress`` (append ``t`` and ``log1p(t)``),
+``history`` (``pool``: also read the sample's earlier rows -- the states of the re-prediction cycles a
+server has already met -- as their mean, the change since the previous row and their count),
 ``loss`` (``l1-log``, ``l1`` or binned ``softlabel``) and, for softlabel, ``refine`` (TRAIL's Bayesian
 refinement over the length-independent checkpoints). Training is batched in torch; ``predict`` /
 ``predict_dist`` run one row at a time through :class:`lenpred.outlets.rownet.RowNet`, as the online
@@ -58,6 +60,35 @@ def _soft_labels(y: np.ndarray, edges: np.ndarray, smoothing: float) -> np.ndarr
 
 
 
+def history_pool(x: np.ndarray, index: Any) -> np.ndarray:
+    """(n, 2d + 1) float32: for each row of trajectory rows ``x`` (n, d), the mean of its sample's rows at
+    earlier t, its change since the sample's previous row (x - previous) and log1p(number of earlier rows);
+    zeros where the sample has no earlier row (its t = 0). Rows may come in any order."""
+    import pandas as pd
+
+    n, d = x.shape
+    out = np.zeros((n, 2 * d + 1), dtype=np.float32)
+    if n == 0:
+        return out
+    key = index["prompt_id"].astype(str) + "\x00" + index["sample_idx"].astype(str)
+    codes, _ = pd.factorize(key)
+    t = index["t"].to_numpy(dtype=np.int64)
+    order = np.lexsort((t, codes))
+    xs = x[order].astype(np.float64)
+    cs = codes[order]
+    first = np.r_[True, cs[1:] != cs[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    k = np.arange(n) - start  # earlier rows of the same sample
+    csum = np.cumsum(xs, axis=0)
+    base = np.where((start > 0)[:, None], csum[np.maximum(start - 1, 0)], 0.0)  # the sum before the sample
+    earlier = csum - base - xs  # the sum of the sample's earlier rows
+    mean = earlier / np.maximum(k, 1)[:, None]
+    prev = np.where((k > 0)[:, None], np.vstack([xs[:1], xs[:-1]]), xs)
+    res = np.concatenate([mean, xs - prev, np.log1p(k)[:, None]], axis=1).astype(np.float32)
+    out[order] = res
+    return out
+
+
 @dataclass(eq=False, repr=False)
 class OutletsHead(TorchHead):
     """Remaining length ``L - t`` from trajectory rows (see the module docstring)."""
@@ -79,6 +110,7 @@ class OutletsHead(TorchHead):
     depth: int = 2
     dropout: float = 0.1
     weights: str = "sample"
+    history: str = "none"
     epochs: int = field(default=60, kw_only=True)
     batch_size: int = field(default=512, kw_only=True)
     patience: int = field(default=8, kw_only=True)
@@ -98,6 +130,8 @@ class OutletsHead(TorchHead):
         check_param(isinstance(self.n_bins, int) and self.n_bins >= 2, n, "n_bins", "must be an integer >= 2")
         check_param(float(self.smoothing) >= 0, n, "smoothing", "must be >= 0 (bins)")
         check_param(self.point in ("median", "mean"), n, "point", "must be 'median' or 'mean'")
+        check_param(self.history in ("none", "pool"), n, "history",
+                    "must be 'none' or 'pool' (the mean of the sample's earlier rows, the change since the last one)")
         check_param(self.weights in ("sample", "row"), n, "weights",
                     "must be 'sample' (each sample 1, over its rows) or 'row' (each row as a server meets it)")
         self._check_net()
@@ -144,6 +178,9 @@ class OutletsHead(TorchHead):
                                     "use trajectory features computed with the head's draft head and target")
         t = traj.index["t"].to_numpy(dtype=np.float64)
         cols = [traj.block(b) for b in self.blocks_["x"]]
+        if self.history == "pool":
+            self._check_history_rows(traj, fit)
+            cols.append(history_pool(np.concatenate(cols, axis=1).astype(np.float32, copy=False), traj.index))
         if self.progress:
             cols.append(np.column_stack([t, np.log1p(t)]).astype(np.float32))
         x = np.concatenate(cols, axis=1).astype(np.float32, copy=False)
@@ -152,6 +189,21 @@ class OutletsHead(TorchHead):
             raise DataError(f"{self.name} input has NaN or infinite values in {rows.size} row(s) (first: row {int(rows[0])})",
                             "recompute the trajectory features")
         return x, t
+
+    def _check_history_rows(self, traj: Any, fit: bool) -> None:
+        """A history head reads the sample's earlier rows: they must be placed as in training (live rows are
+        the re-prediction cycles a server meets; fraction rows use the true length)."""
+        from lenpred.outlets.features import rows_of
+
+        got = rows_of(traj.spec)
+        if fit:
+            self.history_rows_ = got
+            return
+        want = getattr(self, "history_rows_", None) or rows_of(self.feature_spec_)
+        if got != want:
+            raise DataError(f"this {self.name} head (history=pool) reads each sample's earlier rows and was trained on "
+                            f"{want} rows; the trajectory has {got} rows",
+                            f"compute trajectory features with --rows {want} for it (lenpred outlets features)")
 
     def _labels(self, traj: Any, y: Any) -> np.ndarray:
         if y is None:
@@ -358,12 +410,17 @@ class OutletsHead(TorchHead):
     def online(self) -> OnlineOutlets:
         """A predictor for one generation, fed one position per cycle (:class:`OnlineOutlets`)."""
         self._check_fitted()
+        if self.history != "none":
+            raise DataError(f"this {self.name} head reads the sample's earlier rows (history={self.history}); it has no "
+                            "online twin yet", "run a head without history live (e.g. --variant outlets-running)")
         return OnlineOutlets(self)
 
     # ---------------------------------------------------------------- state
     def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         t = module_tensors(self.net_) | {"x_mean": self.scaler_.mean, "x_scale": self.scaler_.scale}
         info: dict[str, Any] = {"d_in": self.d_in_, "train_log": self.train_log_, "n_rows": self.n_rows_}
+        if self.history != "none":
+            info["history_rows"] = self.history_rows_
         if self._binned:
             t["edges"] = self.edges_
         else:
@@ -375,6 +432,8 @@ class OutletsHead(TorchHead):
         self.n_rows_ = int(info.get("n_rows") or 0)
         self.scaler_ = Standardizer(tensors["x_mean"], tensors["x_scale"])
         self.train_log_ = dict(info.get("train_log") or {})
+        if self.history != "none":
+            self.history_rows_ = str(info["history_rows"])
         if self._binned:
             self.edges_ = tensors["edges"]
         else:

@@ -36,6 +36,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "outlets-both": {"blocks": ("draft", "fused"), "progress": True, "loss": "l1-log"},
     "outlets-noprogress": {"blocks": ("draft",), "progress": False, "loss": "l1-log"},
     "outlets-running": {"blocks": ("draft", "draft_running"), "progress": True, "loss": "l1-log"},
+    "outlets-history": {"blocks": ("draft", "draft_running"), "progress": True, "loss": "l1-log", "history": "pool"},
     "outlets-l1raw": {"blocks": ("draft",), "progress": True, "loss": "l1"},
     "outlets-softlabel": {"blocks": ("draft",), "progress": True, "loss": "softlabel"},
     "outlets-target": {"blocks": ("target",), "progress": True, "loss": "l1-log"},
