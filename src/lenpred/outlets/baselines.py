@@ -51,6 +51,7 @@ import pandas as pd
 from scipy import special
 
 from lenpred.errors import DataError
+from lenpred.outlets.spec import sample_rows
 from lenpred.predictors.dist import weighted_quantile
 from lenpred.stats.quantiles import Z90
 
@@ -122,14 +123,10 @@ def refine_sequence(lik: np.ndarray, t: np.ndarray, edges: np.ndarray, absorb: b
 
 def refine_trajectories(probs: np.ndarray, index: pd.DataFrame, edges: np.ndarray, absorb: bool = True) -> np.ndarray:
     """:func:`refine_sequence` over every sample of a trajectory index (rows in any order)."""
-    key = index["prompt_id"].astype(str) + "\x00" + index["sample_idx"].astype(str)
     t = index["t"].to_numpy(dtype=np.float64)
-    codes, _ = pd.factorize(key)
-    order = np.lexsort((t, codes))
     out = np.empty_like(probs, dtype=np.float64)
-    bounds = np.flatnonzero(np.diff(codes[order])) + 1
     cache: dict[float, np.ndarray] = {}
-    for rows in np.split(order, bounds):
+    for rows in sample_rows(index):
         out[rows] = refine_sequence(probs[rows], t[rows], edges, absorb, cache)
     return out
 

@@ -47,7 +47,7 @@ from lenpred.outlets.livebench import (
     score_live,
 )
 
-__all__ = ["BenchRequest", "Loaded", "anchored_method", "counters_method", "head_method", "load_methods", "named", "run_bench",
+__all__ = ["BenchRequest", "Loaded", "anchored_method", "counters_method", "head_method", "load_methods", "named", "prefill_method", "run_bench",
            "run_benches", "run_live"]
 
 
@@ -106,6 +106,20 @@ def head_method(path: str | os.PathLike[str], traj: Any, card: Mapping[str, Any]
     return MethodInput(name, _family(name), str(path),
                        Remaining(d.q10, d.q50, d.q90, f"outlets head ({variant}; trained on {made_for} rows)"),
                        extra={"made_for": made_for})
+
+
+def prefill_method(name: str | None, path: str, index: Any, card: Mapping[str, Any] | None,
+                   cap: float | None) -> tuple[MethodInput, Any]:
+    """A prefill head's predictions table (``path``) carried along trajectory rows ``index`` by survival, named
+    ``prefill-<name or its maker>``, and the table itself."""
+    from lenpred.predictions import read_predictions
+
+    p = read_predictions(path, card=card)
+    nm = name or p.made_by
+    nm = nm if nm.startswith("prefill-") else f"prefill-{nm}"
+    rem = carry_prefill(p, index, cap, what=f"prefill predictions {nm!r}")
+    point = p.for_samples(index[["prompt_id", "sample_idx"]], what=f"prefill predictions {nm!r}")["pred_tokens"]
+    return MethodInput(nm, "prefill", str(path), rem, point.to_numpy(dtype=np.float64)), p
 
 
 def anchored_method(name: str | None, path: str, methods: Sequence[Any], traj: Any, card: Mapping[str, Any]) -> Any:
@@ -180,7 +194,6 @@ def load_methods(req: BenchRequest, live_points: bool = False) -> Loaded:
     from lenpred.data.lengths import sample_lengths
     from lenpred.data.rundir import RunDir
     from lenpred.outlets.store import role_rows
-    from lenpred.predictions import read_predictions
     from lenpred.predictors.pipeline import run_cap
 
     if req.boot.n_boot < 10:
@@ -205,13 +218,9 @@ def load_methods(req: BenchRequest, live_points: bool = False) -> Loaded:
         methods.append(head_method(path, test, rd.card, name))
     tables: dict[str, Any] = {}
     for name, path in named(req.prefill_predictions):
-        p = read_predictions(path, card=rd.card)
+        m, p = prefill_method(name, path, idx, rd.card, cap)
         tables[name or p.made_by] = tables[p.made_by] = p
-        nm = name or p.made_by
-        nm = nm if nm.startswith("prefill-") else f"prefill-{nm}"
-        rem = carry_prefill(p, idx, cap, what=f"prefill predictions {nm!r}")
-        point = p.for_samples(idx[["prompt_id", "sample_idx"]], what=f"prefill predictions {nm!r}")["pred_tokens"]
-        methods.append(MethodInput(nm, "prefill", str(path), rem, point.to_numpy(dtype=np.float64)))
+        methods.append(m)
     if req.anchors:
         methods.extend([anchored_method(name, path, methods, test, rd.card) for name, path in named(req.anchors)])
     if req.counters:

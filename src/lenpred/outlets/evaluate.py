@@ -54,6 +54,7 @@ from lenpred import __version__
 from lenpred.config import Config
 from lenpred.errors import ConfigError, DataError
 from lenpred.outlets.baselines import Remaining
+from lenpred.outlets.spec import sample_codes
 from lenpred.stats.bootstrap import Bootstrap
 
 __all__ = [
@@ -103,11 +104,6 @@ def series_of(points: Sequence[PointSpec]) -> dict[str, list[str]]:
             "tokens": start + [p.id for p in points if p.kind == "tokens"]}
 
 
-def _sample_codes(index: pd.DataFrame) -> np.ndarray:
-    key = index["prompt_id"].astype(str) + "\x00" + index["sample_idx"].astype(str)
-    return pd.factorize(key)[0]
-
-
 def point_rows(index: pd.DataFrame, spec: PointSpec) -> tuple[np.ndarray, int, float]:
     """Rows of ``index`` at point ``spec`` (at most one per sample), how many are not at the exact
     position (fraction points only), and the largest offset from it (tokens)."""
@@ -119,7 +115,7 @@ def point_rows(index: pd.DataFrame, spec: PointSpec) -> tuple[np.ndarray, int, f
         return np.flatnonzero((t == spec.value) & alive), 0, 0.0
     target = np.floor(spec.value * index["length"].to_numpy(dtype=np.float64))
     d = np.where(alive, np.abs(t - target), np.inf)
-    codes = _sample_codes(index)
+    codes = sample_codes(index)
     order = np.lexsort((d, codes))  # by sample, nearest first
     first = order[np.r_[True, np.diff(codes[order]) != 0]]
     first = np.sort(first[np.isfinite(d[first])])

@@ -24,7 +24,14 @@ from torch import nn
 
 from lenpred.errors import DataError
 from lenpred.outlets.rownet import OnlineOutlets, Refiner, RowNet, refine_checkpoints
-from lenpred.outlets.spec import LOG_OFFSET, TARGET_PREFIX, check_trajectory_spec, row_weights
+from lenpred.outlets.spec import (
+    LOG_OFFSET,
+    TARGET_PREFIX,
+    check_trajectory_spec,
+    row_weights,
+    sample_order,
+    sample_rows,
+)
 from lenpred.predictors.base import check_param
 from lenpred.predictors.dist import Dist, binned, weighted_quantile
 from lenpred.predictors.nn import (
@@ -64,16 +71,11 @@ def history_pool(x: np.ndarray, index: Any) -> np.ndarray:
     """(n, 2d + 1) float32: for each row of trajectory rows ``x`` (n, d), the mean of its sample's rows at
     earlier t, its change since the sample's previous row (x - previous) and log1p(number of earlier rows);
     zeros where the sample has no earlier row (its t = 0). Rows may come in any order."""
-    import pandas as pd
-
     n, d = x.shape
     out = np.zeros((n, 2 * d + 1), dtype=np.float32)
     if n == 0:
         return out
-    key = index["prompt_id"].astype(str) + "\x00" + index["sample_idx"].astype(str)
-    codes, _ = pd.factorize(key)
-    t = index["t"].to_numpy(dtype=np.int64)
-    order = np.lexsort((t, codes))
+    codes, order = sample_order(index)
     xs = x[order].astype(np.float64)
     cs = codes[order]
     first = np.r_[True, cs[1:] != cs[:-1]]
@@ -179,7 +181,8 @@ class OutletsHead(TorchHead):
         t = traj.index["t"].to_numpy(dtype=np.float64)
         cols = [traj.block(b) for b in self.blocks_["x"]]
         if self.history == "pool":
-            self._check_history_rows(traj, fit)
+            if not fit:
+                self._check_history_rows(traj)
             cols.append(history_pool(np.concatenate(cols, axis=1).astype(np.float32, copy=False), traj.index))
         if self.progress:
             cols.append(np.column_stack([t, np.log1p(t)]).astype(np.float32))
@@ -190,16 +193,19 @@ class OutletsHead(TorchHead):
                             "recompute the trajectory features")
         return x, t
 
-    def _check_history_rows(self, traj: Any, fit: bool) -> None:
+    @property
+    def history_rows_(self) -> str:
+        """The row scheme of the trajectory the head was trained on (``fraction``, ``live`` or ``both``)."""
+        from lenpred.outlets.features import rows_of
+
+        return rows_of(self.feature_spec_)
+
+    def _check_history_rows(self, traj: Any) -> None:
         """A history head reads the sample's earlier rows: they must be placed as in training (live rows are
         the re-prediction cycles a server meets; fraction rows use the true length)."""
         from lenpred.outlets.features import rows_of
 
-        got = rows_of(traj.spec)
-        if fit:
-            self.history_rows_ = got
-            return
-        want = getattr(self, "history_rows_", None) or rows_of(self.feature_spec_)
+        got, want = rows_of(traj.spec), self.history_rows_
         if got != want:
             raise DataError(f"this {self.name} head (history=pool) reads each sample's earlier rows and was trained on "
                             f"{want} rows; the trajectory has {got} rows",
@@ -347,16 +353,10 @@ class OutletsHead(TorchHead):
     def _refine(self, p: np.ndarray, index: Any) -> np.ndarray:
         """The refinement (module docstring) over every sample of a trajectory index (rows in any order):
         per sample in order of t, fold the rows at checkpoints in, each row's output from the latest."""
-        import pandas as pd
-
-        key = index["prompt_id"].astype(str) + "\x00" + index["sample_idx"].astype(str)
         t = index["t"].to_numpy(dtype=np.int64)
-        codes, _ = pd.factorize(key)
-        order = np.lexsort((t, codes))
         out = np.empty_like(p)
         cache: dict[int, np.ndarray] = {}
-        bounds = np.flatnonzero(np.diff(codes[order])) + 1
-        for rows in np.split(order, bounds):
+        for rows in sample_rows(index):
             r = self._refiner(cache)
             for i in rows:
                 ti = int(t[i])
@@ -419,8 +419,6 @@ class OutletsHead(TorchHead):
     def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         t = module_tensors(self.net_) | {"x_mean": self.scaler_.mean, "x_scale": self.scaler_.scale}
         info: dict[str, Any] = {"d_in": self.d_in_, "train_log": self.train_log_, "n_rows": self.n_rows_}
-        if self.history != "none":
-            info["history_rows"] = self.history_rows_
         if self._binned:
             t["edges"] = self.edges_
         else:
@@ -432,8 +430,6 @@ class OutletsHead(TorchHead):
         self.n_rows_ = int(info.get("n_rows") or 0)
         self.scaler_ = Standardizer(tensors["x_mean"], tensors["x_scale"])
         self.train_log_ = dict(info.get("train_log") or {})
-        if self.history != "none":
-            self.history_rows_ = str(info["history_rows"])
         if self._binned:
             self.edges_ = tensors["edges"]
         else:

@@ -163,23 +163,16 @@ def predict_table(head_path: str, traj_path: str, run: str, roles: Sequence[str]
 def _anchored_table(anchor_path: str, sub: Any, rd: Any, prefill: str | None) -> Any:
     """The predictions table of a prefill anchor on trajectory rows ``sub``."""
     from lenpred.outlets.anchor import load_anchor
-    from lenpred.outlets.baselines import carry_prefill
-    from lenpred.outlets.bench_files import anchored_method
-    from lenpred.outlets.evaluate import MethodInput
+    from lenpred.outlets.bench_files import anchored_method, named, prefill_method
     from lenpred.outlets.schedule import remaining_predictions
-    from lenpred.predictions import read_predictions
     from lenpred.predictors.pipeline import run_cap
 
     want = str(load_anchor(anchor_path, card=rd.card).prefill.get("name"))
     if prefill is None:
         raise ConfigError(f"{anchor_path} is a prefill anchor: it blends its OUTLETS head with the prefill predictions {want!r}",
                           f"pass --prefill-predictions {want.removeprefix('prefill-')}=FILE (lenpred predict on these roles)")
-    name, sep, path = prefill.partition("=")
-    path = path if sep else prefill
-    p = read_predictions(path, card=rd.card)
-    nm = (name if sep and name else p.made_by)
-    nm = nm if nm.startswith("prefill-") else f"prefill-{nm}"
-    pre = MethodInput(nm, "prefill", str(path), carry_prefill(p, sub.index, run_cap(rd.card), what=f"prefill predictions {nm!r}"))
+    [(name, path)] = named([prefill])
+    pre, _ = prefill_method(name, path, sub.index, rd.card, run_cap(rd.card))
     m = anchored_method(None, anchor_path, [pre], sub, rd.card)
     r = m.remaining
     return remaining_predictions(sub.index, r.q50, r.q10, r.q50, r.q90, None, rd.card, made_by="outlets",

@@ -68,6 +68,7 @@ def remaining_predictions(idx: pd.DataFrame, point: np.ndarray, q10: np.ndarray,
     t = 0 row gives pred_tokens / spread / q10 / q50 / q90, its later rows the re-predictions
     (``repred_gen``, ``repred_remaining`` = the point) and their quantiles (``repred_q10`` / ``repred_q90``,
     widened where needed to hold the point)."""
+    from lenpred.outlets.spec import sample_rows
     from lenpred.predictions import Predictions
     from lenpred.stats.quantiles import Z90
 
@@ -77,12 +78,8 @@ def remaining_predictions(idx: pd.DataFrame, point: np.ndarray, q10: np.ndarray,
     point = np.maximum(np.asarray(point, dtype=np.float64), 0.0)
     lo = np.minimum(np.maximum(q10, 0.0), point)
     hi = np.maximum(q90, point)
-    key = idx["prompt_id"].astype(str) + "\x00" + idx["sample_idx"].astype(str)
-    codes, _ = pd.factorize(key)
-    order = np.lexsort((t, codes))
-    bounds = np.flatnonzero(np.diff(codes[order])) + 1
     rows = []
-    for r in np.split(order, bounds):
+    for r in sample_rows(idx):
         if r.size == 0:
             continue
         if t[r[0]] != 0:

@@ -18,7 +18,8 @@ import numpy as np
 from lenpred.errors import CardMismatchError
 from lenpred.stats.quantiles import Z90
 
-__all__ = ["VARIANTS", "LOG_OFFSET", "TARGET_PREFIX", "check_trajectory_spec", "row_weights", "two_piece_moments"]
+__all__ = ["VARIANTS", "LOG_OFFSET", "TARGET_PREFIX", "check_trajectory_spec", "row_weights", "sample_codes", "sample_order",
+           "sample_rows", "two_piece_moments"]
 
 LOG_OFFSET = 16.0  # log bins are equal in log(remaining + LOG_OFFSET): ~2-token bins at the end, ~50 at 512
 TARGET_PREFIX = "target."
@@ -108,3 +109,22 @@ def two_piece_moments(q10: np.ndarray, q50: np.ndarray, q90: np.ndarray) -> tupl
     d = (s2 - s1) / np.sqrt(2.0 * np.pi)
     return q50 + d, np.sqrt(np.maximum(0.5 * (s1**2 + s2**2) - d**2, 0.0))
 
+
+
+def sample_codes(index: Any) -> np.ndarray:
+    """Each row's sample (``prompt_id``, ``sample_idx``) as an integer code, in order of first appearance."""
+    import pandas as pd
+
+    return pd.factorize(index["prompt_id"].astype(str) + "\x00" + index["sample_idx"].astype(str))[0]
+
+
+def sample_order(index: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, order): :func:`sample_codes` and the rows ordered by sample, then by ``t``."""
+    codes = sample_codes(index)
+    return codes, np.lexsort((index["t"].to_numpy(), codes))
+
+
+def sample_rows(index: Any) -> list[np.ndarray]:
+    """Each sample's rows in order of ``t`` (rows of ``index`` in any order)."""
+    codes, order = sample_order(index)
+    return np.split(order, np.flatnonzero(np.diff(codes[order])) + 1)
