@@ -211,3 +211,10 @@ CASES += [  # issue 29 part 11: checked before the target loads, not after
     BadInput("draft-train-huge-vocab-before-load", [*_DT, "--draft-vocab-size", "100000", "--cache", "{tmp}/cache"],
              _run_of_a_config_only_model, expect="draft vocabulary size 100000 must be in 1..96"),
 ]
+
+CASES += [  # issue 38 part 4: the sliced, bfloat16 hard-label pass
+    BadInput("draft-cache-bad-shard", [*_DC, "--labels", "hard", "--shard", "2/2"], _run_of_a_config_only_model,
+             expect="--shard 2/2: slice index must be in 0..1"),
+    BadInput("draft-cache-bf16-soft-labels", [*_DC, "--compute-dtype", "bfloat16"], _run_of_a_config_only_model,
+             expect="--compute-dtype bfloat16 is for the hard-label states pass"),
+]

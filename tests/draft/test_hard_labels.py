@@ -133,6 +133,65 @@ def test_an_interrupted_hard_fill_resumes_without_loss_or_duplicates(setup, tmp_
         assert np.array_equal(x.tokens, y.tokens) and np.array_equal(x.aux, y.aux)
 
 
+def test_slices_of_one_cache_fill_it_together_with_nothing_lost_or_twice(setup, tmp_path) -> None:
+    """`draft cache --shard I/N`: N processes fill one cache, each its own prompts under its own shard
+    names (no name two writers could both pick), and together they hold what one fill holds."""
+    target, run, split = setup
+    roles = ("train", "val", "test")
+    whole_dir, _, n_whole = _fill(setup, tmp_path / "whole", "hard", roles=roles)
+    cfg, src = DraftTrainConfig(topk=8), DraftSource(run, split, target, SPEC)
+    got = [fill_state_cache(src, cfg, cache_dir=tmp_path / "c", roles=roles, progress=False, labels="hard",
+                            shard=(i, 3)) for i in range(3)]
+    cache, whole = StateCache.open(tmp_path / "c"), StateCache.open(whole_dir)
+    names = cache.shard_names()
+    assert {n.split("-")[1] for n in names} == {"s0of3", "s1of3", "s2of3"}  # each slice names its own shards
+    listed = [(s["prompt_id"], int(s["sample_idx"])) for name in names
+              for s in json.loads((tmp_path / "c" / f"{name}.json").read_text())["samples"]]
+    assert len(listed) == len(set(listed)) and set(listed) == whole.done_keys()
+    assert sum(int(t["tokens"]) for _, t, _ in got) == n_whole  # every response token once, over the slices
+    prompts = [{k[0] for k in listed if cache.index()[k][0].startswith(f"shard-s{i}of3-")} for i in range(3)]
+    assert not (prompts[0] & prompts[1]) and not (prompts[1] & prompts[2]) and all(prompts)  # disjoint prompts
+    for k in listed:
+        x, y = cache.load(k), whole.load(k)
+        assert np.array_equal(x.tokens, y.tokens) and np.array_equal(x.aux, y.aux)
+    # a slice run again has nothing left to do; an unsliced fill of the same cache neither
+    assert fill_state_cache(src, cfg, cache_dir=tmp_path / "c", roles=roles, progress=False, labels="hard",
+                            shard=(1, 3))[1]["tokens"] == 0
+    assert _fill(setup, tmp_path / "c", "hard", roles=roles)[1]["tokens"] == 0
+
+
+def test_a_bfloat16_states_pass_is_recorded_and_kept(setup, tmp_path) -> None:
+    target, run, split = setup
+    src, cfg = DraftSource(run, split, target, SPEC), DraftTrainConfig(topk=8)
+    f32_dir, _, _ = _fill(setup, tmp_path / "f32", "hard")
+    cdir, tf, _ = fill_state_cache(src, cfg, cache_dir=tmp_path / "bf", roles=("train",), progress=False,
+                                   labels="hard", compute_dtype="bfloat16")
+    bf, f32 = StateCache.open(cdir), StateCache.open(f32_dir)
+    assert bf.compute_dtype == "bfloat16" and f32.compute_dtype == "float32" and tf["tokens"] > 0
+    diffs = []
+    for k in sorted(f32.done_keys()):
+        x, y = bf.load(k), f32.load(k)
+        assert np.array_equal(x.tokens, y.tokens)
+        scale = float(np.abs(y.aux.astype(np.float32)).max())
+        diffs.append(float(np.abs(x.aux.astype(np.float32) - y.aux.astype(np.float32)).max()) / scale)
+    assert max(diffs) < 0.05 and max(diffs) > 0  # bfloat16 arithmetic: close to float32, not the same numbers
+    # the cache keeps its arithmetic: float32 states are not added to it (nor bfloat16 ones to a float32 cache)
+    with pytest.raises(DataError, match="computed in bfloat16") as e:
+        fill_state_cache(src, cfg, cache_dir=cdir, roles=("train", "val"), progress=False, labels="hard")
+    assert "--compute-dtype bfloat16" in e.value.fix
+    with pytest.raises(DataError, match="computed in float32"):
+        fill_state_cache(src, cfg, cache_dir=f32_dir, roles=("train", "val"), progress=False, labels="hard",
+                         compute_dtype="bfloat16")
+    # training reads the arithmetic from the cache, as it reads the labels
+    assert cache_location(run, target, SPEC, cfg, cdir)[1]["compute_dtype"] == "bfloat16"
+    # the default directories differ, and soft labels are float32 only
+    assert cache_location(run, target, SPEC, cfg, None, "hard", "bfloat16")[0].name.endswith("-hard-bf16")
+    with pytest.raises(DataError, match="soft labels are computed in float32"):
+        fill_state_cache(src, cfg, cache_dir=tmp_path / "soft", roles=("train",), progress=False, labels="soft",
+                         compute_dtype="bfloat16")
+    assert not (tmp_path / "soft").exists()
+
+
 # ------------------------------------------------------------------------------------------ the loss
 def _planted(model, tokens, stop, n_prompt=2, n_draft=16, ttt_steps=1):
     """A one-sample batch on a head whose draft vocabulary is the target ids 0..14 and EOS."""

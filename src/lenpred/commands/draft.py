@@ -40,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument("--labels", choices=["soft", "hard"], default="soft",
                    help="soft: the target's top-k (a full pass with its LM head); hard: no logits, the states-only "
                         "pass (draft training then learns the run's sampled tokens; --topk is not used)")
+    f.add_argument("--compute-dtype", default="float32", choices=["auto", "float32", "bfloat16"],
+                   help="arithmetic of the hard-label states pass: float32 (default), bfloat16, or auto (bfloat16 "
+                        "where the CPU has amx_bf16 or avx512_bf16, or on a GPU); recorded in the cache, which keeps "
+                        "it. Soft labels are float32 only")
+    f.add_argument("--shard", help="I/N: fill only slice I of N of the prompts, under shard names of its own, so N "
+                                   "processes (one thread each) fill one cache at once; nothing to merge")
     f.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     f.add_argument("--device", default="cpu", help="torch device for the target (cpu, cuda, ...)")
     f.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -62,18 +68,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
+    from lenpred.draft.teacher import resolve_compute_dtype
     from lenpred.draft.train_config import DraftTrainConfig
     from lenpred.draft.train_data import check_cache_labels, fill_state_cache, open_run_target
+    from lenpred.features.shards import parse_shard
     from lenpred.report.draft import cache_line
 
+    def say(msg: str) -> None:
+        print(f"lenpred draft cache: {msg}", file=sys.stderr, flush=True)
+
     roles = tuple(dict.fromkeys(r.strip() for r in args.roles.split(",") if r.strip()))  # checked by preflight
+    shard = parse_shard(args.shard)  # checked by preflight
     check_cache_labels(args.cache, args.labels)  # another kind of labels: refused before the target loads
+    dtype = "float32" if args.labels == "soft" else resolve_compute_dtype(args.compute_dtype, args.device, warn=say)
     cfg = DraftTrainConfig(max_seq_len=args.max_seq_len, topk=args.topk, layers=args.layers)
     rt = open_run_target(args.run, model=args.model, cfg=cfg, device=args.device, threads=args.threads,
                          cache_dir=args.cache)
     cdir, tf, n = fill_state_cache(rt.source, cfg, cache_dir=args.cache, roles=roles, progress=not args.no_progress,
-                                   labels=args.labels)
-    print(f"lenpred draft cache: {cache_line(tf, n, roles, cdir)} ({args.labels} labels)", file=sys.stderr, flush=True)
+                                   labels=args.labels, compute_dtype=dtype, shard=shard)
+    part = f", slice {shard[0]}/{shard[1]}" if shard[1] > 1 else ""
+    say(f"{cache_line(tf, n, roles, cdir)} ({args.labels} labels, {dtype}{part})")
     return 0
 
 

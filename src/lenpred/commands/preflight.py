@@ -44,9 +44,16 @@ def _draft_train(a: argparse.Namespace) -> None:
 
 
 def _draft_cache(a: argparse.Namespace) -> None:
+    from lenpred.features.shards import parse_shard
+
     check_device(a.device)
     check_threads(a.threads)
     parse_roles(a.roles, "--roles")
+    parse_shard(a.shard)
+    if a.labels == "soft" and a.compute_dtype != "float32":
+        raise ConfigError(f"--compute-dtype {a.compute_dtype} is for the hard-label states pass; soft labels (the "
+                          "full pass and its log-softmax) are computed in float32",
+                          "pass --labels hard, or drop --compute-dtype")
 
 
 def _draft_convert(a: argparse.Namespace) -> None:

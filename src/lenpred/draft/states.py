@@ -58,7 +58,8 @@ from lenpred.io.fileio import atomic_write_json
 #   [(sample_idx, n, aux, ids, topk_ids, topk_logp, stop_reason)])
 _Prompt = tuple[str, int, np.ndarray, np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]]]
 
-__all__ = ["LABELS", "SampleStates", "StateCache", "default_cache_dir", "labels_of", "refuse_other_labels"]
+__all__ = ["LABELS", "SampleStates", "StateCache", "compute_dtype_of", "default_cache_dir", "labels_of",
+           "refuse_other_labels"]
 
 SCHEMA = "lenpred.draft-states/1"
 LABELS = ("soft", "hard")  # soft: the target's top-K log-probabilities; hard: the run's sampled tokens only
@@ -66,17 +67,25 @@ _TOPK = ("topk_ids", "topk_logp")
 
 
 def default_cache_dir(card_hash: str, fingerprint: str, layers: tuple[int, ...], topk: int,
-                      labels: str = "soft") -> Path:
+                      labels: str = "soft", compute_dtype: str = "float32") -> Path:
     from lenpred.io.paths import home
 
     fp = fingerprint.split(":")[-1][:12]
     kind = "hard" if labels == "hard" else f"k{topk}"
+    if compute_dtype != "float32":  # states of another arithmetic: never the same directory
+        kind += "-bf16" if compute_dtype == "bfloat16" else f"-{compute_dtype}"
     return home() / "draft-states" / f"{card_hash}-{fp}-L{'-'.join(map(str, layers))}-{kind}"
 
 
 def labels_of(manifest: dict[str, Any]) -> str:
     """A cache's label kind: ``soft`` for a manifest written before hard labels existed."""
     return str(manifest.get("labels", "soft"))
+
+
+def compute_dtype_of(manifest: dict[str, Any]) -> str:
+    """The arithmetic a cache's states were computed in: ``float32`` for a manifest written before the
+    hard pass could run in bfloat16."""
+    return str(manifest.get("compute_dtype", "float32"))
 
 
 @dataclass
@@ -112,6 +121,11 @@ class StateCache:
                             "pass --labels soft or --labels hard")
         if m["labels"] == "hard":
             m["topk"] = 0  # no logits are kept
+        m["compute_dtype"] = compute_dtype_of(m)
+        if m["labels"] == "soft" and m["compute_dtype"] != "float32":
+            raise DataError(f"soft labels are computed in float32 (the full pass and its log-softmax), not "
+                            f"{m['compute_dtype']}", "pass --labels hard for a bfloat16 states pass, or "
+                            "--compute-dtype float32")
         f = root / "manifest.json"
         if f.is_file():
             try:
@@ -123,10 +137,15 @@ class StateCache:
                 if have.get(k) != m.get(k):
                     raise DataError(f"state cache {root} was made with another {k} ({have.get(k)!r} != {m.get(k)!r})",
                                     "pass another --cache directory, or remove this one")
+            if compute_dtype_of(have) != m["compute_dtype"]:
+                raise DataError(f"state cache {root} holds states computed in {compute_dtype_of(have)}, this asks "
+                                f"for {m['compute_dtype']}", f"pass --compute-dtype {compute_dtype_of(have)} to "
+                                "extend it, or another --cache directory (the default directories differ)")
             return cls(root, have)
         if root.exists() and not root.is_dir():
             raise DataError(f"state cache {root} is a file", "pass a directory for --cache")
-        if root.is_dir() and any(root.iterdir()):
+        # a temporary file (a concurrent --shard process writing the manifest) does not make it foreign
+        if root.is_dir() and any(not f.name.startswith(".") for f in root.iterdir()):
             raise DataError(f"{root} is a non-empty directory without a state-cache manifest",
                             "pass a new or empty --cache directory")
         return cls(root, m)
@@ -142,6 +161,11 @@ class StateCache:
     def labels(self) -> str:
         """``soft`` (the target's top-K log-probabilities) or ``hard`` (the sampled tokens only)."""
         return labels_of(self.manifest)
+
+    @property
+    def compute_dtype(self) -> str:
+        """``float32``, or ``bfloat16`` for a hard cache whose states pass ran in bfloat16."""
+        return compute_dtype_of(self.manifest)
 
     def _ensure_dir(self) -> None:
         if not (self.root / "manifest.json").is_file():
@@ -225,11 +249,14 @@ class StateCache:
 
     # ------------------------------------------------------------------ building
     def build(self, target: Any, jobs: list[tuple[str, list[int], list[tuple[int, list[int], str]]]], *,
-              prompts_per_shard: int = 4, progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+              prompts_per_shard: int = 4, progress: Callable[[int, int], None] | None = None,
+              writer: str = "") -> dict[str, float]:
         """Teacher-force the samples not cached yet. ``jobs``: (prompt_id, prompt ids, [(sample_idx,
         response ids, stop_reason)]). ``progress(tokens_done, samples_done)`` after each sample.
         Returns {"tokens": ..., "seconds": ...} of the work done now (response tokens). ``target`` is a
-        :class:`lenpred.draft.target.Target`; a hard-label cache runs only its states-only pass."""
+        :class:`lenpred.draft.target.Target`; a hard-label cache runs only its states-only pass.
+        ``writer``: a name for this process's shards (``s0of2``), so that processes filling disjoint
+        prompts of one cache at once never pick the same shard name."""
         done = self.done_keys()
         todo = []
         for pid, pids, samples in jobs:
@@ -245,10 +272,10 @@ class StateCache:
             n_tok += sum(row[1] for row in entry[4])
             buf.append(entry)
             if len(buf) >= prompts_per_shard:
-                self._write_shard(buf)
+                self._write_shard(buf, writer)
                 buf = []
         if buf:
-            self._write_shard(buf)
+            self._write_shard(buf, writer)
         return {"tokens": float(n_tok), "seconds": time.perf_counter() - t0}
 
     def _soft_prompts(self, target: Any, todo: list[tuple[str, list[int], list[tuple[int, list[int], str]]]],
@@ -281,7 +308,7 @@ class StateCache:
                       progress: Callable[[int, int], None] | None) -> Iterator[_Prompt]:
         """Hard labels: the states-only pass (no LM head), the prompt once and its samples batched on
         its cache; the tokens are the labels, so nothing else is kept."""
-        states = target.states_only("float32")
+        states = target.states_only(self.compute_dtype)
         none_i, none_f = np.zeros((0, 0), np.int32), np.zeros((0, 0), np.float16)
         for pid, pids, samples in todo:
             got = states.sample_states(pids, [rids for _, rids, _ in samples])  # each (P + n_i, 3d) float32
@@ -293,11 +320,14 @@ class StateCache:
                     progress(len(rids), 1)
             yield (pid, n_p, _fp16(got[0][:n_p]), np.asarray(pids, np.int32), rows)
 
-    def _next_name(self) -> str:
-        nums = [int(m.group(1)) for n in (p.name for p in self.root.glob("shard-*")) if (m := re.match(r"shard-(\d+)", n))]
-        return f"shard-{(max(nums) + 1 if nums else 0):05d}"
+    def _next_name(self, writer: str = "") -> str:
+        """The next free shard name of ``writer`` (``shard-00012``, or ``shard-s0of2-00012``)."""
+        head = f"shard-{writer}-" if writer else "shard-"
+        pat = re.compile(re.escape(head) + r"(\d+)")
+        nums = [int(m.group(1)) for n in (p.name for p in self.root.glob(f"{head}*")) if (m := pat.fullmatch(n.split(".")[0]))]
+        return f"{head}{(max(nums) + 1 if nums else 0):05d}"
 
-    def _write_shard(self, buf: list[_Prompt]) -> None:
+    def _write_shard(self, buf: list[_Prompt], writer: str = "") -> None:
         from safetensors.numpy import save_file
 
         self._ensure_dir()
@@ -323,7 +353,7 @@ class StateCache:
                 klp.append(logp)
                 row += n
                 krow += n
-        name = self._next_name()
+        name = self._next_name(writer)
         tensors = {"aux": np.ascontiguousarray(np.concatenate(aux)), "tokens": np.concatenate(tok)}
         if soft:
             tensors |= {"topk_ids": np.ascontiguousarray(np.concatenate(kid)),

@@ -214,16 +214,20 @@ def state_cache_jobs(run: RunDir, split: Split, roles: tuple[str, ...] = ("train
 
 
 def cache_location(run: RunDir, target: Any, target_spec: Any, cfg: DraftTrainConfig,
-                   cache_dir: str | os.PathLike[str] | None = None, labels: str | None = None
-                   ) -> tuple[Path, dict[str, Any]]:
+                   cache_dir: str | os.PathLike[str] | None = None, labels: str | None = None,
+                   compute_dtype: str | None = None) -> tuple[Path, dict[str, Any]]:
     """The state cache's directory (``cache_dir``, or the default one named by what determines its
     contents) and its manifest (which a cache opened again must match). ``labels`` (``soft``: the
-    target's top-k; ``hard``: the sampled tokens only); None: the kind of the cache already at
-    ``cache_dir`` (draft training reads it from there), soft for a new one."""
-    from lenpred.draft.states import LABELS, default_cache_dir
+    target's top-k; ``hard``: the sampled tokens only) and ``compute_dtype`` (the hard pass's
+    arithmetic, ``float32`` or ``bfloat16``); None: what the cache already at ``cache_dir`` holds (draft
+    training reads it from there), soft and float32 for a new one."""
+    from lenpred.draft.states import LABELS, compute_dtype_of, default_cache_dir
 
+    have = _existing_manifest(cache_dir)
     if labels is None:
         labels = _existing_labels(cache_dir) or "soft"
+    if compute_dtype is None:
+        compute_dtype = compute_dtype_of(have) if have is not None else "float32"
     if labels not in LABELS:
         raise ConfigError(f"--labels must be one of {', '.join(LABELS)}, got {labels!r}",
                           "pass --labels soft (the target's top-k) or --labels hard (the sampled tokens)")
@@ -232,8 +236,9 @@ def cache_location(run: RunDir, target: Any, target_spec: Any, cfg: DraftTrainCo
     manifest = {"target_fingerprint": fp, "layers": list(layers), "labels": labels,
                 "topk": cfg.topk if labels == "soft" else 0, "dtype": "float16",
                 "card_hash": run.card_hash, "max_seq_len": cfg.max_seq_len, "target_id": target_spec.id,
-                "run": str(run.path)}
-    cdir = Path(cache_dir) if cache_dir else default_cache_dir(run.card_hash, fp, layers, cfg.topk, labels)
+                "run": str(run.path), "compute_dtype": compute_dtype}
+    cdir = Path(cache_dir) if cache_dir else default_cache_dir(run.card_hash, fp, layers, cfg.topk, labels,
+                                                               compute_dtype)
     return cdir, manifest
 
 
@@ -269,27 +274,37 @@ def check_cache_labels(cache_dir: str | os.PathLike[str] | None, labels: str) ->
 
 
 def teacher_force(cache: StateCache, target: Any, jobs: list[tuple[str, list[int], list[tuple[int, list[int], str]]]], *,
-                  progress: bool = True, prompts_per_shard: int = 4) -> dict[str, float]:
+                  progress: bool = True, prompts_per_shard: int = 4, writer: str = "") -> dict[str, float]:
     """Teacher-force the ``jobs`` not cached yet into ``cache``: {"tokens", "seconds"} of this call."""
     keys = [(p, i) for p, _, ss in jobs for i, _, _ in ss]
     with Progress("teacher forcing", sum(len(ids) for _, _, ss in jobs for _, ids, _ in ss), unit="tok",
                   initial=cache.n_tokens(keys), enabled=progress) as bar:
-        return cache.build(target, jobs, prompts_per_shard=prompts_per_shard, progress=lambda n, _: bar.update(n))
+        return cache.build(target, jobs, prompts_per_shard=prompts_per_shard, progress=lambda n, _: bar.update(n),
+                           writer=writer)
 
 
 def fill_state_cache(src: DraftSource, cfg: DraftTrainConfig, *, cache_dir: str | os.PathLike[str] | None = None,
                      roles: tuple[str, ...] = ("train", "val", "test"), progress: bool = True,
-                     prompts_per_shard: int = 4, labels: str = "soft") -> tuple[Path, dict[str, float], int]:
+                     prompts_per_shard: int = 4, labels: str = "soft", compute_dtype: str = "float32",
+                     shard: tuple[int, int] = (0, 1)) -> tuple[Path, dict[str, float], int]:
     """Teacher-force every sample of ``roles`` into the state cache ``lenpred draft train`` and
     ``lenpred outlets features`` read (resumable: samples already cached are skipped). ``labels``:
     ``soft`` (the target's top-k, a full pass with its LM head) or ``hard`` (the states-only pass; no
-    logits kept); a cache of the other kind is refused.
+    logits kept, in ``compute_dtype``); a cache of the other kind or arithmetic is refused. ``shard``
+    (i, n): only slice i of n of the prompts (:func:`lenpred.features.shards.shard_positions`), written
+    under shard names of its own, so n processes fill one cache at once with nothing to merge.
     Returns (cache directory, {"tokens", "seconds"} of this call, response tokens in the cache for these jobs)."""
+    from lenpred.features.shards import shard_positions
+
     cfg.check()
-    cdir, manifest = cache_location(src.run, src.target, src.target_spec, cfg, cache_dir, labels)
+    cdir, manifest = cache_location(src.run, src.target, src.target_spec, cfg, cache_dir, labels, compute_dtype)
     jobs = state_cache_jobs(src.run, src.split, roles, cfg.max_seq_len)
+    i, n = shard
+    if n > 1:
+        jobs = [jobs[k] for k in sorted(shard_positions([len(ids) for _, ids, _ in jobs], i, n))]
     cache = StateCache.open_or_create(cdir, manifest)
-    tf = teacher_force(cache, src.target, jobs, progress=progress, prompts_per_shard=prompts_per_shard)
+    tf = teacher_force(cache, src.target, jobs, progress=progress, prompts_per_shard=prompts_per_shard,
+                       writer=f"s{i}of{n}" if n > 1 else "")
     return cdir, tf, cache.n_tokens([(p, i) for p, _, ss in jobs for i, _, _ in ss])
 
 

@@ -25,7 +25,7 @@ import pandas as pd
 from lenpred.errors import ConfigError, DataError
 from lenpred.features.store import INDEX, KIND, SCHEMA_VERSION, Features, save_features, spec_diff, spec_key
 
-__all__ = ["parse_shard", "shard_slice", "prompts_sha256", "merge_features", "shard_label"]
+__all__ = ["parse_shard", "shard_positions", "shard_slice", "prompts_sha256", "merge_features", "shard_label"]
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:
@@ -48,12 +48,19 @@ def shard_label(i: int, n: int) -> str:
     return f"{i}/{n}"
 
 
+def shard_positions(lengths: Sequence[int], i: int, n: int, positions: Sequence[int] | None = None) -> np.ndarray:
+    """Indices (into ``lengths``) that shard i of n computes, shortest first: the items sorted by
+    (length, position; position defaults to the index) and item k of that order given to shard k mod n."""
+    pos = np.arange(len(lengths)) if positions is None else np.asarray(positions)
+    order = np.lexsort((pos, np.asarray(lengths, dtype=np.int64)))  # by length, ties by position
+    return order[i::n]
+
+
 def shard_slice(prompts: pd.DataFrame, i: int, n: int) -> pd.DataFrame:
     """Rows of ``prompts`` (columns prompt_id, idx, prompt_token_ids) that shard i of n computes,
     shortest first (the processing order: batches of similar length waste little on padding)."""
     lengths = prompts["prompt_token_ids"].map(len).to_numpy()
-    order = np.lexsort((prompts["idx"].to_numpy(), lengths))  # by length, ties by position
-    return prompts.iloc[order[i::n]].reset_index(drop=True)
+    return prompts.iloc[shard_positions(lengths, i, n, prompts["idx"].to_numpy())].reset_index(drop=True)
 
 
 def prompts_sha256(prompt_ids: Sequence[str]) -> str:
