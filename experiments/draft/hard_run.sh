@@ -21,10 +21,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-R=data/runs/smollm2-sharegpt
-HOME_DIR=${LENPRED_HOME:-$HOME/.cache/lenpred}
-SHARDS=${SHARDS:-$(nproc)}
-LP=${LENPRED:-.venv/bin/lenpred}
+# shellcheck source=experiments/lib.sh
+. experiments/lib.sh
 PY=${PYTHON:-.venv/bin/python}
 CACHE=${CACHE:-$HOME_DIR/draft-states/smollm2-sharegpt-train-hard}
 HEAD=${HEAD:-data/draft/smollm2-135m-hard}
@@ -32,8 +30,6 @@ STEPS=${STEPS:-1209}
 OLD=data/draft/smollm2-135m
 OUT=${OUT:-docs/draft_hard}
 VARIANTS=${VARIANTS:-outlets outlets-running outlets-fused}
-# shellcheck disable=SC2086
-run() { echo "+ $*" >&2; env OMP_NUM_THREADS=1 $LP "$@"; }
 mkdir -p "$OUT"
 
 # 1. the states pass (each slice skips what the cache already holds)
@@ -58,22 +54,10 @@ for h in "$HEAD" "$OLD"; do
 done
 
 # 4. the OUTLETS ablation on the new head's states
-feats() {  # $1 roles, $2 output trajectory
-  [ -f "$2/meta.json" ] && return 0
-  local parts=() pids=()
-  for i in $(seq 0 $((SHARDS - 1))); do
-    parts+=("$2-shard-$i")
-    run outlets features --run $R --draft "$HEAD" --roles "$1" --rows live --shard "$i/$SHARDS" --threads 1 \
-        --no-progress --out "$2-shard-$i" &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
-  run outlets features --merge "${parts[@]}" --out "$2"
-}
 TRAJ=$HOME_DIR/trajectories/smollm2-sharegpt--$(basename "$HEAD")--live-train-val
 TEST=$HOME_DIR/trajectories/smollm2-sharegpt--$(basename "$HEAD")--live-test-all
-feats train,val "$TRAJ"
-feats test "$TEST"
+sharded_features "$TRAJ" "$HEAD" train,val --rows live --no-progress
+sharded_features "$TEST" "$HEAD" test --rows live --no-progress
 HEADS=${HEADS:-data/outlets/smollm2-sharegpt-live-hard}  # committed (~1 MB each)
 live=()
 for v in $VARIANTS; do

@@ -13,18 +13,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-R=data/runs/smollm2-sharegpt
-HOME_DIR=${LENPRED_HOME:-$HOME/.cache/lenpred}
+# shellcheck source=experiments/lib.sh
+. experiments/lib.sh
 OUT=${OUT:-out/outlets-full}
 DEVICE=${DEVICE:-cpu}
 DRAFT=${DRAFT:-0}
-SHARDS=${SHARDS:-$(nproc)}
 STEPS=${STEPS:-4000}
-LP=${LENPRED:-.venv/bin/lenpred}
 D=data/draft/smollm2-135m
-# LENPRED may be a command of several words ("python3 -m lenpred" where the package is not installed)
-# shellcheck disable=SC2086
-run() { echo "+ $*" >&2; env OMP_NUM_THREADS=1 $LP "$@"; }
 
 if [ "$DRAFT" = 1 ]; then
   # 0. (GPU) the draft head, released recipe (7 unrolled steps, weights 0.8^i), from the state cache
@@ -37,16 +32,7 @@ fi
 
 # 1. trajectory rows: every sample of every training, validation and test prompt (states-only pass)
 TRAJ=$HOME_DIR/trajectories/smollm2-sharegpt--$(basename "$D")--full
-if [ ! -f "$TRAJ/meta.json" ]; then
-  parts=()
-  for i in $(seq 0 $((SHARDS - 1))); do
-    parts+=("$TRAJ-shard-$i")
-    run outlets features --run $R --draft "$D" --roles train,val,test --shard "$i/$SHARDS" --threads 1 \
-        --device "$DEVICE" --out "$TRAJ-shard-$i" &
-  done
-  wait
-  run outlets features --merge "${parts[@]}" --out "$TRAJ"
-fi
+sharded_features "$TRAJ" "$D" train,val,test --device "$DEVICE"
 
 # 2. the heads (each variant on the same rows: the ablation), the prefill predictions, the anchor
 for v in outlets outlets-fused outlets-both outlets-noprogress outlets-running outlets-target outlets-l1raw \

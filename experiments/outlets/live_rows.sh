@@ -16,32 +16,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-R=data/runs/smollm2-sharegpt
-HOME_DIR=${LENPRED_HOME:-$HOME/.cache/lenpred}
-SHARDS=${SHARDS:-$(nproc)}
-LP=${LENPRED:-.venv/bin/lenpred}
+# shellcheck source=experiments/lib.sh
+. experiments/lib.sh
 D=data/draft/smollm2-135m
 HEADS=${HEADS:-data/outlets/smollm2-sharegpt-live}
 PREDS=${PREDS:-out/preds}
 BENCH=${BENCH:-docs/outlets_real_live_trained}
 VARIANTS=${VARIANTS:-outlets outlets-running outlets-fused outlets-target outlets-history}
-# shellcheck disable=SC2086
-run() { echo "+ $*" >&2; env OMP_NUM_THREADS=1 $LP "$@"; }
 
 # 1. live rows of every training and validation sample
 TRAJ=$HOME_DIR/trajectories/smollm2-sharegpt--$(basename "$D")--live-train-val
-if [ ! -f "$TRAJ/meta.json" ]; then
-  parts=()
-  pids=()
-  for i in $(seq 0 $((SHARDS - 1))); do
-    parts+=("$TRAJ-shard-$i")
-    run outlets features --run $R --draft "$D" --roles train,val --rows live --shard "$i/$SHARDS" --threads 1 \
-        --no-progress --out "$TRAJ-shard-$i" &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
-  run outlets features --merge "${parts[@]}" --out "$TRAJ"
-fi
+sharded_features "$TRAJ" "$D" train,val --rows live --no-progress
 
 # 2. the heads, each row weighted as a server meets it
 for v in $VARIANTS; do
@@ -74,18 +59,7 @@ run outlets bench --traj data/outlets/traj-live-test-smollm2-sharegpt --run $R \
 #    predictor reads; committed)
 TEST=$HOME_DIR/trajectories/smollm2-sharegpt--$(basename "$D")--live-test-all
 FULL=${FULL:-docs/outlets_real_live_full}
-if [ ! -f "$TEST/meta.json" ]; then
-  parts=()
-  pids=()
-  for i in $(seq 0 $((SHARDS - 1))); do
-    parts+=("$TEST-shard-$i")
-    run outlets features --run $R --draft "$D" --roles test --rows live --shard "$i/$SHARDS" --threads 1 \
-        --no-progress --out "$TEST-shard-$i" &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
-  run outlets features --merge "${parts[@]}" --out "$TEST"
-fi
+sharded_features "$TEST" "$D" test --rows live --no-progress
 run outlets bench --traj "$TEST" --run $R \
     --heads "${live[@]}" data/outlets/smollm2-sharegpt/outlets data/outlets/smollm2-sharegpt/outlets-running \
     --counters data/outlets/counters/quantile-mlp data/outlets/counters/hazard-mlp \

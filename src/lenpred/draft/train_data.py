@@ -221,11 +221,11 @@ def cache_location(run: RunDir, target: Any, target_spec: Any, cfg: DraftTrainCo
     target's top-k; ``hard``: the sampled tokens only) and ``compute_dtype`` (the hard pass's
     arithmetic, ``float32`` or ``bfloat16``); None: what the cache already at ``cache_dir`` holds (draft
     training reads it from there), soft and float32 for a new one."""
-    from lenpred.draft.states import LABELS, compute_dtype_of, default_cache_dir
+    from lenpred.draft.states import LABELS, compute_dtype_of, default_cache_dir, labels_of
 
-    have = _existing_manifest(cache_dir)
+    have = _existing_manifest(cache_dir)  # read once: the labels and the arithmetic both come from it
     if labels is None:
-        labels = _existing_labels(cache_dir) or "soft"
+        labels = labels_of(have) if have is not None else "soft"
     if compute_dtype is None:
         compute_dtype = compute_dtype_of(have) if have is not None else "float32"
     if labels not in LABELS:
@@ -255,13 +255,6 @@ def _existing_manifest(cache_dir: str | os.PathLike[str] | None) -> dict[str, An
     except (OSError, ValueError):
         return None
     return m if isinstance(m, dict) else None
-
-
-def _existing_labels(cache_dir: str | os.PathLike[str] | None) -> str | None:
-    from lenpred.draft.states import labels_of
-
-    m = _existing_manifest(cache_dir)
-    return labels_of(m) if m is not None else None
 
 
 def check_cache_labels(cache_dir: str | os.PathLike[str] | None, labels: str) -> None:
