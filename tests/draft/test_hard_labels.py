@@ -316,3 +316,16 @@ def test_kill_and_resume_on_a_hard_cache_equals_an_uninterrupted_run(bigram, tmp
     with pytest.raises(DataError, match="trained on hard labels"):
         _train(**{**kw, "cfg": cfg.replace(topk=8), "cache_dir": tmp_path / "soft"}, out=tmp_path / "c",
                ckpt_dir=tmp_path / "ck-b")
+
+
+def test_a_foreign_folder_is_refused_but_a_concurrent_slices_temporary_file_is_not(setup, tmp_path) -> None:
+    target, run, _ = setup
+    _, manifest = cache_location(run, target, SPEC, DraftTrainConfig(topk=8), tmp_path / "x", "hard")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "notes.txt").write_text("mine\n")
+    with pytest.raises(DataError, match="non-empty directory without a state-cache manifest"):
+        StateCache.open_or_create(tmp_path / "x", manifest)
+    assert (tmp_path / "x" / "notes.txt").read_text() == "mine\n"
+    (tmp_path / "y").mkdir()
+    (tmp_path / "y" / ".manifest.json.tmp").write_text("{")  # another slice writing the manifest right now
+    assert StateCache.open_or_create(tmp_path / "y", manifest).labels == "hard"
