@@ -6,6 +6,7 @@
 #
 #   bash experiments/draft/hard_run.sh            # all steps
 #   STEPS=1209 bash experiments/draft/hard_run.sh  # optimiser steps (default: one epoch of the split)
+#   TEST_SAMPLES=2 bash experiments/draft/hard_run.sh  # the OUTLETS bench on 384 test samples, not 2,416
 #
 # 1. the states pass: the training prompts' samples teacher-forced into a hard-label state cache, SHARDS
 #    processes of one thread each filling one cache (`draft cache --shard I/N`), in bfloat16 where the CPU
@@ -17,7 +18,8 @@
 #    for the new head and the committed one in turn (one thread, same machine);
 # 4. the OUTLETS ablation: live rows of the training, validation and test samples read through the new
 #    head, the draft-dependent head variants trained on them, the live bench against the carried mlp head,
-#    t-only and the oracle (compare with the committed head's docs/outlets_real_live_full).
+#    the anchored outlets-running head, t-only and the oracle (compare with the committed head's
+#    docs/outlets_real_live_full, or with TEST_SAMPLES=2 its 384-sample docs/outlets_real_live_trained).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -55,9 +57,17 @@ done
 
 # 4. the OUTLETS ablation on the new head's states
 TRAJ=$HOME_DIR/trajectories/smollm2-sharegpt--$(basename "$HEAD")--live-train-val
-TEST=$HOME_DIR/trajectories/smollm2-sharegpt--$(basename "$HEAD")--live-test-all
+# TEST_SAMPLES=2: the test pass on 2 samples of each prompt (384, ~95 k tokens: the size of the committed
+# head's docs/outlets_real_live_trained bench) instead of all 2,416 (~485 k tokens)
+if [ -n "${TEST_SAMPLES:-}" ]; then
+  TEST=$HOME_DIR/trajectories/smollm2-sharegpt--$(basename "$HEAD")--live-test-s$TEST_SAMPLES
+  test_flags=(--max-samples-per-prompt "$TEST_SAMPLES")
+else
+  TEST=$HOME_DIR/trajectories/smollm2-sharegpt--$(basename "$HEAD")--live-test-all
+  test_flags=()
+fi
 sharded_features "$TRAJ" "$HEAD" train,val --rows live --no-progress
-sharded_features "$TEST" "$HEAD" test --rows live --no-progress
+sharded_features "$TEST" "$HEAD" test --rows live --no-progress "${test_flags[@]}"
 HEADS=${HEADS:-data/outlets/smollm2-sharegpt-live-hard}  # committed (~1 MB each)
 live=()
 for v in $VARIANTS; do
@@ -71,5 +81,12 @@ for h in mlp ngram; do
     run predict --head data/heads/$h-smollm2-sharegpt --run $R "${f[@]}" --roles train,val,test \
         --out "$PREDS/$h.parquet"; }
 done
+# the prefill anchor of outlets-running (blend with the carried mlp head per band, fit on val), as for the
+# committed head's best live figure (outlets-running-live-anchored)
+ANCHOR=${ANCHOR:-data/outlets/anchor-live-hard-smollm2-sharegpt}
+[ -f "$ANCHOR/meta.json" ] || run outlets anchor --traj "$TRAJ" --run $R \
+    --head "$HEADS/outlets-running" --prefill-predictions mlp="$PREDS/mlp.parquet" --out "$ANCHOR"
 run outlets bench --traj "$TEST" --run $R --heads "${live[@]}" \
-    --prefill-predictions mlp="$PREDS/mlp.parquet" ngram="$PREDS/ngram.parquet" --out "$OUT/outlets_live"
+    --anchors outlets-running-live-anchored="$ANCHOR" \
+    --prefill-predictions mlp="$PREDS/mlp.parquet" ngram="$PREDS/ngram.parquet" \
+    --out "$OUT/outlets_live${TEST_SAMPLES:+_s$TEST_SAMPLES}"
